@@ -1,0 +1,132 @@
+//! The deterministic hasher used by every hash map in the core.
+//!
+//! hashbrown's default hasher is randomly seeded; kvtier must give the same outputs for the same
+//! inputs on every run and every target, so every map uses [`FixedState`]. Iteration order of a
+//! map never decides an eviction or an encoding: the maps are lookup structures only.
+
+use core::hash::{BuildHasher, Hasher};
+
+/// A [`BuildHasher`] with a fixed, caller-chosen seed (0 by default).
+///
+/// The hash is a multiply-rotate mix in the style of FxHash, finished with a 64-bit avalanche so
+/// that hashbrown's control bytes (the top 7 bits) are well distributed even for small integer
+/// keys. It is fast, not HashDoS-resistant: a process that hashes untrusted keys and fears
+/// adversarial collisions should choose a secret seed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FixedState {
+    /// The seed mixed into every hash.
+    pub seed: u64,
+}
+
+impl FixedState {
+    /// A builder with the given seed.
+    #[must_use]
+    pub const fn with_seed(seed: u64) -> Self {
+        FixedState { seed }
+    }
+}
+
+impl BuildHasher for FixedState {
+    type Hasher = FixedHasher;
+
+    fn build_hasher(&self) -> FixedHasher {
+        FixedHasher { state: self.seed }
+    }
+}
+
+/// The hasher built by [`FixedState`].
+#[derive(Clone, Copy, Debug)]
+pub struct FixedHasher {
+    state: u64,
+}
+
+const K: u64 = 0xf135_7aea_2e62_a9c5;
+
+impl FixedHasher {
+    #[inline]
+    fn add(&mut self, word: u64) {
+        self.state = (self.state.rotate_left(26) ^ word).wrapping_mul(K);
+    }
+}
+
+impl Hasher for FixedHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut w = [0u8; 8];
+            w[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(w) ^ ((rest.len() as u64) << 56));
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, i: u8) {
+        self.add(u64::from(i));
+    }
+
+    #[inline]
+    fn write_u16(&mut self, i: u16) {
+        self.add(u64::from(i));
+    }
+
+    #[inline]
+    fn write_u32(&mut self, i: u32) {
+        self.add(u64::from(i));
+    }
+
+    #[inline]
+    fn write_u64(&mut self, i: u64) {
+        self.add(i);
+    }
+
+    #[inline]
+    fn write_usize(&mut self, i: usize) {
+        self.add(i as u64);
+    }
+
+    #[inline]
+    fn finish(&self) -> u64 {
+        // murmur3 fmix64: spreads entropy into the top bits hashbrown uses as tags.
+        let mut h = self.state;
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        h ^= h >> 33;
+        h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+        h ^ (h >> 33)
+    }
+}
+
+/// A hashbrown map with the deterministic hasher.
+pub type Map<K, V> = hashbrown::HashMap<K, V, FixedState>;
+
+/// A hashbrown set with the deterministic hasher.
+pub type Set<K> = hashbrown::HashSet<K, FixedState>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::hash::Hash;
+
+    fn h<T: Hash>(s: FixedState, v: T) -> u64 {
+        let mut hasher = s.build_hasher();
+        v.hash(&mut hasher);
+        hasher.finish()
+    }
+
+    #[test]
+    fn same_input_same_hash_and_seed_matters() {
+        let a = FixedState::default();
+        assert_eq!(h(a, 42u64), h(a, 42u64));
+        assert_ne!(h(a, 42u64), h(a, 43u64));
+        assert_ne!(h(a, 42u64), h(FixedState::with_seed(1), 42u64));
+        // Trailing-byte lengths are part of the hash.
+        assert_ne!(h(a, [0u8; 3].as_slice()), h(a, [0u8; 4].as_slice()));
+    }
+}

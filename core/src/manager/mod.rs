@@ -1,0 +1,1 @@
+//! The CPU offload manager (vLLM 0.33.0 `CPUOffloadingManager`).

