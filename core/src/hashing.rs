@@ -115,9 +115,7 @@ mod tests {
     use core::hash::Hash;
 
     fn h<T: Hash>(s: FixedState, v: T) -> u64 {
-        let mut hasher = s.build_hasher();
-        v.hash(&mut hasher);
-        hasher.finish()
+        s.hash_one(v)
     }
 
     #[test]
