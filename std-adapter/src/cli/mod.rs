@@ -1,5 +1,8 @@
 //! The `kvtier` command line: `replay`, `capacity`.
 
+pub mod capacity;
+pub mod replay;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
@@ -16,13 +19,23 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Replay a kvtrace (or a built-in workload) through the offload manager.
-    Replay,
+    Replay(replay::ReplayArgs),
+    /// How many KV blocks, tokens and concurrent requests fit in a memory budget.
+    Capacity(capacity::CapacityArgs),
 }
 
 /// Parses the command line, runs it and maps errors to a non-zero exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Replay => ExitCode::SUCCESS,
+    let result = match cli.command {
+        Command::Replay(args) => replay::run(&args),
+        Command::Capacity(args) => capacity::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kvtier: {e}");
+            ExitCode::from(2)
+        }
     }
 }

@@ -1,0 +1,5 @@
+//! Benchmarks (divan). Run with `cargo bench -p kvtier-tests --bench NAME`.
+
+fn main() {
+    divan::main();
+}
