@@ -1,8 +1,10 @@
 //! # kvtier
 //!
 //! The std side of kvtier: the `kvtier` command (trace replay, capacity sizing), the kvtrace
-//! reader and generator, and (in later work) Prometheus export and threaded access around
-//! [`kvtier_core`].
+//! reader and generator, layout readers, and the Prometheus text exposition of stats payloads,
+//! all around [`kvtier_core`].
 
 pub mod cli;
+pub mod exposition;
+pub mod layout;
 pub mod trace;

@@ -1,0 +1,1 @@
+//! Prometheus text exposition of a stats payload under the names a vLLM server exposes.

@@ -1,0 +1,1 @@
+//! Reading KV layouts: the JSON layout file, Hugging Face `config.json`, built-in presets.

@@ -1,0 +1,1 @@
+//! Operation enums and reference models shared by proptests and fuzz targets.
