@@ -9,5 +9,5 @@
 mod free_queue;
 mod slot_pool;
 
-// pub use free_queue::…; (added with the FreeQueue)
+pub use free_queue::{FreeQueue, PopError, PushError, QueueAllocError, QueueIter, RemoveError};
 pub use slot_pool::{SlotError, SlotPool};
