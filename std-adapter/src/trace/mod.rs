@@ -1,1 +1,118 @@
-//! kvtrace v1: the streaming reader and the built-in generator.
+//! kvtrace v1 (`spec/kvtrace.md`): the streaming reader, the writer and the built-in workload
+//! generator.
+//!
+//! A kvtrace is text, one record per line: `# key=value` header lines (the first is
+//! `# format=kvtrace v1`), then `L rid n h1 … hn` (request `rid` arrives with its `n` block
+//! hashes, 16 lowercase hex digits each), `S rid` (its store phase begins) and `C rid` (its stores
+//! completed). Every request has one `L`, then one `S`, then one `C`; records of different
+//! requests interleave.
+//!
+//! - [`TraceReader`] reads any [`std::io::BufRead`] in constant memory and lends each
+//!   [`Record`]'s hashes; every malformed input is a [`TraceError`] naming the line.
+//! - [`TraceWriter`] writes a [`Header`] and records.
+//! - [`Generator`] makes LLM-server-like traffic from a [`GeneratorConfig`], deterministically,
+//!   in memory bounded by its parameters.
+//! - [`RecordSource`] lets a replay take either.
+//!
+//! Hard limits of the reader (inputs beyond them are errors, not allocations):
+//! [`MAX_LINE_BYTES`], [`MAX_BLOCKS_PER_RECORD`], [`MAX_OPEN_REQUESTS`], [`MAX_HEADER_LINES`].
+//!
+//! ```
+//! use kvtier::trace::{Generator, GeneratorConfig, TraceReader, TraceWriter};
+//! let mut config = GeneratorConfig::new(7, 100);
+//! config.inflight = 4;
+//! let mut generator = Generator::new(config)?;
+//! let mut file = Vec::new();
+//! let mut writer = TraceWriter::new(&mut file, generator.header())?;
+//! while let Some(record) = generator.next_record() {
+//!     writer.write_record(&record)?;
+//! }
+//! writer.finish()?;
+//!
+//! let mut reader = TraceReader::new(file.as_slice())?;
+//! let mut records = 0;
+//! while reader.next_record()?.is_some() {
+//!     records += 1;
+//! }
+//! assert_eq!(records, 300);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod config;
+mod error;
+mod generator;
+mod header;
+mod hex;
+mod reader;
+mod record;
+mod rng;
+mod tracker;
+mod writer;
+
+pub use config::{
+    BlockRange, BlockRangeParseError, GeneratorConfig, GeneratorError, MAX_HELD_HASHES,
+    MAX_PREFIXES, MAX_RECENT_OR_INFLIGHT, MAX_ZIPF_S, RangeParam,
+};
+pub use error::{Field, ReadError, TraceError, TraceErrorKind};
+pub use generator::{Generator, OwnedRecords};
+pub use header::{DEFAULT_BLOCK_TOKENS, FORMAT_V1, Header, HeaderKey};
+pub use hex::{HashProblem, format_hash, parse_hash};
+pub use reader::TraceReader;
+pub use record::{OwnedRecord, Record, RecordKind};
+pub use rng::{SplitMix64, mix64};
+pub use tracker::IntervalSet;
+pub use writer::{TraceWriter, WriteError};
+
+/// The longest line the reader accepts, in bytes without the `\n` (2 MiB: room for an `L` of
+/// [`MAX_BLOCKS_PER_RECORD`] hashes). A longer line is [`TraceErrorKind::LineTooLong`], found
+/// without buffering more than this.
+pub const MAX_LINE_BYTES: usize = 2 * 1024 * 1024;
+
+/// The largest `n` of an `L` record (65,536 blocks, i.e. 1,048,576 tokens at 16 per block).
+pub const MAX_BLOCKS_PER_RECORD: u64 = 65_536;
+
+/// The most requests the reader lets be open (loaded, not completed) at once.
+pub const MAX_OPEN_REQUESTS: usize = 1 << 20;
+
+/// The most header lines the reader accepts.
+pub const MAX_HEADER_LINES: usize = 1024;
+
+/// A stream of kvtrace records: a [`TraceReader`] or a [`Generator`], so a replay can take
+/// either.
+pub trait RecordSource {
+    /// The error of reading a record ([`core::convert::Infallible`] for the generator).
+    type Error;
+
+    /// The trace's header.
+    fn header(&self) -> &Header;
+
+    /// The next record, or `None` at the end.
+    ///
+    /// # Errors
+    /// The source's error.
+    fn next_record(&mut self) -> Result<Option<Record<'_>>, Self::Error>;
+}
+
+impl<R: std::io::BufRead> RecordSource for TraceReader<R> {
+    type Error = ReadError;
+
+    fn header(&self) -> &Header {
+        TraceReader::header(self)
+    }
+
+    fn next_record(&mut self) -> Result<Option<Record<'_>>, ReadError> {
+        TraceReader::next_record(self)
+    }
+}
+
+impl RecordSource for Generator {
+    type Error = core::convert::Infallible;
+
+    fn header(&self) -> &Header {
+        Generator::header(self)
+    }
+
+    fn next_record(&mut self) -> Result<Option<Record<'_>>, core::convert::Infallible> {
+        Ok(Generator::next_record(self))
+    }
+}
