@@ -167,6 +167,33 @@ impl Histogram {
     }
 }
 
+impl Histogram {
+    /// Rebuilds a histogram from its bounds, its per-bucket counts and its sum; the count is the
+    /// saturating total of the buckets, which is what [`observe`](Self::observe) and
+    /// [`merge`](Self::merge) keep it equal to (used by the wire decoder, which does not carry
+    /// the count separately).
+    ///
+    /// # Errors
+    /// As [`Histogram::new`]; [`HistogramError::BoundsMismatch`] when `bucket_counts` does not
+    /// have `bounds.len() + 1` entries.
+    pub fn from_buckets(
+        bounds: &[u64],
+        bucket_counts: &[u64],
+        sum: u64,
+    ) -> Result<Self, HistogramError> {
+        let mut h = Histogram::new(bounds)?;
+        if bucket_counts.len() != bounds.len() + 1 {
+            return Err(HistogramError::BoundsMismatch);
+        }
+        for (slot, &c) in h.counts.iter_mut().zip(bucket_counts) {
+            *slot = c;
+            h.count = h.count.saturating_add(c);
+        }
+        h.sum = sum;
+        Ok(h)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,1039 @@
+//! The self-describing stats payload: what a manager or a stats source reports per interval.
+//!
+//! It has vLLM's structure (metric types, values keyed by a label-value tuple, optional info
+//! series) with integer-exact values:
+//!
+//! - counters are `u64` increments (times in nanoseconds) that sum, saturating;
+//! - gauges are exact ratios [`Gauge`] (`num / den`, reduced), the latest value wins;
+//! - histograms are [`Histogram`]s with fixed bounds, merged bucket by bucket;
+//! - info is a list of [`InfoSeries`] (label name → [`InfoValue`]), replaced by a newer list and
+//!   never cleared by a payload without one.
+//!
+//! Series are kept sorted by `(name, labels)` in one vector, so iteration, reduction and the wire
+//! encoding are deterministic and a decoded payload costs one allocation for its series. Names and
+//! label values are `Cow<'static, str>`: catalogue names and known label values are borrowed,
+//! anything else (a payload from an unknown catalogue) is owned.
+//!
+//! # Hard limits
+//!
+//! | limit | value |
+//! |---|---|
+//! | series per payload | [`MAX_SERIES`] |
+//! | bytes per metric name | [`MAX_NAME_LEN`] |
+//! | labels per series | [`MAX_LABELS`] |
+//! | bytes per label value, info key or info text | [`MAX_LABEL_LEN`] |
+//! | info series | [`MAX_INFO_SERIES`] |
+//! | labels per info series | [`MAX_INFO_LABELS`] |
+//! | histogram bounds | [`histogram::MAX_BOUNDS`](super::histogram::MAX_BOUNDS) |
+//!
+//! An update that would pass a limit is an error and changes nothing.
+//!
+//! ```
+//! use kvtier_core::stats::{Gauge, Payload, catalogue};
+//!
+//! let mut p = Payload::new();
+//! p.set_gauge(catalogue::CPU_CACHE_USAGE_PERC, &[], Gauge::fraction(1, 4)).unwrap();
+//! p.increase_counter(catalogue::STORES_SKIPPED, &[], 0).unwrap();
+//! p.observe(catalogue::CPU_ALLOCATION_SIZE, &[], 2).unwrap();
+//! let mut total = Payload::new();
+//! total.aggregate(&p).unwrap();
+//! total.aggregate(&p).unwrap();
+//! assert_eq!(total.histogram(catalogue::CPU_ALLOCATION_SIZE, &[]).unwrap().count(), 2);
+//! assert_eq!(total.gauge(catalogue::CPU_CACHE_USAGE_PERC, &[]).unwrap().to_f64(), 0.25);
+//! ```
+
+use alloc::borrow::Cow;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::cmp::Ordering;
+use core::fmt;
+
+use super::catalogue::{self, MetricKind};
+use super::histogram::Histogram;
+
+/// A metric name, label value or info text: borrowed when it is a known constant, owned
+/// otherwise.
+pub type Text = Cow<'static, str>;
+
+/// The most series one payload holds.
+pub const MAX_SERIES: usize = 256;
+/// The longest metric name, in bytes.
+pub const MAX_NAME_LEN: usize = 255;
+/// The most label values one series has.
+pub const MAX_LABELS: usize = 8;
+/// The longest label value, info label name or info text value, in bytes.
+pub const MAX_LABEL_LEN: usize = 255;
+/// The most info series one payload carries.
+pub const MAX_INFO_SERIES: usize = 16;
+/// The most labels one info series has.
+pub const MAX_INFO_LABELS: usize = 16;
+
+/// An exact gauge value: `num / den` in lowest terms with `den ≥ 1` (integers have `den = 1`).
+///
+/// Usage gauges are `num_used / num_chunks`; keeping them as ratios makes aggregation exact and
+/// the export the correctly rounded quotient, as Python's `/` gives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Gauge {
+    num: i64,
+    den: u64,
+}
+
+const fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        let t = a % b;
+        a = b;
+        b = t;
+    }
+    a
+}
+
+impl Gauge {
+    /// Zero.
+    pub const ZERO: Gauge = Gauge { num: 0, den: 1 };
+
+    /// An integer value.
+    #[must_use]
+    pub const fn int(value: i64) -> Self {
+        Gauge { num: value, den: 1 }
+    }
+
+    /// `num / den` in lowest terms, or `None` when `den` is 0.
+    #[must_use]
+    pub fn ratio(num: i64, den: u64) -> Option<Self> {
+        if den == 0 {
+            return None;
+        }
+        let g = gcd(num.unsigned_abs(), den);
+        let num = i64::try_from(i128::from(num) / i128::from(g)).ok()?;
+        Some(Gauge { num, den: den / g })
+    }
+
+    /// `part / whole` as a usage fraction: 0 when `whole` is 0 (as vLLM reports an empty
+    /// pool). A reduced numerator above `i64::MAX` saturates (no pool is that large).
+    #[must_use]
+    pub fn fraction(part: u64, whole: u64) -> Self {
+        if whole == 0 {
+            return Gauge::ZERO;
+        }
+        let g = gcd(part, whole);
+        Gauge {
+            num: i64::try_from(part / g).unwrap_or(i64::MAX),
+            den: whole / g,
+        }
+    }
+
+    /// The numerator (lowest terms).
+    #[must_use]
+    pub const fn numerator(self) -> i64 {
+        self.num
+    }
+
+    /// The denominator (lowest terms, at least 1).
+    #[must_use]
+    pub const fn denominator(self) -> u64 {
+        self.den
+    }
+
+    /// The correctly rounded `f64` quotient (for export only).
+    #[must_use]
+    pub fn to_f64(self) -> f64 {
+        self.num as f64 / self.den as f64
+    }
+}
+
+impl fmt::Display for Gauge {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.den == 1 {
+            write!(f, "{}", self.num)
+        } else {
+            write!(f, "{}/{}", self.num, self.den)
+        }
+    }
+}
+
+/// The value of one series.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "histograms stay inline so a decoded payload is one allocation"
+)]
+pub enum Value {
+    /// A counter increment (times in nanoseconds).
+    Counter(u64),
+    /// A gauge snapshot.
+    Gauge(Gauge),
+    /// Histogram observations.
+    Histogram(Histogram),
+}
+
+impl Value {
+    /// The metric kind of this value.
+    #[must_use]
+    pub const fn kind(&self) -> MetricKind {
+        match self {
+            Value::Counter(_) => MetricKind::Counter,
+            Value::Gauge(_) => MetricKind::Gauge,
+            Value::Histogram(_) => MetricKind::Histogram,
+        }
+    }
+}
+
+/// Why a label tuple could not be built.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LabelError {
+    /// More than [`MAX_LABELS`] values.
+    TooManyLabels,
+    /// A value longer than [`MAX_LABEL_LEN`] bytes.
+    LabelTooLong,
+}
+
+impl fmt::Display for LabelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LabelError::TooManyLabels => write!(f, "a series takes at most {MAX_LABELS} labels"),
+            LabelError::LabelTooLong => {
+                write!(f, "a label value is limited to {MAX_LABEL_LEN} bytes")
+            }
+        }
+    }
+}
+
+impl core::error::Error for LabelError {}
+
+/// A label-value tuple (empty for an unlabeled metric), ordered lexicographically.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Labels(heapless::Vec<Text, MAX_LABELS>);
+
+pub(crate) fn intern_label(value: &str) -> Text {
+    match catalogue::known_label(value) {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(String::from(value)),
+    }
+}
+
+pub(crate) fn intern_name(name: &str) -> Text {
+    match catalogue::known_name(name) {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(String::from(name)),
+    }
+}
+
+impl Labels {
+    /// The empty tuple.
+    #[must_use]
+    pub const fn new() -> Self {
+        Labels(heapless::Vec::new())
+    }
+
+    /// A tuple of copies of `values` (known values are borrowed, not copied).
+    ///
+    /// # Errors
+    /// [`LabelError`] when there are too many values or one is too long.
+    pub fn from_strs(values: &[&str]) -> Result<Self, LabelError> {
+        check_labels(values)?;
+        let mut out = heapless::Vec::new();
+        for v in values {
+            out.push(intern_label(v))
+                .map_err(|_| LabelError::TooManyLabels)?;
+        }
+        Ok(Labels(out))
+    }
+
+    /// Appends one value.
+    ///
+    /// # Errors
+    /// [`LabelError`] when the tuple is full or the value is too long; the tuple is unchanged.
+    pub fn push(&mut self, value: impl Into<Text>) -> Result<(), LabelError> {
+        let value = value.into();
+        if value.len() > MAX_LABEL_LEN {
+            return Err(LabelError::LabelTooLong);
+        }
+        self.0.push(value).map_err(|_| LabelError::TooManyLabels)
+    }
+
+    /// The values.
+    #[must_use]
+    pub fn as_slice(&self) -> &[Text] {
+        &self.0
+    }
+
+    /// The number of values.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// True for the empty tuple.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The values as `&str`.
+    pub fn iter(&self) -> impl Iterator<Item = &str> {
+        self.0.iter().map(|t| t.as_ref())
+    }
+}
+
+fn check_labels(values: &[&str]) -> Result<(), LabelError> {
+    if values.len() > MAX_LABELS {
+        return Err(LabelError::TooManyLabels);
+    }
+    if values.iter().any(|v| v.len() > MAX_LABEL_LEN) {
+        return Err(LabelError::LabelTooLong);
+    }
+    Ok(())
+}
+
+/// One series: a metric name, a label tuple and a value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Series {
+    pub(crate) name: Text,
+    pub(crate) labels: Labels,
+    pub(crate) value: Value,
+}
+
+impl Series {
+    /// The metric name.
+    #[must_use]
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The label values.
+    #[must_use]
+    pub fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// The value.
+    #[must_use]
+    pub fn value(&self) -> &Value {
+        &self.value
+    }
+
+    /// The metric kind.
+    #[must_use]
+    pub fn kind(&self) -> MetricKind {
+        self.value.kind()
+    }
+
+    fn cmp_key(&self, name: &str, labels: &[&str]) -> Ordering {
+        self.name
+            .as_ref()
+            .cmp(name)
+            .then_with(|| self.labels.iter().cmp(labels.iter().copied()))
+    }
+
+    pub(crate) fn key_cmp(&self, other: &Series) -> Ordering {
+        self.name
+            .cmp(&other.name)
+            .then_with(|| self.labels.cmp(&other.labels))
+    }
+}
+
+/// The value of one info label, rendered as Python's `str()` renders it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum InfoValue {
+    /// Python's `None`, rendered `"None"`.
+    None,
+    /// A boolean, rendered `"True"`/`"False"`.
+    Bool(bool),
+    /// An integer, rendered in decimal.
+    Int(i64),
+    /// Text, rendered as is.
+    Text(Text),
+}
+
+impl fmt::Display for InfoValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InfoValue::None => f.write_str("None"),
+            InfoValue::Bool(true) => f.write_str("True"),
+            InfoValue::Bool(false) => f.write_str("False"),
+            InfoValue::Int(v) => write!(f, "{v}"),
+            InfoValue::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+/// Why an info series or an info list was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InfoError {
+    /// More than [`MAX_INFO_SERIES`] series.
+    TooManySeries,
+    /// More than [`MAX_INFO_LABELS`] labels in one series.
+    TooManyLabels,
+    /// A label name or text value longer than [`MAX_LABEL_LEN`] bytes.
+    TextTooLong,
+}
+
+impl fmt::Display for InfoError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            InfoError::TooManySeries => {
+                write!(f, "a payload carries at most {MAX_INFO_SERIES} info series")
+            }
+            InfoError::TooManyLabels => {
+                write!(f, "an info series takes at most {MAX_INFO_LABELS} labels")
+            }
+            InfoError::TextTooLong => {
+                write!(
+                    f,
+                    "info label names and values are limited to {MAX_LABEL_LEN} bytes"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for InfoError {}
+
+/// One info series: label name → value, sorted by name, names unique.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct InfoSeries {
+    pairs: Vec<(Text, InfoValue)>,
+}
+
+impl InfoSeries {
+    /// An empty series (vLLM still exports it, with every declared label empty).
+    #[must_use]
+    pub const fn new() -> Self {
+        InfoSeries { pairs: Vec::new() }
+    }
+
+    /// Sets label `key` to `value`, returning the previous value.
+    ///
+    /// # Errors
+    /// [`InfoError::TooManyLabels`] or [`InfoError::TextTooLong`]; the series is unchanged.
+    pub fn insert(
+        &mut self,
+        key: impl Into<Text>,
+        value: InfoValue,
+    ) -> Result<Option<InfoValue>, InfoError> {
+        let key = key.into();
+        let too_long = |t: &str| t.len() > MAX_LABEL_LEN;
+        if too_long(&key) || matches!(&value, InfoValue::Text(t) if too_long(t)) {
+            return Err(InfoError::TextTooLong);
+        }
+        match self.pairs.binary_search_by(|(k, _)| k.as_ref().cmp(&key)) {
+            Ok(i) => Ok(self
+                .pairs
+                .get_mut(i)
+                .map(|slot| core::mem::replace(&mut slot.1, value))),
+            Err(i) => {
+                if self.pairs.len() >= MAX_INFO_LABELS {
+                    return Err(InfoError::TooManyLabels);
+                }
+                self.pairs.insert(i, (key, value));
+                Ok(None)
+            }
+        }
+    }
+
+    /// Builder form of [`insert`](Self::insert).
+    ///
+    /// # Errors
+    /// As [`insert`](Self::insert).
+    pub fn with(mut self, key: impl Into<Text>, value: InfoValue) -> Result<Self, InfoError> {
+        self.insert(key, value)?;
+        Ok(self)
+    }
+
+    /// The value of label `key`.
+    #[must_use]
+    pub fn get(&self, key: &str) -> Option<&InfoValue> {
+        self.pairs
+            .binary_search_by(|(k, _)| k.as_ref().cmp(key))
+            .ok()
+            .and_then(|i| self.pairs.get(i))
+            .map(|(_, v)| v)
+    }
+
+    /// `(name, value)` pairs in name order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &InfoValue)> {
+        self.pairs.iter().map(|(k, v)| (k.as_ref(), v))
+    }
+
+    /// The number of labels.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.pairs.len()
+    }
+
+    /// True when no label is set.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.pairs.is_empty()
+    }
+
+    /// Wraps pairs the caller has checked: sorted, unique, within the limits.
+    pub(crate) fn from_checked_pairs(pairs: Vec<(Text, InfoValue)>) -> Self {
+        InfoSeries { pairs }
+    }
+}
+
+/// Why an update (`increase_counter`, `set_gauge`, `observe`, `merge_histogram`) was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UpdateError {
+    /// The metric name is longer than [`MAX_NAME_LEN`] bytes.
+    NameTooLong,
+    /// The label tuple is too long or has a value that is too long.
+    Labels(LabelError),
+    /// The name already holds a metric of another kind.
+    KindConflict {
+        /// The kind the payload holds.
+        existing: MetricKind,
+        /// The kind of the update.
+        requested: MetricKind,
+    },
+    /// The payload already holds [`MAX_SERIES`] series.
+    TooManySeries,
+    /// `observe` on a name that the catalogue does not list as a histogram (use
+    /// `merge_histogram` with explicit bounds).
+    UnknownHistogram,
+    /// The histogram to merge has other bounds than the one in the payload.
+    BoundsMismatch,
+}
+
+impl fmt::Display for UpdateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            UpdateError::NameTooLong => {
+                write!(f, "a metric name is limited to {MAX_NAME_LEN} bytes")
+            }
+            UpdateError::Labels(e) => e.fmt(f),
+            UpdateError::KindConflict {
+                existing,
+                requested,
+            } => write!(f, "the metric is a {existing}, not a {requested}"),
+            UpdateError::TooManySeries => {
+                write!(f, "a payload holds at most {MAX_SERIES} series")
+            }
+            UpdateError::UnknownHistogram => f.write_str(
+                "the catalogue has no histogram of that name; merge a histogram with explicit bounds",
+            ),
+            UpdateError::BoundsMismatch => {
+                f.write_str("the histogram's bucket bounds differ from the payload's")
+            }
+        }
+    }
+}
+
+impl core::error::Error for UpdateError {}
+
+impl From<LabelError> for UpdateError {
+    fn from(e: LabelError) -> Self {
+        UpdateError::Labels(e)
+    }
+}
+
+/// Why `aggregate` was rejected (the receiver is unchanged).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AggregateError {
+    /// A name holds different kinds in the two payloads.
+    KindConflict {
+        /// The metric name.
+        name: Text,
+        /// Its kind in the receiver.
+        existing: MetricKind,
+        /// Its kind in the other payload.
+        other: MetricKind,
+    },
+    /// A histogram series has other bounds in the two payloads.
+    BoundsMismatch {
+        /// The metric name.
+        name: Text,
+    },
+    /// The union would hold more than [`MAX_SERIES`] series.
+    TooManySeries,
+}
+
+impl fmt::Display for AggregateError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            AggregateError::KindConflict {
+                name,
+                existing,
+                other,
+            } => write!(
+                f,
+                "stats key {name} is a {existing} here and a {other} in the other payload"
+            ),
+            AggregateError::BoundsMismatch { name } => {
+                write!(
+                    f,
+                    "histogram {name} has different bucket bounds in the two payloads"
+                )
+            }
+            AggregateError::TooManySeries => {
+                write!(f, "the aggregate would hold more than {MAX_SERIES} series")
+            }
+        }
+    }
+}
+
+impl core::error::Error for AggregateError {}
+
+/// A stats payload. See the [module docs](self).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Payload {
+    series: Vec<Series>,
+    info: Option<Vec<InfoSeries>>,
+}
+
+impl Payload {
+    /// An empty payload (no series, no info).
+    #[must_use]
+    pub const fn new() -> Self {
+        Payload {
+            series: Vec::new(),
+            info: None,
+        }
+    }
+
+    /// Wraps parts the caller has checked: series sorted by key and unique, one kind per name,
+    /// every limit respected.
+    pub(crate) fn from_checked_parts(series: Vec<Series>, info: Option<Vec<InfoSeries>>) -> Self {
+        debug_assert!(series.windows(2).all(|w| w[0].key_cmp(&w[1]).is_lt()));
+        Payload { series, info }
+    }
+
+    /// True when there are no series **and** no info (vLLM's rule: an info-only payload is not
+    /// empty, so it still reaches the exporter).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.series.is_empty() && self.info.is_none()
+    }
+
+    /// Forgets every series and the info.
+    pub fn clear(&mut self) {
+        self.series.clear();
+        self.info = None;
+    }
+
+    /// The number of series.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.series.len()
+    }
+
+    /// Every series, sorted by `(name, labels)`.
+    #[must_use]
+    pub fn series(&self) -> &[Series] {
+        &self.series
+    }
+
+    /// The info series, if any were set.
+    #[must_use]
+    pub fn info(&self) -> Option<&[InfoSeries]> {
+        self.info.as_deref()
+    }
+
+    /// The value of one series.
+    #[must_use]
+    pub fn get(&self, name: &str, labels: &[&str]) -> Option<&Value> {
+        self.series
+            .binary_search_by(|s| s.cmp_key(name, labels))
+            .ok()
+            .and_then(|i| self.series.get(i))
+            .map(|s| &s.value)
+    }
+
+    /// A counter's value.
+    #[must_use]
+    pub fn counter(&self, name: &str, labels: &[&str]) -> Option<u64> {
+        match self.get(name, labels) {
+            Some(Value::Counter(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// A gauge's value.
+    #[must_use]
+    pub fn gauge(&self, name: &str, labels: &[&str]) -> Option<Gauge> {
+        match self.get(name, labels) {
+            Some(Value::Gauge(v)) => Some(*v),
+            _ => None,
+        }
+    }
+
+    /// A histogram.
+    #[must_use]
+    pub fn histogram(&self, name: &str, labels: &[&str]) -> Option<&Histogram> {
+        match self.get(name, labels) {
+            Some(Value::Histogram(h)) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// The kind a name holds, if the payload has a series of that name.
+    #[must_use]
+    pub fn kind(&self, name: &str) -> Option<MetricKind> {
+        let i = self.series.partition_point(|s| s.name.as_ref() < name);
+        self.series
+            .get(i)
+            .filter(|s| s.name.as_ref() == name)
+            .map(Series::kind)
+    }
+
+    /// Finds where `(name, labels)` is or goes, checking limits and the family's kind.
+    fn locate(
+        &self,
+        name: &str,
+        labels: &[&str],
+        kind: MetricKind,
+    ) -> Result<Result<usize, usize>, UpdateError> {
+        if name.len() > MAX_NAME_LEN {
+            return Err(UpdateError::NameTooLong);
+        }
+        check_labels(labels)?;
+        let pos = self.series.binary_search_by(|s| s.cmp_key(name, labels));
+        let neighbour = match pos {
+            Ok(i) => self.series.get(i),
+            Err(i) => {
+                if self.series.len() >= MAX_SERIES {
+                    return Err(UpdateError::TooManySeries);
+                }
+                let before = i.checked_sub(1).and_then(|j| self.series.get(j));
+                before
+                    .filter(|s| s.name.as_ref() == name)
+                    .or_else(|| self.series.get(i).filter(|s| s.name.as_ref() == name))
+            }
+        };
+        if let Some(existing) = neighbour.map(Series::kind).filter(|k| *k != kind) {
+            return Err(UpdateError::KindConflict {
+                existing,
+                requested: kind,
+            });
+        }
+        Ok(pos)
+    }
+
+    fn insert_at(
+        &mut self,
+        at: usize,
+        name: Text,
+        labels: &[&str],
+        value: Value,
+    ) -> Result<(), UpdateError> {
+        let labels = Labels::from_strs(labels)?;
+        self.series.insert(
+            at,
+            Series {
+                name,
+                labels,
+                value,
+            },
+        );
+        Ok(())
+    }
+
+    /// Adds `by` to a counter (creating it at 0), saturating at `u64::MAX`. An increment of 0
+    /// still creates the series (vLLM emits `stores_skipped = 0`).
+    ///
+    /// # Errors
+    /// [`UpdateError`] on a limit or a kind conflict; the payload is unchanged.
+    pub fn increase_counter(
+        &mut self,
+        name: impl Into<Text>,
+        labels: &[&str],
+        by: u64,
+    ) -> Result<(), UpdateError> {
+        let name = name.into();
+        match self.locate(&name, labels, MetricKind::Counter)? {
+            Ok(i) => {
+                if let Some(Value::Counter(v)) = self.series.get_mut(i).map(|s| &mut s.value) {
+                    *v = v.saturating_add(by);
+                }
+                Ok(())
+            }
+            Err(i) => self.insert_at(i, name, labels, Value::Counter(by)),
+        }
+    }
+
+    /// Sets a gauge (creating it).
+    ///
+    /// # Errors
+    /// [`UpdateError`] on a limit or a kind conflict; the payload is unchanged.
+    pub fn set_gauge(
+        &mut self,
+        name: impl Into<Text>,
+        labels: &[&str],
+        value: Gauge,
+    ) -> Result<(), UpdateError> {
+        let name = name.into();
+        match self.locate(&name, labels, MetricKind::Gauge)? {
+            Ok(i) => {
+                if let Some(Value::Gauge(v)) = self.series.get_mut(i).map(|s| &mut s.value) {
+                    *v = value;
+                }
+                Ok(())
+            }
+            Err(i) => self.insert_at(i, name, labels, Value::Gauge(value)),
+        }
+    }
+
+    /// Records one observation in a catalogue histogram (its bounds come from the catalogue when
+    /// the series is new).
+    ///
+    /// # Errors
+    /// [`UpdateError::UnknownHistogram`] when the catalogue has no histogram of that name, or
+    /// another [`UpdateError`] on a limit or a kind conflict; the payload is unchanged.
+    pub fn observe(
+        &mut self,
+        name: impl Into<Text>,
+        labels: &[&str],
+        value: u64,
+    ) -> Result<(), UpdateError> {
+        let name = name.into();
+        match self.locate(&name, labels, MetricKind::Histogram)? {
+            Ok(i) => {
+                if let Some(Value::Histogram(h)) = self.series.get_mut(i).map(|s| &mut s.value) {
+                    h.observe(value);
+                }
+                Ok(())
+            }
+            Err(i) => {
+                let def = catalogue::lookup(&name)
+                    .filter(|d| d.kind == MetricKind::Histogram)
+                    .ok_or(UpdateError::UnknownHistogram)?;
+                let mut h =
+                    Histogram::new(def.bounds).map_err(|_| UpdateError::UnknownHistogram)?;
+                h.observe(value);
+                self.insert_at(i, name, labels, Value::Histogram(h))
+            }
+        }
+    }
+
+    /// Merges a whole histogram into a series (creating it with `histogram`'s bounds).
+    ///
+    /// # Errors
+    /// [`UpdateError::BoundsMismatch`] when the series exists with other bounds, or another
+    /// [`UpdateError`]; the payload is unchanged.
+    pub fn merge_histogram(
+        &mut self,
+        name: impl Into<Text>,
+        labels: &[&str],
+        histogram: &Histogram,
+    ) -> Result<(), UpdateError> {
+        let name = name.into();
+        match self.locate(&name, labels, MetricKind::Histogram)? {
+            Ok(i) => match self.series.get_mut(i).map(|s| &mut s.value) {
+                Some(Value::Histogram(h)) => {
+                    h.merge(histogram).map_err(|_| UpdateError::BoundsMismatch)
+                }
+                _ => Ok(()),
+            },
+            Err(i) => self.insert_at(i, name, labels, Value::Histogram(histogram.clone())),
+        }
+    }
+
+    /// Replaces the info series.
+    ///
+    /// # Errors
+    /// [`InfoError::TooManySeries`] when `info` has more than [`MAX_INFO_SERIES`] entries; the
+    /// payload is unchanged.
+    pub fn set_info(&mut self, info: Vec<InfoSeries>) -> Result<(), InfoError> {
+        if info.len() > MAX_INFO_SERIES {
+            return Err(InfoError::TooManySeries);
+        }
+        self.info = Some(info);
+        Ok(())
+    }
+
+    /// Folds `other` into `self`: counters sum (saturating), gauges take `other`'s value,
+    /// histograms merge bucket by bucket, and `other`'s info, when it has one, replaces `self`'s
+    /// (a payload without info never clears it). An empty `other` changes nothing.
+    ///
+    /// # Errors
+    /// [`AggregateError`] when a name has different kinds, a histogram has different bounds, or
+    /// the union would pass [`MAX_SERIES`]. Everything is checked before anything changes, so
+    /// `self` is unchanged on error.
+    pub fn aggregate(&mut self, other: &Payload) -> Result<(), AggregateError> {
+        let added = self.check_aggregate(other)?;
+        if let Some(info) = &other.info {
+            self.info = Some(info.clone());
+        }
+        if added == 0 {
+            // Every series exists: update in place, walking both sorted lists together.
+            let mut i = 0;
+            for o in &other.series {
+                while self.series.get(i).is_some_and(|s| s.key_cmp(o).is_lt()) {
+                    i += 1;
+                }
+                if let Some(s) = self.series.get_mut(i) {
+                    combine(&mut s.value, &o.value);
+                }
+            }
+            return Ok(());
+        }
+        let mut merged = Vec::with_capacity(self.series.len() + added);
+        let mut mine = core::mem::take(&mut self.series).into_iter().peekable();
+        for o in &other.series {
+            while let Some(s) = mine.next_if(|s| s.key_cmp(o).is_lt()) {
+                merged.push(s);
+            }
+            match mine.next_if(|s| s.key_cmp(o).is_eq()) {
+                Some(mut s) => {
+                    combine(&mut s.value, &o.value);
+                    merged.push(s);
+                }
+                None => merged.push(o.clone()),
+            }
+        }
+        merged.extend(mine);
+        self.series = merged;
+        Ok(())
+    }
+
+    /// Checks `aggregate` and returns how many series it would add.
+    fn check_aggregate(&self, other: &Payload) -> Result<usize, AggregateError> {
+        let mut added = 0usize;
+        let mut i = 0;
+        let mut last_kind: Option<(&str, MetricKind)> = None;
+        for o in &other.series {
+            while self.series.get(i).is_some_and(|s| s.key_cmp(o).is_lt()) {
+                if let Some(s) = self.series.get(i) {
+                    last_kind = Some((&s.name, s.kind()));
+                }
+                i += 1;
+            }
+            let same = self.series.get(i).filter(|s| s.key_cmp(o).is_eq());
+            let family = same
+                .or_else(|| self.series.get(i).filter(|s| s.name == o.name))
+                .map(|s| s.kind())
+                .or_else(|| last_kind.filter(|(n, _)| *n == o.name).map(|(_, k)| k));
+            if let Some(existing) = family.filter(|k| *k != o.kind()) {
+                return Err(AggregateError::KindConflict {
+                    name: o.name.clone(),
+                    existing,
+                    other: o.kind(),
+                });
+            }
+            match (same.map(|s| &s.value), &o.value) {
+                (Some(Value::Histogram(a)), Value::Histogram(b)) if a.bounds() != b.bounds() => {
+                    return Err(AggregateError::BoundsMismatch {
+                        name: o.name.clone(),
+                    });
+                }
+                (None, _) => added += 1,
+                _ => {}
+            }
+        }
+        if self.series.len().saturating_add(added) > MAX_SERIES {
+            return Err(AggregateError::TooManySeries);
+        }
+        Ok(added)
+    }
+}
+
+/// Folds `other` into `mine` (same kind and bounds, checked before).
+fn combine(mine: &mut Value, other: &Value) {
+    match (mine, other) {
+        (Value::Counter(a), Value::Counter(b)) => *a = a.saturating_add(*b),
+        (Value::Gauge(a), Value::Gauge(b)) => *a = *b,
+        (Value::Histogram(a), Value::Histogram(b)) => {
+            // Bounds were checked by `check_aggregate`; a mismatch cannot happen here.
+            let _ = a.merge(b);
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::stats::catalogue::*;
+
+    #[test]
+    fn gauges_are_reduced_ratios() {
+        assert_eq!(Gauge::fraction(2, 4), Gauge::ratio(1, 2).unwrap());
+        assert_eq!(Gauge::fraction(4, 4), Gauge::int(1));
+        assert_eq!(Gauge::fraction(3, 0), Gauge::ZERO);
+        assert_eq!(Gauge::ratio(-6, 4).unwrap(), Gauge::ratio(-3, 2).unwrap());
+        assert_eq!(Gauge::ratio(i64::MIN, 1 << 63).unwrap(), Gauge::int(-1));
+        assert_eq!(Gauge::ratio(1, 0), None);
+        assert_eq!(Gauge::fraction(1, 4).to_f64(), 0.25);
+    }
+
+    #[test]
+    fn kind_conflicts_and_limits_change_nothing() {
+        let mut p = Payload::new();
+        p.increase_counter("x", &["a"], 2).unwrap();
+        let before = p.clone();
+        assert_eq!(
+            p.set_gauge("x", &["b"], Gauge::int(1)),
+            Err(UpdateError::KindConflict {
+                existing: MetricKind::Counter,
+                requested: MetricKind::Gauge
+            })
+        );
+        assert_eq!(
+            p.observe("x", &[], 1).unwrap_err(),
+            UpdateError::KindConflict {
+                existing: MetricKind::Counter,
+                requested: MetricKind::Histogram
+            }
+        );
+        assert_eq!(p.observe("y", &[], 1), Err(UpdateError::UnknownHistogram));
+        let long = "n".repeat(MAX_NAME_LEN + 1);
+        assert_eq!(
+            p.increase_counter(long, &[], 1),
+            Err(UpdateError::NameTooLong)
+        );
+        assert_eq!(
+            p.increase_counter("z", &["a"; MAX_LABELS + 1], 1),
+            Err(UpdateError::Labels(LabelError::TooManyLabels))
+        );
+        assert_eq!(p, before);
+        for i in 0..MAX_SERIES - 1 {
+            p.increase_counter(alloc::format!("c{i:03}"), &[], 1)
+                .unwrap();
+        }
+        assert_eq!(
+            p.increase_counter("zz", &[], 1),
+            Err(UpdateError::TooManySeries)
+        );
+        p.increase_counter("x", &["a"], 1).unwrap();
+        assert_eq!(p.counter("x", &["a"]), Some(3));
+    }
+
+    #[test]
+    fn aggregate_merges_sorted_and_checks_first() {
+        let mut a = Payload::new();
+        a.increase_counter(LOAD_BYTES, &[], 100).unwrap();
+        a.observe(LOAD_SIZE, &[], 100).unwrap();
+        let mut b = Payload::new();
+        b.increase_counter(ALLOCATION_FAILURE, &[], 1).unwrap();
+        b.increase_counter(LOAD_BYTES, &[], 50).unwrap();
+        b.observe(LOAD_SIZE, &[], 50).unwrap();
+        b.increase_counter(STORES_SKIPPED, &[], 0).unwrap();
+        a.aggregate(&b).unwrap();
+        assert_eq!(a.len(), 4);
+        assert_eq!(a.counter(LOAD_BYTES, &[]), Some(150));
+        assert_eq!(a.histogram(LOAD_SIZE, &[]).unwrap().sum(), 150);
+        assert!(a.series().windows(2).all(|w| w[0].key_cmp(&w[1]).is_lt()));
+
+        let mut c = Payload::new();
+        c.increase_counter(ALLOCATION_FAILURE, &[], 5).unwrap();
+        c.set_gauge(LOAD_BYTES, &["x"], Gauge::ZERO).unwrap();
+        let before = a.clone();
+        assert!(matches!(
+            a.aggregate(&c),
+            Err(AggregateError::KindConflict {
+                existing: MetricKind::Counter,
+                ..
+            })
+        ));
+        assert_eq!(a, before);
+        let mut d = Payload::new();
+        d.merge_histogram(LOAD_SIZE, &[], &Histogram::new(&[1]).unwrap())
+            .unwrap();
+        assert!(matches!(
+            a.aggregate(&d),
+            Err(AggregateError::BoundsMismatch { .. })
+        ));
+        assert_eq!(a, before);
+    }
+}
