@@ -239,6 +239,18 @@ impl Labels {
         Ok(Labels(out))
     }
 
+    /// A tuple of values the caller knows to be within the limits (at most [`MAX_LABELS`];
+    /// any further value is dropped).
+    pub(crate) fn from_known(values: impl IntoIterator<Item = Text>) -> Self {
+        let mut out = heapless::Vec::new();
+        for v in values {
+            if out.push(v).is_err() {
+                break;
+            }
+        }
+        Labels(out)
+    }
+
     /// Appends one value.
     ///
     /// # Errors
