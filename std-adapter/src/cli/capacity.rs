@@ -1,13 +1,645 @@
-//! `kvtier capacity`.
+//! `kvtier capacity`: how many KV blocks, tokens and concurrent requests fit, on the GPU and in
+//! the CPU tier, from a layout alone.
+//!
+//! [`report`] computes a [`CapacityReport`] (a value, for tests and programs); [`render_table`]
+//! and `serde_json` print it; [`run`] does both.
+
+use clap::Parser;
+use kvtier_core::capacity::{
+    CpuTierConfig, GroupedLayout, PoolLayout, Ratio, Workload, gpu_capacity, size_cpu_tier,
+};
+use serde::Serialize;
+
+use crate::layout::{
+    HfOptions, LayoutError, ModelLayout, dtype_bytes, parse_hf_config, parse_layout_json, preset,
+};
+
+/// Default `max_num_batched_tokens` when neither the option nor the layout file gives one.
+pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 8192;
 
 /// Options of `kvtier capacity`.
-#[derive(Debug, clap::Args)]
-pub struct CapacityArgs {}
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CapacityArgs {
+    /// A built-in model preset (llama-3-8b, llama-3.1-8b, llama-3.1-70b, mistral-7b-v0.1,
+    /// qwen2.5-7b, qwen3-8b, gemma-2-9b, gemma-3-27b, deepseek-v3).
+    #[arg(long, value_name = "NAME", value_parser = boxed_str)]
+    pub model: Option<Box<str>>,
+    /// A JSON layout file.
+    #[arg(long, value_name = "FILE.json", value_parser = boxed_str)]
+    pub layout: Option<Box<str>>,
+    /// A Hugging Face config.json.
+    #[arg(long, value_name = "FILE", value_parser = boxed_str)]
+    pub hf_config: Option<Box<str>>,
+    /// GPU memory for the KV cache per worker: bytes, or with a unit (70GiB, 500MB, 1.5TiB).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_floor)]
+    pub memory: Option<u64>,
+    /// Longest request in tokens (default: the layout's max_model_len or max_position_embeddings).
+    #[arg(long)]
+    pub max_model_len: Option<u64>,
+    /// Tokens per scheduler step (default: the layout file's, else 8192).
+    #[arg(long)]
+    pub max_num_batched_tokens: Option<u64>,
+    /// Batches in flight (1 synchronous; 2 with async scheduling).
+    #[arg(long)]
+    pub max_concurrent_batches: Option<u64>,
+    /// KV-cache dtype for presets and config.json (fp32, bf16, fp16, fp8).
+    #[arg(long, value_parser = parse_dtype)]
+    pub dtype: Option<u64>,
+    /// Tokens per block for presets and config.json.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: u32,
+    /// Use this many GPU blocks instead of dividing the memory.
+    #[arg(long)]
+    pub num_gpu_blocks_override: Option<u64>,
+    /// Pipeline-parallel workers: layers are split into stages, each with --memory; the pool
+    /// is the minimum.
+    #[arg(long, default_value_t = 1)]
+    pub workers: u32,
+    /// Pool layout: layer-outermost (default) or block-outermost.
+    #[arg(long, value_enum, default_value_t = PoolLayoutArg::LayerOutermost)]
+    pub pool_layout: PoolLayoutArg,
+    /// CPU tier size (cpu_bytes_to_use): bytes or with a unit.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_floor)]
+    pub cpu_bytes: Option<u64>,
+    /// GPU blocks per CPU chunk.
+    #[arg(long, default_value_t = 1)]
+    pub blocks_per_chunk: u64,
+    /// Ranks whose blocks a CPU chunk holds.
+    #[arg(long, default_value_t = 1)]
+    pub world_size: u32,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `--pool-layout` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum PoolLayoutArg {
+    /// Each layer owns a region of blocks (vLLM's "LBNHC").
+    #[default]
+    LayerOutermost,
+    /// One block holds every layer of the widest group.
+    BlockOutermost,
+}
+
+impl PoolLayoutArg {
+    const fn layout(self) -> PoolLayout {
+        match self {
+            Self::LayerOutermost => PoolLayout::LayerOutermost,
+            Self::BlockOutermost => PoolLayout::BlockOutermost,
+        }
+    }
+
+    const fn name(self) -> &'static str {
+        match self {
+            Self::LayerOutermost => "layer-outermost",
+            Self::BlockOutermost => "block-outermost",
+        }
+    }
+}
+
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "clap value parsers return a Result"
+)]
+fn boxed_str(s: &str) -> Result<Box<str>, String> {
+    Ok(s.into())
+}
+
+fn parse_dtype(s: &str) -> Result<u64, String> {
+    dtype_bytes(s).ok_or_else(|| format!("unknown dtype \"{s}\" (fp32, bf16, fp16, fp8)"))
+}
+
+#[derive(Debug, Parser)]
+#[command(name = "capacity")]
+struct Standalone {
+    #[command(flatten)]
+    args: CapacityArgs,
+}
+
+impl CapacityArgs {
+    /// Parses options as the command line gives them (without the program name).
+    ///
+    /// # Errors
+    /// clap's message for unknown or malformed options.
+    pub fn parse_from_args<I, T>(args: I) -> Result<Self, String>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let argv = std::iter::once(std::ffi::OsString::from("capacity"))
+            .chain(args.into_iter().map(Into::into));
+        Standalone::try_parse_from(argv)
+            .map(|s| s.args)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Why `kvtier capacity` failed; every message names the option or field at fault.
+#[derive(Debug)]
+pub enum CapacityCliError {
+    /// A command-line option is missing, conflicting or malformed.
+    Option {
+        /// The option, e.g. `--memory`.
+        option: &'static str,
+        /// What is wrong.
+        problem: String,
+    },
+    /// A file could not be read.
+    Io {
+        /// The path.
+        path: String,
+        /// The OS error.
+        error: std::io::Error,
+    },
+    /// The layout could not be read.
+    Layout(LayoutError),
+    /// The figures could not be computed.
+    Capacity(String),
+}
+
+impl std::fmt::Display for CapacityCliError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Option { option, problem } => write!(f, "{option}: {problem}"),
+            Self::Io { path, error } => write!(f, "{path}: {error}"),
+            Self::Layout(e) => write!(f, "{e}"),
+            Self::Capacity(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for CapacityCliError {}
+
+impl From<LayoutError> for CapacityCliError {
+    fn from(e: LayoutError) -> Self {
+        Self::Layout(e)
+    }
+}
+
+fn opt(option: &'static str, problem: impl Into<String>) -> CapacityCliError {
+    CapacityCliError::Option {
+        option,
+        problem: problem.into(),
+    }
+}
+
+/// Parses a size: bytes, or a number (with an optional decimal fraction) and a unit: `B`,
+/// `K`/`KB`, `M`/`MB`, `G`/`GB`, `T`/`TB` (powers of 1000), `KiB`, `MiB`, `GiB`, `TiB`
+/// (powers of 1024). Fractions are floored to whole bytes.
+///
+/// # Errors
+/// A message saying what is malformed.
+pub fn parse_size_floor(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let mult: u128 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" => 1_000,
+        "m" | "mb" => 1_000_000,
+        "g" | "gb" => 1_000_000_000,
+        "t" | "tb" => 1_000_000_000_000,
+        "kib" => 1 << 10,
+        "mib" => 1 << 20,
+        "gib" => 1 << 30,
+        "tib" => 1 << 40,
+        other => return Err(format!("unknown unit \"{other}\" in \"{t}\"")),
+    };
+    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
+    if int.is_empty() && frac.is_empty() || frac.contains('.') || frac.len() > 18 || int.len() > 20
+    {
+        return Err(format!("\"{t}\" is not a size"));
+    }
+    let parse = |s: &str| {
+        if s.is_empty() {
+            Ok(0u128)
+        } else {
+            s.parse::<u128>()
+                .map_err(|_| format!("\"{t}\" is not a size"))
+        }
+    };
+    let scale = 10u128.pow(u32::try_from(frac.len()).unwrap_or(0));
+    let whole = parse(int)?.checked_mul(mult);
+    let part = parse(frac)?.checked_mul(mult).map(|p| p / scale);
+    whole
+        .zip(part)
+        .and_then(|(w, p)| w.checked_add(p))
+        .and_then(|v| u64::try_from(v).ok())
+        .ok_or_else(|| format!("\"{t}\" does not fit in 64 bits"))
+}
+
+/// One KV-cache group in the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct GroupReport {
+    /// Group index.
+    pub index: usize,
+    /// Kind of its layers.
+    pub kind: String,
+    /// Layers in the group.
+    pub layers: usize,
+    /// Tokens per block (after page unification).
+    pub block_size: u64,
+    /// Page bytes of one layer.
+    pub page_bytes: u64,
+    /// Bytes of one block of the whole group.
+    pub group_bytes: u64,
+    /// Blocks one request of max_model_len needs in this group.
+    pub blocks_per_request: u64,
+}
+
+/// The CPU tier in the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CpuReport {
+    /// cpu_bytes_to_use.
+    pub cpu_bytes: u64,
+    /// GPU blocks per chunk.
+    pub blocks_per_chunk: u64,
+    /// Bytes of a chunk before alignment.
+    pub kv_bytes_per_chunk: u64,
+    /// Bytes of a chunk slot (page aligned).
+    pub aligned_chunk_bytes: u64,
+    /// Chunk slots.
+    pub num_chunks: u64,
+    /// num_chunks · aligned_chunk_bytes.
+    pub kv_cache_size_bytes: u64,
+    /// Tokens at max_model_len (null where vLLM reports None).
+    pub kv_cache_size_tokens: Option<u64>,
+}
+
+/// Everything `kvtier capacity` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CapacityReport {
+    /// The layout's name.
+    pub model: String,
+    /// Layers in the model.
+    pub num_layers: usize,
+    /// L.
+    pub max_model_len: u64,
+    /// Tokens per step.
+    pub max_num_batched_tokens: u64,
+    /// Batches in flight.
+    pub max_concurrent_batches: u64,
+    /// Pipeline workers.
+    pub workers: u64,
+    /// "layer-outermost" or "block-outermost".
+    pub pool_layout: String,
+    /// Bytes per pool block (worker 0).
+    pub bytes_per_block: u64,
+    /// Blocks in the pool (min across workers, null block included); null without GPU memory.
+    pub num_blocks: Option<u64>,
+    /// Blocks one request of max_model_len needs.
+    pub blocks_per_request: u64,
+    /// Bytes one request needs (bytes_per_block · blocks_per_request).
+    pub request_bytes: u64,
+    /// num_blocks / blocks_per_request as a number.
+    pub max_concurrency: Option<f64>,
+    /// The same, exact: "num/den".
+    pub max_concurrency_exact: Option<String>,
+    /// ⌊num_blocks · L / blocks_per_request⌋.
+    pub kv_cache_size_tokens: Option<u64>,
+    /// What vLLM 0.33.0 reports: int(float(num_blocks / blocks_per_request) · L).
+    pub kv_cache_size_tokens_vllm: Option<u64>,
+    /// The groups.
+    pub groups: Vec<GroupReport>,
+    /// The CPU tier, when --cpu-bytes is given.
+    pub cpu: Option<CpuReport>,
+}
+
+fn load_layout(args: &CapacityArgs, hf: &HfOptions) -> Result<ModelLayout, CapacityCliError> {
+    let read = |path: &str| {
+        std::fs::read_to_string(path).map_err(|error| CapacityCliError::Io {
+            path: path.to_owned(),
+            error,
+        })
+    };
+    match (
+        args.model.as_deref(),
+        args.layout.as_deref(),
+        args.hf_config.as_deref(),
+    ) {
+        (Some(name), None, None) => Ok(preset(name, hf)?),
+        (None, Some(path), None) => {
+            let mut l = parse_layout_json(&read(path)?)
+                .map_err(|e| LayoutError::new(format!("{path}: {}", e.field), e.problem))?;
+            path.clone_into(&mut l.name);
+            Ok(l)
+        }
+        (None, None, Some(path)) => Ok(parse_hf_config(&read(path)?, hf)
+            .map_err(|e| LayoutError::new(format!("{path}: {}", e.field), e.problem))?),
+        (None, None, None) => Err(opt(
+            "--model",
+            "give one of --model, --layout or --hf-config",
+        )),
+        _ => Err(opt(
+            "--model",
+            "give only one of --model, --layout and --hf-config",
+        )),
+    }
+}
+
+#[expect(
+    clippy::cast_precision_loss,
+    reason = "reporting only: the exact value is max_concurrency_exact"
+)]
+fn ratio_f64(r: Ratio) -> f64 {
+    r.num() as f64 / r.den() as f64
+}
+
+/// vLLM's `int(max_concurrency * max_model_len)` with f64 arithmetic, for comparison.
+#[must_use]
+#[expect(
+    clippy::cast_precision_loss,
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    reason = "reproduces vLLM's float product on purpose"
+)]
+pub fn vllm_float_tokens(
+    num_blocks: u64,
+    max_model_len: u64,
+    blocks_per_request: u64,
+) -> Option<u64> {
+    if blocks_per_request == 0 {
+        return None;
+    }
+    let mc = num_blocks as f64 / blocks_per_request as f64;
+    Some((mc * max_model_len as f64) as u64)
+}
+
+fn group_reports(g: &GroupedLayout, w: &Workload) -> Result<Vec<GroupReport>, CapacityCliError> {
+    let cap = |e: kvtier_core::capacity::SizingError| CapacityCliError::Capacity(e.to_string());
+    (0..g.num_groups())
+        .map(|i| {
+            let spec = g.group_spec(i).copied();
+            Ok(GroupReport {
+                index: i,
+                kind: g.group_kind(i).unwrap_or("?").to_owned(),
+                layers: g.groups().get(i).map_or(0, |x| x.layers().len()),
+                block_size: spec.map_or(0, |s| s.block_size),
+                page_bytes: spec.and_then(|s| s.page_bytes().ok()).unwrap_or(0),
+                group_bytes: g.group_page_bytes(i).map_err(cap)?,
+                blocks_per_request: g.group_blocks_per_request(i, w).map_err(cap)?,
+            })
+        })
+        .collect()
+}
+
+/// Computes the report for `args` without printing anything.
+///
+/// # Errors
+/// [`CapacityCliError`] naming the option or field at fault.
+pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
+    if args.block_size == 0 {
+        return Err(opt("--block-size", "must be at least 1"));
+    }
+    let hf = HfOptions {
+        block_size: u64::from(args.block_size),
+        dtype_bytes: args.dtype,
+    };
+    let model = load_layout(args, &hf)?;
+    let pool = args.pool_layout.layout();
+    let max_model_len = args.max_model_len.or(model.max_model_len).ok_or_else(|| {
+        opt(
+            "--max-model-len",
+            "required: the layout gives no max_model_len",
+        )
+    })?;
+    if max_model_len == 0 {
+        return Err(opt("--max-model-len", "must be at least 1"));
+    }
+    let max_num_batched_tokens = args
+        .max_num_batched_tokens
+        .or(model.max_num_batched_tokens)
+        .unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS);
+    let max_concurrent_batches = args
+        .max_concurrent_batches
+        .or(model.max_concurrent_batches)
+        .unwrap_or(1);
+    let mut w = Workload::new(max_model_len, max_num_batched_tokens);
+    w.max_concurrent_batches = max_concurrent_batches;
+    let workers = usize::try_from(args.workers)
+        .ok()
+        .filter(|&n| (1..=1024).contains(&n))
+        .ok_or_else(|| opt("--workers", "must be between 1 and 1024"))?;
+    let (memory, cpu_bytes) = (args.memory, args.cpu_bytes);
+    if memory.is_none() && args.num_gpu_blocks_override.is_none() && cpu_bytes.is_none() {
+        return Err(opt(
+            "--memory",
+            "give --memory or --num-gpu-blocks-override for GPU figures, or --cpu-bytes for the CPU tier",
+        ));
+    }
+
+    let grouped = model
+        .grouped()
+        .map_err(|e| CapacityCliError::Capacity(e.to_string()))?;
+    let stages = grouped
+        .split_pipeline(workers)
+        .map_err(|e| opt("--workers", e.to_string()))?;
+    let sizing = |e: kvtier_core::capacity::SizingError| CapacityCliError::Capacity(e.to_string());
+    let bytes_per_block = stages
+        .first()
+        .unwrap_or(&grouped)
+        .bytes_per_block(pool)
+        .map_err(sizing)?;
+    let blocks_per_request = grouped.blocks_per_request(&w).map_err(sizing)?;
+    let request_bytes = bytes_per_block
+        .checked_mul(blocks_per_request)
+        .ok_or_else(|| CapacityCliError::Capacity("request bytes overflow u64".to_owned()))?;
+
+    let gpu = if memory.is_some() || args.num_gpu_blocks_override.is_some() {
+        Some(
+            gpu_capacity(
+                &grouped,
+                &stages,
+                pool,
+                &w,
+                memory.unwrap_or(0),
+                args.num_gpu_blocks_override,
+            )
+            .map_err(|e| CapacityCliError::Capacity(e.to_string()))?,
+        )
+    } else {
+        None
+    };
+
+    let cpu = match cpu_bytes {
+        Some(cpu_bytes) => {
+            let cfg = CpuTierConfig {
+                blocks_per_chunk: args.blocks_per_chunk,
+                world_size: u64::from(args.world_size),
+                ..CpuTierConfig::new(cpu_bytes)
+            };
+            let reps: Vec<_> = (0..grouped.num_groups())
+                .filter_map(|g| grouped.group_spec(g).copied())
+                .collect();
+            let tier = size_cpu_tier(&cfg, bytes_per_block, &reps, max_model_len).map_err(|e| {
+                let option = match e {
+                    kvtier_core::capacity::CpuTierError::NoCpuBytes => "--cpu-bytes",
+                    kvtier_core::capacity::CpuTierError::ZeroBlocksPerChunk => "--blocks-per-chunk",
+                    _ => "--cpu-bytes",
+                };
+                opt(option, e.to_string())
+            })?;
+            Some(CpuReport {
+                cpu_bytes,
+                blocks_per_chunk: tier.blocks_per_chunk,
+                kv_bytes_per_chunk: tier.kv_bytes_per_chunk,
+                aligned_chunk_bytes: tier.aligned_chunk_bytes,
+                num_chunks: tier.num_chunks,
+                kv_cache_size_bytes: tier.kv_cache_size_bytes,
+                kv_cache_size_tokens: tier.kv_cache_size_tokens,
+            })
+        }
+        None => None,
+    };
+
+    Ok(CapacityReport {
+        model: model.name.clone(),
+        num_layers: model.num_layers(),
+        max_model_len,
+        max_num_batched_tokens,
+        max_concurrent_batches,
+        workers: u64::from(args.workers),
+        pool_layout: args.pool_layout.name().to_owned(),
+        bytes_per_block,
+        num_blocks: gpu.map(|g| g.num_blocks),
+        blocks_per_request,
+        request_bytes,
+        max_concurrency: gpu.map(|g| ratio_f64(g.max_concurrency)),
+        max_concurrency_exact: gpu.map(|g| g.max_concurrency.to_string()),
+        kv_cache_size_tokens: gpu.map(|g| g.kv_cache_size_tokens),
+        kv_cache_size_tokens_vllm: gpu
+            .and_then(|g| vllm_float_tokens(g.num_blocks, max_model_len, g.blocks_per_request)),
+        groups: group_reports(&grouped, &w)?,
+        cpu,
+    })
+}
+
+/// `1234567` → `"1,234,567"` (Python's `{:,}`).
+#[must_use]
+pub fn thousands(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The table for people, with vLLM's log lines.
+#[must_use]
+pub fn render_table(r: &CapacityReport) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "model {}: {} layers, {} KV-cache groups",
+        r.model,
+        r.num_layers,
+        r.groups.len()
+    );
+    let _ = writeln!(
+        s,
+        "max_model_len {}, max_num_batched_tokens {}, max_concurrent_batches {}, workers {}, {}",
+        thousands(r.max_model_len),
+        thousands(r.max_num_batched_tokens),
+        r.max_concurrent_batches,
+        r.workers,
+        r.pool_layout
+    );
+    let _ = writeln!(s);
+    let _ = writeln!(
+        s,
+        "{:>5}  {:<14} {:>6} {:>6} {:>12} {:>14} {:>14}",
+        "group", "kind", "layers", "block", "page bytes", "group bytes", "blocks/request"
+    );
+    for g in &r.groups {
+        let _ = writeln!(
+            s,
+            "{:>5}  {:<14} {:>6} {:>6} {:>12} {:>14} {:>14}",
+            g.index,
+            g.kind,
+            g.layers,
+            g.block_size,
+            thousands(g.page_bytes),
+            thousands(g.group_bytes),
+            thousands(g.blocks_per_request)
+        );
+    }
+    let _ = writeln!(s);
+    let _ = writeln!(s, "bytes per block       {}", thousands(r.bytes_per_block));
+    let _ = writeln!(
+        s,
+        "blocks per request    {}",
+        thousands(r.blocks_per_request)
+    );
+    let _ = writeln!(s, "bytes per request     {}", thousands(r.request_bytes));
+    if let (Some(n), Some(mc), Some(exact), Some(tokens)) = (
+        r.num_blocks,
+        r.max_concurrency,
+        &r.max_concurrency_exact,
+        r.kv_cache_size_tokens,
+    ) {
+        let _ = writeln!(s, "num_gpu_blocks        {}", thousands(n));
+        let _ = writeln!(s, "max concurrency       {exact} = {mc:.4}");
+        if let Some(v) = r.kv_cache_size_tokens_vllm.filter(|&v| v != tokens) {
+            let _ = writeln!(
+                s,
+                "note: vLLM's float product reports {} tokens",
+                thousands(v)
+            );
+        }
+        let _ = writeln!(
+            s,
+            "GPU KV cache size: {} tokens, Maximum concurrency for {} tokens per request: {mc:.2}x",
+            thousands(tokens),
+            thousands(r.max_model_len)
+        );
+    }
+    if let Some(c) = &r.cpu {
+        let _ = writeln!(s);
+        let _ = writeln!(
+            s,
+            "CPU tier              {} bytes, {} GPU block(s) per chunk",
+            thousands(c.cpu_bytes),
+            c.blocks_per_chunk
+        );
+        let _ = writeln!(
+            s,
+            "chunk bytes           {} (aligned {})",
+            thousands(c.kv_bytes_per_chunk),
+            thousands(c.aligned_chunk_bytes)
+        );
+        let _ = writeln!(s, "cpu_num_chunks        {}", thousands(c.num_chunks));
+        let _ = writeln!(
+            s,
+            "cpu_kv_cache_size_bytes  {}",
+            thousands(c.kv_cache_size_bytes)
+        );
+        let tokens = c
+            .kv_cache_size_tokens
+            .map_or_else(|| "None".to_owned(), thousands);
+        let _ = writeln!(s, "CPU KV cache size: {tokens} tokens");
+    }
+    s
+}
 
 /// Runs `kvtier capacity`.
 ///
 /// # Errors
 /// Any error of reading the layout or computing the figures, as text.
-pub fn run(_args: &CapacityArgs) -> Result<(), String> {
+pub fn run(args: &CapacityArgs) -> Result<(), String> {
+    let r = report(args).map_err(|e| e.to_string())?;
+    if args.json {
+        let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
+        println!("{text}");
+    } else {
+        print!("{}", render_table(&r));
+    }
     Ok(())
 }
