@@ -100,6 +100,12 @@ impl<R: BufRead> TraceReader<R> {
         Ok(this)
     }
 
+    /// The underlying reader (positioned after the last line read).
+    #[must_use]
+    pub fn into_inner(self) -> R {
+        self.reader
+    }
+
     /// The trace's header.
     #[must_use]
     pub const fn header(&self) -> &Header {
