@@ -72,3 +72,31 @@ mod tests {
         );
     }
 }
+
+/// What the manager needs of a key: cheap to copy, hashable, totally ordered, and able to say
+/// which KV-cache group it belongs to.
+///
+/// The order is used only to break ties between keys of equal LRU rank (two keys of one request
+/// at the same end-token position, which happens when a request has several KV-cache groups).
+/// vLLM breaks those ties by comparing the raw key bytes (`hash_bytes ‖ u32_be(group)`); a key
+/// type reproduces vLLM exactly when its `Ord` agrees with that byte order, as [`BlockKey`]'s
+/// does for 8-byte hashes.
+pub trait OffloadKey: Copy + Default + Eq + Ord + core::hash::Hash + fmt::Debug {
+    /// The KV-cache group index of this key.
+    fn group(&self) -> u32;
+}
+
+impl OffloadKey for BlockKey {
+    #[inline]
+    fn group(&self) -> u32 {
+        self.group
+    }
+}
+
+/// A bare 64-bit hash is a key of group 0.
+impl OffloadKey for u64 {
+    #[inline]
+    fn group(&self) -> u32 {
+        0
+    }
+}

@@ -39,4 +39,4 @@ pub mod manager;
 pub mod stats;
 pub mod time;
 
-pub use key::BlockKey;
+pub use key::{BlockKey, OffloadKey};

@@ -7,4 +7,5 @@
 pub mod cli;
 pub mod exposition;
 pub mod layout;
+pub mod replay;
 pub mod trace;

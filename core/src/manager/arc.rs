@@ -1,0 +1,355 @@
+//! vLLM 0.33.0's ARC policy: T1 (seen once), T2 (seen more than once), ghost lists B1 and B2,
+//! and an adaptive target size for T1.
+//!
+//! The target is an `f64` updated with exactly vLLM's operations in vLLM's order, because it
+//! decides victims and matching vLLM's victims exactly matters more than integer purity (the
+//! one float in the core's decisions; IEEE arithmetic makes it identical on every target).
+
+use alloc::vec;
+use alloc::vec::Vec;
+use core::hash::BuildHasher;
+use hashbrown::HashTable;
+
+use super::links::{Links, List, NIL};
+use crate::hashing::FixedState;
+use crate::key::OffloadKey;
+
+const NONE: u8 = 0;
+const T1: u8 = 1;
+const T2: u8 = 2;
+
+#[derive(Clone, Debug)]
+pub(crate) struct Arc<K> {
+    links: Links,
+    which: Vec<u8>,
+    t1: List,
+    t2: List,
+    ghosts: Ghosts<K>,
+    target: f64,
+    capacity: u32,
+}
+
+impl<K: OffloadKey> Arc<K> {
+    pub(crate) fn new(n: u32, filler: K, hasher: FixedState) -> Self {
+        Arc {
+            links: Links::new(n as usize),
+            which: vec![NONE; n as usize],
+            t1: List::EMPTY,
+            t2: List::EMPTY,
+            ghosts: Ghosts::new(n, filler, hasher),
+            target: 0.0,
+            capacity: n,
+        }
+    }
+
+    /// The adaptive target size of T1.
+    pub(crate) fn target(&self) -> f64 {
+        self.target
+    }
+
+    /// (|T1|, |T2|, |B1|, |B2|).
+    pub(crate) fn sizes(&self) -> (u32, u32, u32, u32) {
+        (
+            self.t1.len,
+            self.t2.len,
+            self.ghosts.b1.len,
+            self.ghosts.b2.len,
+        )
+    }
+
+    /// A new chunk goes to the MRU end of T1 and leaves the ghost lists.
+    pub(crate) fn insert(&mut self, slot: u32, key: &K) {
+        self.which[slot as usize] = T1;
+        self.links.push_back(&mut self.t1, slot);
+        self.ghosts.remove(key);
+    }
+
+    /// Forgets a chunk without a ghost entry (failed store).
+    pub(crate) fn remove(&mut self, slot: u32) {
+        match self.which[slot as usize] {
+            T1 => self.links.unlink(&mut self.t1, slot),
+            T2 => self.links.unlink(&mut self.t2, slot),
+            _ => return,
+        }
+        self.which[slot as usize] = NONE;
+    }
+
+    /// Ghost adaptation for a key that is not resident.
+    pub(crate) fn adapt(&mut self, key: &K) {
+        let Some(node) = self.ghosts.find(key) else {
+            return;
+        };
+        let cap = f64::from(self.capacity);
+        let (b1, b2) = (f64::from(self.ghosts.b1.len), f64::from(self.ghosts.b2.len));
+        if self.ghosts.which[node as usize] == B1 {
+            let delta = py_max_one(b2 / b1);
+            let t = self.target + delta;
+            self.target = if t <= cap { t } else { cap };
+            self.ghosts.links.to_back(&mut self.ghosts.b1, node);
+        } else {
+            let delta = py_max_one(b1 / b2);
+            let t = self.target - delta;
+            self.target = if t >= 0.0 { t } else { 0.0 };
+            self.ghosts.links.to_back(&mut self.ghosts.b2, node);
+        }
+    }
+
+    /// `touch` of one key (callers walk the keys in reverse). `slot` is the key's slot if
+    /// resident, with its readiness.
+    pub(crate) fn touch(&mut self, key: &K, slot: Option<(u32, bool)>) {
+        match slot {
+            Some((s, ready)) => match self.which[s as usize] {
+                T1 if ready => {
+                    self.links.move_to_back(&mut self.t1, &mut self.t2, s);
+                    self.which[s as usize] = T2;
+                }
+                T1 => self.links.to_back(&mut self.t1, s),
+                T2 => self.links.to_back(&mut self.t2, s),
+                _ => {}
+            },
+            None => self.adapt(key),
+        }
+    }
+
+    /// The end of a request, for one resident key (callers walk tail to head).
+    pub(crate) fn on_finished(&mut self, slot: u32, insertion_only: bool, reused: bool) {
+        let w = self.which[slot as usize];
+        if insertion_only {
+            match w {
+                T1 => self.links.to_back(&mut self.t1, slot),
+                T2 => self.links.to_back(&mut self.t2, slot),
+                _ => {}
+            }
+        } else if reused {
+            match w {
+                T1 => {
+                    self.links.move_to_back(&mut self.t1, &mut self.t2, slot);
+                    self.which[slot as usize] = T2;
+                }
+                T2 => self.links.to_back(&mut self.t2, slot),
+                _ => {}
+            }
+        }
+    }
+
+    /// Chooses `need` victims with vLLM's two monotonic scanners, appending `(slot)` to `out`;
+    /// on success moves them to the ghost lists (T1 victims to B1, T2 victims to B2), trimming
+    /// each ghost list to the capacity. All or nothing.
+    pub(crate) fn evict(
+        &mut self,
+        need: u32,
+        keys: &[K],
+        ref_cnt: &[i32],
+        stamps: &[u32],
+        stamp: u32,
+        out: &mut Vec<u32>,
+    ) -> bool {
+        let start = out.len();
+        let eligible = |s: u32| ref_cnt[s as usize] == 0 && stamps[s as usize] != stamp;
+        let mut c1 = self.t1.head;
+        let mut c2 = self.t2.head;
+        let links = &self.links;
+        let next_eligible = |cursor: &mut u32| -> Option<u32> {
+            while *cursor != NIL {
+                let s = *cursor;
+                *cursor = links.next(s);
+                if eligible(s) {
+                    return Some(s);
+                }
+            }
+            None
+        };
+        let mut virtual_t1 = f64::from(self.t1.len);
+        let floor_target = libm::floor(self.target);
+        for _ in 0..need {
+            let mut pick = None;
+            if virtual_t1 >= floor_target {
+                if let Some(s) = next_eligible(&mut c1) {
+                    pick = Some(s);
+                    virtual_t1 -= 1.0;
+                }
+            }
+            if pick.is_none() {
+                pick = next_eligible(&mut c2);
+            }
+            if pick.is_none() {
+                if let Some(s) = next_eligible(&mut c1) {
+                    pick = Some(s);
+                    virtual_t1 -= 1.0;
+                }
+            }
+            match pick {
+                Some(s) => out.push(s),
+                None => {
+                    out.truncate(start);
+                    return false;
+                }
+            }
+        }
+        for &s in &out[start..] {
+            let key = keys[s as usize];
+            if self.which[s as usize] == T1 {
+                self.links.unlink(&mut self.t1, s);
+                self.ghosts.push(B1, key);
+            } else {
+                self.links.unlink(&mut self.t2, s);
+                self.ghosts.push(B2, key);
+            }
+            self.which[s as usize] = NONE;
+        }
+        true
+    }
+
+    /// Empties all four lists and resets the target.
+    pub(crate) fn clear(&mut self) {
+        self.t1 = List::EMPTY;
+        self.t2 = List::EMPTY;
+        self.which.iter_mut().for_each(|w| *w = NONE);
+        self.ghosts.clear();
+        self.target = 0.0;
+    }
+
+    /// Resident slots of T1 then T2, LRU first (for tests and invariant checks).
+    pub(crate) fn lists(&self) -> (Vec<u32>, Vec<u32>) {
+        let walk = |l: &List| {
+            let mut v = Vec::new();
+            let mut at = l.head;
+            while at != NIL {
+                v.push(at);
+                at = self.links.next(at);
+            }
+            v
+        };
+        (walk(&self.t1), walk(&self.t2))
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.which.capacity() * 9 + self.ghosts.heap_bytes()
+    }
+}
+
+/// Python's `max(1, x)` for a positive float `x`: 1 unless `x` is larger.
+#[inline]
+fn py_max_one(x: f64) -> f64 {
+    if x > 1.0 { x } else { 1.0 }
+}
+
+const B1: u8 = 1;
+const B2: u8 = 2;
+
+/// The ghost lists: keys recently evicted from T1 (B1) and T2 (B2), each at most `capacity`
+/// long, in a fixed pool of `2 · capacity` nodes.
+#[derive(Clone, Debug)]
+struct Ghosts<K> {
+    links: Links,
+    keys: Vec<K>,
+    which: Vec<u8>,
+    free: Vec<u32>,
+    index: HashTable<u32>,
+    hasher: FixedState,
+    b1: List,
+    b2: List,
+    capacity: u32,
+}
+
+impl<K: OffloadKey> Ghosts<K> {
+    fn new(capacity: u32, filler: K, hasher: FixedState) -> Self {
+        let n = 2 * capacity as usize;
+        Ghosts {
+            links: Links::new(n),
+            keys: vec![filler; n],
+            which: vec![NONE; n],
+            free: (0..u32::try_from(n).unwrap_or(u32::MAX)).rev().collect(),
+            index: HashTable::with_capacity(n),
+            hasher,
+            b1: List::EMPTY,
+            b2: List::EMPTY,
+            capacity,
+        }
+    }
+
+    fn find(&self, key: &K) -> Option<u32> {
+        let keys = &self.keys;
+        self.index
+            .find(self.hasher.hash_one(key), |&g| keys[g as usize] == *key)
+            .copied()
+    }
+
+    fn remove(&mut self, key: &K) {
+        let keys = &self.keys;
+        let Ok(entry) = self
+            .index
+            .find_entry(self.hasher.hash_one(key), |&g| keys[g as usize] == *key)
+        else {
+            return;
+        };
+        let (node, _) = entry.remove();
+        self.unlink_node(node);
+    }
+
+    fn unlink_node(&mut self, node: u32) {
+        match self.which[node as usize] {
+            B1 => self.links.unlink(&mut self.b1, node),
+            _ => self.links.unlink(&mut self.b2, node),
+        }
+        self.which[node as usize] = NONE;
+        self.free.push(node);
+    }
+
+    fn drop_lru(&mut self, list: u8) {
+        let head = if list == B1 {
+            self.b1.head
+        } else {
+            self.b2.head
+        };
+        if head == NIL {
+            return;
+        }
+        let key = self.keys[head as usize];
+        let h = self.hasher.hash_one(key);
+        if let Ok(entry) = self.index.find_entry(h, |&g| g == head) {
+            entry.remove();
+        }
+        self.unlink_node(head);
+    }
+
+    /// Appends `key` (not a ghost yet) at the MRU end of `list`, dropping that list's LRU entry
+    /// first when it is full — the same result as vLLM's append-then-trim.
+    fn push(&mut self, list: u8, key: K) {
+        if self.capacity == 0 {
+            return;
+        }
+        let len = if list == B1 { self.b1.len } else { self.b2.len };
+        if len >= self.capacity {
+            self.drop_lru(list);
+        }
+        let Some(node) = self.free.pop() else { return };
+        self.keys[node as usize] = key;
+        self.which[node as usize] = list;
+        if list == B1 {
+            self.links.push_back(&mut self.b1, node);
+        } else {
+            self.links.push_back(&mut self.b2, node);
+        }
+        let keys = &self.keys;
+        let hasher = self.hasher;
+        self.index.insert_unique(hasher.hash_one(key), node, |&g| {
+            hasher.hash_one(keys[g as usize])
+        });
+    }
+
+    fn clear(&mut self) {
+        self.index.clear();
+        self.b1 = List::EMPTY;
+        self.b2 = List::EMPTY;
+        self.which.iter_mut().for_each(|w| *w = NONE);
+        self.free.clear();
+        let n = u32::try_from(self.keys.len()).unwrap_or(u32::MAX);
+        self.free.extend((0..n).rev());
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.keys.capacity() * (core::mem::size_of::<K>() + 8 + 1 + 4)
+            + self.index.allocation_size()
+    }
+}

@@ -1,0 +1,186 @@
+//! [`ManagerConfig`]: everything an [`OffloadManager`](super::OffloadManager) is sized and
+//! configured with, validated once.
+
+use core::fmt;
+
+use crate::hashing::FixedState;
+
+/// The eviction policy, chosen at construction.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    /// vLLM's rank-based, request-scoped LRU (`"lru"`, the default).
+    #[default]
+    Lru,
+    /// vLLM's adaptive replacement cache (`"arc"`).
+    Arc,
+}
+
+impl PolicyKind {
+    /// vLLM's name for the policy.
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Lru => "lru",
+            PolicyKind::Arc => "arc",
+        }
+    }
+
+    /// Parses vLLM's policy name (`"lru"` or `"arc"`).
+    ///
+    /// # Errors
+    /// [`UnknownPolicy`] for any other name (vLLM raises `ValueError("Unknown cache policy")`).
+    pub fn from_name(name: &str) -> Result<Self, UnknownPolicy> {
+        match name {
+            "lru" => Ok(PolicyKind::Lru),
+            "arc" => Ok(PolicyKind::Arc),
+            _ => Err(UnknownPolicy),
+        }
+    }
+}
+
+impl fmt::Display for PolicyKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A policy name other than `"lru"` or `"arc"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownPolicy;
+
+impl fmt::Display for UnknownPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("unknown cache policy: expected \"lru\" or \"arc\"")
+    }
+}
+
+impl core::error::Error for UnknownPolicy {}
+
+/// The CPU tier's static facts, reported by
+/// [`config_info`](super::OffloadManager::config_info) as the labels of
+/// `vllm:kv_offload_config_info`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct CpuTierInfo {
+    /// `cpu_num_chunks`.
+    pub num_chunks: u64,
+    /// `cpu_blocks_per_chunk`.
+    pub blocks_per_chunk: u64,
+    /// `cpu_kv_cache_size_bytes` (padding included).
+    pub kv_cache_size_bytes: u64,
+    /// `cpu_kv_cache_size_tokens`; `None` where vLLM reports `None`.
+    pub kv_cache_size_tokens: Option<u64>,
+}
+
+/// How an [`OffloadManager`](super::OffloadManager) is built: `new(num_chunks)` fills vLLM's
+/// defaults; change the public fields, then pass it to
+/// [`OffloadManager::new`](super::OffloadManager::new), which validates it once.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ManagerConfig {
+    /// Slots in the tier (vLLM's `num_chunks`). 0 is legal: every store that needs a slot fails.
+    pub num_chunks: u32,
+    /// The eviction policy.
+    pub policy: PolicyKind,
+    /// Admit a new key only on its `store_threshold`-th offer. 0 and 1 mean no filter (and no
+    /// `stores_skipped` metric), as in vLLM.
+    pub store_threshold: u32,
+    /// The reuse tracker's size (vLLM's default 64,000). 0 tracks (and admits) nothing when the
+    /// filter is on.
+    pub max_tracker_size: u32,
+    /// Queue stored/removed events for [`take_events`](super::OffloadManager::take_events).
+    pub enable_events: bool,
+    /// The most keys held by undrained events; an event that does not fit is dropped whole and
+    /// counted in [`events_dropped`](super::OffloadManager::events_dropped).
+    pub max_event_keys: u32,
+    /// The most requests in flight at once (request slots, each with its own state).
+    pub max_requests: u32,
+    /// The CPU tier's facts for `config_info`; `None` reports an empty mapping, as vLLM does
+    /// without an info object.
+    pub info: Option<CpuTierInfo>,
+    /// The hasher seed for every map of the manager (deterministic; change it to harden
+    /// against chosen-collision keys).
+    pub hasher: FixedState,
+}
+
+impl ManagerConfig {
+    /// vLLM's defaults for `num_chunks` slots: LRU, no store threshold, tracker size 64,000,
+    /// events off; 65,536 event keys and 4,096 requests in flight.
+    #[must_use]
+    pub fn new(num_chunks: u32) -> Self {
+        ManagerConfig {
+            num_chunks,
+            policy: PolicyKind::Lru,
+            store_threshold: 0,
+            max_tracker_size: 64_000,
+            enable_events: false,
+            max_event_keys: 65_536,
+            max_requests: 4_096,
+            info: None,
+            hasher: FixedState::default(),
+        }
+    }
+
+    /// Whether the reuse filter is on (`store_threshold ≥ 2`).
+    #[must_use]
+    pub fn filter_enabled(&self) -> bool {
+        self.store_threshold >= 2
+    }
+
+    /// Checks the configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the field that is out of range.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.max_requests == 0 {
+            return Err(ConfigError::ZeroMaxRequests);
+        }
+        // Slots and request anchors share one u32 node space with u32::MAX as "none".
+        if u64::from(self.num_chunks) + u64::from(self.max_requests) >= u64::from(u32::MAX) {
+            return Err(ConfigError::TooLarge {
+                num_chunks: self.num_chunks,
+                max_requests: self.max_requests,
+            });
+        }
+        // ARC's ghost pool holds 2 · num_chunks nodes.
+        if self.policy == PolicyKind::Arc && u64::from(self.num_chunks) * 2 >= u64::from(u32::MAX) {
+            return Err(ConfigError::TooLarge {
+                num_chunks: self.num_chunks,
+                max_requests: self.max_requests,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Why a [`ManagerConfig`] was rejected.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ConfigError {
+    /// `max_requests` is 0: no request could ever be served.
+    ZeroMaxRequests,
+    /// `num_chunks + max_requests` (or `2 · num_chunks` for ARC) does not fit the u32 index
+    /// space.
+    TooLarge {
+        /// The configured slot count.
+        num_chunks: u32,
+        /// The configured request limit.
+        max_requests: u32,
+    },
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::ZeroMaxRequests => f.write_str("max_requests must be at least 1"),
+            ConfigError::TooLarge {
+                num_chunks,
+                max_requests,
+            } => write!(
+                f,
+                "num_chunks ({num_chunks}) plus max_requests ({max_requests}) exceeds the u32 \
+                 index space (ARC needs 2 · num_chunks below 2^32 too)"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for ConfigError {}

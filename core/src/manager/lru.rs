@@ -1,0 +1,234 @@
+//! vLLM 0.33.0's rank-based, request-scoped LRU policy.
+//!
+//! Every resident chunk has a rank `(major, minor)`; the smallest rank (ties broken by key) is
+//! evicted first. A *fresh* rank is `(next_rank += 1, 0)`. A request allocates one major value
+//! the first time it needs one, and its keys with an end-token position `p` rank as
+//! `(request_major, −p)`, so within a request the tail sorts before the head. `touch` and the
+//! end of a request give fresh ranks, walking keys tail to head.
+//!
+//! vLLM keeps the evictable chunks in a lazily rebuilt binary heap. kvtier keeps *all* resident
+//! chunks in one intrusive list sorted by rank, with an anchor node per live request marking
+//! where that request's major value sits. Every rank change is then O(1): a fresh rank is the
+//! largest rank there is (append at the tail), and a request rank is placed right after its
+//! anchor, walking only past the request's own chunks that rank lower — none when blocks arrive
+//! head to tail, which is how a scheduler offers them. Eviction walks from the head and takes
+//! the first idle (`ref_cnt == 0`), unprotected chunks: exactly the heap's pop order
+//! restricted to evictable chunks, so the victims are vLLM's.
+
+use alloc::vec;
+use alloc::vec::Vec;
+
+use super::links::{Links, List, NIL};
+use crate::key::OffloadKey;
+
+/// The rank state of a request, kept in the request's own state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RequestRank {
+    /// The request's major value; 0 means none allocated.
+    pub(crate) major: u64,
+    /// The policy generation the major belongs to.
+    pub(crate) generation: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Lru {
+    links: Links,
+    order: List,
+    major: Vec<u64>,
+    minor: Vec<i64>,
+    /// Slots are nodes `0..n`; request anchors are `n..n + max_requests`.
+    n: u32,
+    next_rank: u64,
+    generation: u64,
+}
+
+impl Lru {
+    pub(crate) fn new(n: u32, max_requests: u32) -> Self {
+        let total = n as usize + max_requests as usize;
+        Lru {
+            links: Links::new(total),
+            order: List::EMPTY,
+            major: vec![0; total],
+            minor: vec![0; total],
+            n,
+            next_rank: 0,
+            generation: 0,
+        }
+    }
+
+    fn fresh_major(&mut self) -> u64 {
+        self.next_rank += 1;
+        self.next_rank
+    }
+
+    /// The request's major value, allocating it (and linking its anchor at the tail) if the
+    /// request has none in this generation.
+    fn request_major(&mut self, rank: &mut RequestRank, req_index: u32) -> u64 {
+        if rank.major != 0 && rank.generation == self.generation {
+            return rank.major;
+        }
+        let major = self.fresh_major();
+        let anchor = self.n + req_index;
+        self.major[anchor as usize] = major;
+        self.minor[anchor as usize] = i64::MIN;
+        self.links.push_back(&mut self.order, anchor);
+        *rank = RequestRank {
+            major,
+            generation: self.generation,
+        };
+        major
+    }
+
+    /// Unlinks a finished or dropped request's anchor.
+    pub(crate) fn release_request(&mut self, rank: &mut RequestRank, req_index: u32) {
+        if rank.major != 0 && rank.generation == self.generation {
+            self.links.unlink(&mut self.order, self.n + req_index);
+        }
+        *rank = RequestRank::default();
+    }
+
+    /// Places unlinked `slot` with rank `(major, minor)` right after the request's anchor,
+    /// past the bucket's chunks that rank lower.
+    fn place_in_bucket<K: OffloadKey>(&mut self, slot: u32, anchor: u32, keys: &[K]) {
+        let (major, minor) = (self.major[slot as usize], self.minor[slot as usize]);
+        let key = keys[slot as usize];
+        let mut at = self.links.next(anchor);
+        while at != NIL
+            && at < self.n
+            && self.major[at as usize] == major
+            && (self.minor[at as usize], keys[at as usize]) < (minor, key)
+        {
+            at = self.links.next(at);
+        }
+        self.links.insert_before(&mut self.order, at, slot);
+    }
+
+    /// A newly stored chunk: request rank when it has a position, else a fresh rank.
+    pub(crate) fn insert<K: OffloadKey>(
+        &mut self,
+        slot: u32,
+        position: Option<u64>,
+        rank: &mut RequestRank,
+        req_index: u32,
+        keys: &[K],
+    ) {
+        match position {
+            None => {
+                let m = self.fresh_major();
+                self.major[slot as usize] = m;
+                self.minor[slot as usize] = 0;
+                self.links.push_back(&mut self.order, slot);
+            }
+            Some(p) => {
+                let m = self.request_major(rank, req_index);
+                self.major[slot as usize] = m;
+                self.minor[slot as usize] = neg_position(p);
+                self.place_in_bucket(slot, self.n + req_index, keys);
+            }
+        }
+    }
+
+    /// Forgets a chunk (failed store or eviction).
+    pub(crate) fn remove(&mut self, slot: u32) {
+        self.links.unlink(&mut self.order, slot);
+    }
+
+    /// Gives resident `slot` a fresh (largest) rank.
+    pub(crate) fn refresh(&mut self, slot: u32) {
+        let m = self.fresh_major();
+        self.major[slot as usize] = m;
+        self.minor[slot as usize] = 0;
+        self.links.to_back(&mut self.order, slot);
+    }
+
+    /// Allocates the request's rank if needed (vLLM does this on every access batch with at
+    /// least one new key, even when none of them is resident).
+    pub(crate) fn begin_access(&mut self, rank: &mut RequestRank, req_index: u32) -> u64 {
+        self.request_major(rank, req_index)
+    }
+
+    /// A request's first access to resident `slot` at `position`: raise its rank to
+    /// `(request_major, −position)` if that is larger.
+    pub(crate) fn on_access<K: OffloadKey>(
+        &mut self,
+        slot: u32,
+        position: u64,
+        request_major: u64,
+        req_index: u32,
+        keys: &[K],
+    ) {
+        let new = (request_major, neg_position(position));
+        if (self.major[slot as usize], self.minor[slot as usize]) >= new {
+            return;
+        }
+        self.links.unlink(&mut self.order, slot);
+        self.major[slot as usize] = new.0;
+        self.minor[slot as usize] = new.1;
+        self.place_in_bucket(slot, self.n + req_index, keys);
+    }
+
+    /// Chooses `need` victims in rank order among idle chunks not stamped with `stamp`,
+    /// appending them to `out`. All or nothing: on `false` nothing changed (and `out` is
+    /// truncated back).
+    pub(crate) fn evict(
+        &mut self,
+        need: u32,
+        ref_cnt: &[i32],
+        stamps: &[u32],
+        stamp: u32,
+        out: &mut Vec<u32>,
+    ) -> bool {
+        let start = out.len();
+        let mut at = self.order.head;
+        let mut found = 0;
+        while at != NIL && found < need {
+            if at < self.n && ref_cnt[at as usize] == 0 && stamps[at as usize] != stamp {
+                out.push(at);
+                found += 1;
+            }
+            at = self.links.next(at);
+        }
+        if found < need {
+            out.truncate(start);
+            return false;
+        }
+        for &slot in &out[start..] {
+            self.links.unlink(&mut self.order, slot);
+        }
+        true
+    }
+
+    /// Forgets everything; ranks restart at 1 and every request's rank becomes stale.
+    pub(crate) fn clear(&mut self) {
+        self.order = List::EMPTY;
+        self.next_rank = 0;
+        self.generation += 1;
+    }
+
+    /// Resident chunks in eviction order, head first (for tests and invariant checks).
+    pub(crate) fn order(&self) -> impl Iterator<Item = u32> + '_ {
+        let mut at = self.order.head;
+        let n = self.n;
+        core::iter::from_fn(move || {
+            while at != NIL {
+                let cur = at;
+                at = self.links.next(cur);
+                if cur < n {
+                    return Some(cur);
+                }
+            }
+            None
+        })
+    }
+
+    pub(crate) fn heap_bytes(&self) -> usize {
+        // major + minor + prev + next per node.
+        self.major.capacity() * 24
+    }
+}
+
+/// `−position`, which fits in an `i64` because positions are validated to be ≤ `i64::MAX`.
+#[inline]
+fn neg_position(p: u64) -> i64 {
+    i64::try_from(p).map_or(i64::MIN + 1, |v| -v)
+}

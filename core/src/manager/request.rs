@@ -1,0 +1,238 @@
+//! Per-request state: the keys a request observed, in order, with their end-token positions and
+//! whether the request inserted or reused them (vLLM's `_RequestCacheAccess`), held in a fixed
+//! pool of request slots addressed by generation-checked [`RequestId`]s.
+
+use alloc::vec::Vec;
+use core::fmt;
+use core::hash::BuildHasher;
+use hashbrown::HashTable;
+
+use super::lru::RequestRank;
+use crate::hashing::FixedState;
+use crate::key::OffloadKey;
+
+/// A handle to a request's state in an [`OffloadManager`](super::OffloadManager), from
+/// [`on_new_request`](super::OffloadManager::on_new_request). It goes stale when the request
+/// finishes or is dropped: using it afterwards is an error, never another request's state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId {
+    index: u32,
+    generation: u32,
+}
+
+impl RequestId {
+    /// The handle as one `u64` (generation in the high half), for passing across an FFI or a
+    /// process boundary.
+    #[must_use]
+    pub fn to_u64(self) -> u64 {
+        (u64::from(self.generation) << 32) | u64::from(self.index)
+    }
+
+    /// The inverse of [`RequestId::to_u64`]. Any value is accepted; a value that names no live
+    /// request is reported as unknown when used.
+    #[must_use]
+    pub fn from_u64(v: u64) -> Self {
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "splitting a u64 into halves"
+        )]
+        RequestId {
+            index: v as u32,
+            generation: (v >> 32) as u32,
+        }
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "request {}v{}", self.index, self.generation)
+    }
+}
+
+/// The request observed the key (it is part of the request's key order).
+pub(crate) const SEEN: u8 = 1;
+/// The request inserted the key (its store was allocated).
+pub(crate) const INSERTED: u8 = 2;
+/// The request reused the key (loaded it, or offered it while ready) without inserting it.
+pub(crate) const REUSED: u8 = 4;
+/// The key was reported to the policy as a store miss for this request.
+pub(crate) const STORE_MISS: u8 = 8;
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Entry<K> {
+    pub(crate) key: K,
+    pub(crate) pos: Option<u64>,
+    /// Observation order among seen keys.
+    pub(crate) seq: u32,
+    pub(crate) flags: u8,
+    /// The last store call that offered the key (duplicate detection).
+    pub(crate) offer: u64,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct RequestState<K> {
+    generation: u32,
+    live: bool,
+    pub(crate) cache_gen: u64,
+    pub(crate) entries: Vec<Entry<K>>,
+    index: HashTable<u32>,
+    pub(crate) seen: u32,
+    pub(crate) rank: RequestRank,
+}
+
+impl<K: OffloadKey> RequestState<K> {
+    fn new() -> Self {
+        RequestState {
+            generation: 0,
+            live: false,
+            cache_gen: 0,
+            entries: Vec::new(),
+            index: HashTable::new(),
+            seen: 0,
+            rank: RequestRank::default(),
+        }
+    }
+
+    /// Forgets every key (keeps the allocations for reuse).
+    pub(crate) fn clear(&mut self) {
+        self.entries.clear();
+        self.index.clear();
+        self.seen = 0;
+        self.rank = RequestRank::default();
+    }
+
+    /// The entry index of `key`, creating an unseen entry if needed.
+    pub(crate) fn entry(&mut self, key: K, hasher: FixedState) -> u32 {
+        let h = hasher.hash_one(key);
+        let entries = &self.entries;
+        if let Some(&i) = self.index.find(h, |&i| entries[i as usize].key == key) {
+            return i;
+        }
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "keys per request stay far below 2^32"
+        )]
+        let i = self.entries.len() as u32;
+        self.entries.push(Entry {
+            key,
+            pos: None,
+            seq: u32::MAX,
+            flags: 0,
+            offer: 0,
+        });
+        let entries = &self.entries;
+        self.index
+            .insert_unique(h, i, |&j| hasher.hash_one(entries[j as usize].key));
+        i
+    }
+
+    /// Marks entry `i` seen (if new) and returns whether it was new.
+    pub(crate) fn observe(&mut self, i: u32) -> bool {
+        let e = &mut self.entries[i as usize];
+        if e.flags & SEEN != 0 {
+            return false;
+        }
+        e.flags |= SEEN;
+        e.seq = self.seen;
+        self.seen += 1;
+        true
+    }
+}
+
+/// Why a request handle could not be used or created.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestError {
+    /// The handle names no live request (finished, dropped, or from another manager).
+    Unknown(RequestId),
+    /// Every request slot is in use (`ManagerConfig::max_requests`).
+    TooManyRequests {
+        /// The configured limit.
+        max_requests: u32,
+    },
+}
+
+impl fmt::Display for RequestError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RequestError::Unknown(id) => {
+                write!(
+                    f,
+                    "{id} is not a live request (finished, dropped or never created)"
+                )
+            }
+            RequestError::TooManyRequests { max_requests } => write!(
+                f,
+                "all {max_requests} request slots are in use; finish or drop a request first"
+            ),
+        }
+    }
+}
+
+impl core::error::Error for RequestError {}
+
+#[derive(Clone, Debug)]
+pub(crate) struct Requests<K> {
+    states: Vec<RequestState<K>>,
+    free: Vec<u32>,
+    max: u32,
+}
+
+impl<K: OffloadKey> Requests<K> {
+    pub(crate) fn new(max: u32) -> Self {
+        Requests {
+            states: Vec::new(),
+            free: Vec::with_capacity(max as usize),
+            max,
+        }
+    }
+
+    pub(crate) fn alloc(&mut self, cache_gen: u64) -> Result<RequestId, RequestError> {
+        let index = match self.free.pop() {
+            Some(i) => i,
+            None => {
+                if self.states.len() >= self.max as usize {
+                    return Err(RequestError::TooManyRequests {
+                        max_requests: self.max,
+                    });
+                }
+                self.states.push(RequestState::new());
+                #[expect(clippy::cast_possible_truncation, reason = "bounded by max, a u32")]
+                let i = (self.states.len() - 1) as u32;
+                i
+            }
+        };
+        let s = &mut self.states[index as usize];
+        s.live = true;
+        s.cache_gen = cache_gen;
+        s.clear();
+        Ok(RequestId {
+            index,
+            generation: s.generation,
+        })
+    }
+
+    pub(crate) fn get_mut(&mut self, id: RequestId) -> Result<&mut RequestState<K>, RequestError> {
+        match self.states.get_mut(id.index as usize) {
+            Some(s) if s.live && s.generation == id.generation => Ok(s),
+            _ => Err(RequestError::Unknown(id)),
+        }
+    }
+
+    pub(crate) fn index(id: RequestId) -> u32 {
+        id.index
+    }
+
+    /// Frees the slot; the handle goes stale.
+    pub(crate) fn release(&mut self, id: RequestId) {
+        if let Ok(s) = self.get_mut(id) {
+            s.live = false;
+            s.generation = s.generation.wrapping_add(1);
+            s.clear();
+            self.free.push(id.index);
+        }
+    }
+
+    pub(crate) fn live(&self) -> usize {
+        self.states.len() - self.free.len()
+    }
+}
