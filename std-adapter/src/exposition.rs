@@ -307,10 +307,10 @@ fn check(s: &Series) -> Result<(), ExpositionError> {
             got: s.labels().len(),
         });
     }
-    if let Value::Histogram(h) = s.value() {
-        if h.bounds() != def.bounds {
-            return Err(ExpositionError::BoundsMismatch(name()));
-        }
+    if let Value::Histogram(h) = s.value()
+        && h.bounds() != def.bounds
+    {
+        return Err(ExpositionError::BoundsMismatch(name()));
     }
     Ok(())
 }
