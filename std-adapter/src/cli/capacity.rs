@@ -629,6 +629,14 @@ pub fn render_table(r: &CapacityReport) -> String {
     s
 }
 
+/// The report as one pretty-printed JSON object (fields in declaration order).
+///
+/// # Errors
+/// serde_json's message (not expected: every field is a plain number, string or null).
+pub fn report_json(r: &CapacityReport) -> Result<String, String> {
+    serde_json::to_string_pretty(r).map_err(|e| e.to_string())
+}
+
 /// Runs `kvtier capacity`.
 ///
 /// # Errors
@@ -636,8 +644,7 @@ pub fn render_table(r: &CapacityReport) -> String {
 pub fn run(args: &CapacityArgs) -> Result<(), String> {
     let r = report(args).map_err(|e| e.to_string())?;
     if args.json {
-        let text = serde_json::to_string_pretty(&r).map_err(|e| e.to_string())?;
-        println!("{text}");
+        println!("{}", report_json(&r)?);
     } else {
         print!("{}", render_table(&r));
     }
