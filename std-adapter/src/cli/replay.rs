@@ -1,13 +1,277 @@
-//! `kvtier replay`.
+//! `kvtier replay`: replays a kvtrace (or the built-in workload) through the offload manager
+//! and reports hit rates, evictions, skipped stores, the hit digest and the throughput.
+
+use std::fs::File;
+use std::io::{BufReader, IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
+
+use crate::replay::{ReplayCounts, Replayer};
+use crate::trace::{Generator, GeneratorConfig, RecordSource, TraceReader};
 
 /// Options of `kvtier replay`.
-#[derive(Debug, clap::Args)]
-pub struct ReplayArgs {}
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayArgs {
+    /// The kvtrace file to replay; without it, a built-in deterministic workload
+    /// (shared prefixes with Zipf popularity, multi-turn follow-ups, 32 requests in flight).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// Requests of the built-in workload.
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    pub requests: u64,
+    /// Seed of the built-in workload.
+    #[arg(long, default_value_t = 1, value_name = "S")]
+    pub seed: u64,
+    /// Eviction policy.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Lru)]
+    pub policy: PolicyArg,
+    /// Tier size in chunks (default: the trace header's `capacity`, else 1024).
+    #[arg(long, value_name = "N")]
+    pub capacity: Option<u32>,
+    /// Admit a block on its T-th store offer (0 or 1: no filter).
+    #[arg(long, default_value_t = 0, value_name = "T")]
+    pub store_threshold: u32,
+    /// Size of the reuse tracker.
+    #[arg(long, default_value_t = 64_000, value_name = "M")]
+    pub max_tracker_size: u32,
+    /// Tokens per block (default: the trace header's `block_tokens`).
+    #[arg(long, value_name = "N")]
+    pub block_tokens: Option<u32>,
+    /// Print one JSON object instead of the report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The policies on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum PolicyArg {
+    /// vLLM's request-scoped LRU.
+    Lru,
+    /// vLLM's ARC.
+    Arc,
+}
+
+impl From<PolicyArg> for PolicyKind {
+    fn from(p: PolicyArg) -> Self {
+        match p {
+            PolicyArg::Lru => PolicyKind::Lru,
+            PolicyArg::Arc => PolicyKind::Arc,
+        }
+    }
+}
+
+/// The result of a replay run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReplayReport {
+    /// Where the records came from (a file name or `builtin(seed=…, requests=…)`).
+    pub source: String,
+    /// The counts.
+    #[serde(flatten)]
+    pub counts: ReplayCounts,
+    /// Chunks resident at the end (allocated − free).
+    pub resident_blocks: u32,
+    /// The policy name.
+    pub policy: &'static str,
+    /// The tier size in chunks.
+    pub capacity: u32,
+    /// The store threshold.
+    pub store_threshold: u32,
+    /// Wall-clock seconds of the replay loop (reading or generating records included).
+    pub wall_s: f64,
+    /// `request_blocks / wall_s`.
+    pub request_blocks_per_s: f64,
+}
 
 /// Runs `kvtier replay`.
 ///
 /// # Errors
 /// Any error of reading or replaying the trace, as text.
-pub fn run(_args: &ReplayArgs) -> Result<(), String> {
-    Ok(())
+pub fn run(args: &ReplayArgs) -> Result<(), String> {
+    let report = replay(args, std::io::stderr().is_terminal())?;
+    let mut out = std::io::stdout().lock();
+    let text = if args.json {
+        let mut s = serde_json::to_string(&json_value(&report)).map_err(|e| e.to_string())?;
+        s.push('\n');
+        s
+    } else {
+        human(&report)
+    };
+    out.write_all(text.as_bytes())
+        .map_err(|e| format!("writing the report: {e}"))
+}
+
+/// The JSON object of a report: every count, `digest` as 16 hex digits, `stores_skipped`
+/// null without a filter.
+#[must_use]
+pub fn json_value(r: &ReplayReport) -> serde_json::Value {
+    let mut v = serde_json::to_value(r).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("digest".into(), format!("{:016x}", r.counts.digest).into());
+        o.insert("block_hit_rate".into(), r.counts.block_hit_rate().into());
+        o.insert(
+            "request_hit_rate".into(),
+            r.counts.request_hit_rate().into(),
+        );
+    }
+    v
+}
+
+/// Replays as `args` say; `progress` shows a bar on stderr.
+///
+/// # Errors
+/// Any error of reading or replaying the trace, as text.
+pub fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String> {
+    match &args.trace {
+        Some(path) => {
+            let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let bar = bar(progress, len, "bytes");
+            let reader = TraceReader::new(BufReader::with_capacity(1 << 16, bar.wrap_read(file)))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let r = run_source(args, reader, path.display().to_string(), &bar, false)
+                .map_err(|e| format!("{}: {e}", path.display()));
+            bar.finish_and_clear();
+            r
+        }
+        None => {
+            let gen_cfg = GeneratorConfig::new(args.seed, args.requests);
+            let generator = Generator::new(gen_cfg).map_err(|e| e.to_string())?;
+            let bar = bar(progress, args.requests, "requests");
+            let source = format!("builtin(seed={}, requests={})", args.seed, args.requests);
+            let r = run_source(args, generator, source, &bar, true);
+            bar.finish_and_clear();
+            r
+        }
+    }
+}
+
+fn bar(show: bool, len: u64, unit: &str) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(len);
+    let template = format!("{{spinner}} replay [{{bar:40}}] {{pos}}/{{len}} {unit} ({{eta}})");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        b.set_style(style);
+    }
+    b.enable_steady_tick(Duration::from_millis(200));
+    b
+}
+
+fn run_source<S: RecordSource>(
+    args: &ReplayArgs,
+    mut source: S,
+    name: String,
+    bar: &ProgressBar,
+    count_requests: bool,
+) -> Result<ReplayReport, String>
+where
+    S::Error: std::fmt::Display,
+{
+    let header = source.header().clone();
+    let capacity = match args.capacity {
+        Some(c) => c,
+        None => match header.capacity {
+            Some(c) => u32::try_from(c)
+                .map_err(|_| format!("trace header capacity {c} does not fit in u32"))?,
+            None => 1024,
+        },
+    };
+    let block_tokens = args.block_tokens.unwrap_or(header.block_tokens);
+    let mut cfg = ManagerConfig::new(capacity);
+    cfg.policy = args.policy.into();
+    cfg.store_threshold = args.store_threshold;
+    cfg.max_tracker_size = args.max_tracker_size;
+    let manager = OffloadManager::new(cfg).map_err(|e| e.to_string())?;
+    let mut replayer = Replayer::new(manager, u64::from(block_tokens));
+    let start = Instant::now();
+    let mut n: u64 = 0;
+    loop {
+        let rec = match source.next_record() {
+            Ok(Some(rec)) => rec,
+            Ok(None) => break,
+            Err(e) => return Err(e.to_string()),
+        };
+        let is_load = matches!(rec, crate::trace::Record::Load { .. });
+        replayer
+            .apply(rec)
+            .map_err(|e| format!("record {}: {e}", n + 1))?;
+        n += 1;
+        if count_requests && is_load && n % 4096 == 0 {
+            bar.set_position(replayer.counts().requests);
+        }
+    }
+    let wall = start.elapsed().as_secs_f64();
+    let counts = replayer.counts();
+    #[expect(clippy::cast_precision_loss, reason = "a rate for people")]
+    let rate = if wall > 0.0 {
+        counts.request_blocks as f64 / wall
+    } else {
+        0.0
+    };
+    Ok(ReplayReport {
+        source: name,
+        counts,
+        resident_blocks: replayer.manager().allocated(),
+        policy: args.policy_kind().name(),
+        capacity,
+        store_threshold: args.store_threshold,
+        wall_s: wall,
+        request_blocks_per_s: rate,
+    })
+}
+
+impl ReplayArgs {
+    fn policy_kind(&self) -> PolicyKind {
+        self.policy.into()
+    }
+}
+
+/// The report for people.
+#[must_use]
+pub fn human(r: &ReplayReport) -> String {
+    let c = &r.counts;
+    let skipped = c
+        .stores_skipped
+        .map_or_else(|| "- (no filter)".to_string(), |v| v.to_string());
+    format!(
+        "kvtier replay: {source}\n\
+         policy {policy}, capacity {cap} chunks, store threshold {thr}\n\
+         \n\
+         requests              {req:>14}\n\
+         request blocks        {blocks:>14}\n\
+         hit blocks            {hit:>14}   ({bhr:.2}% of blocks)\n\
+         hit requests          {hreq:>14}   ({rhr:.2}% of requests)\n\
+         stored blocks         {stored:>14}\n\
+         evicted blocks        {evicted:>14}\n\
+         store failures        {fail:>14}\n\
+         stopped at pending    {pend:>14}\n\
+         stores skipped        {skipped:>14}\n\
+         resident blocks       {resident:>14}\n\
+         hit digest            {digest:>14}\n\
+         \n\
+         wall time             {wall:>12.3} s\n\
+         throughput            {rate:>12.2} M request-blocks/s\n",
+        source = r.source,
+        policy = r.policy,
+        cap = r.capacity,
+        thr = r.store_threshold,
+        req = c.requests,
+        blocks = c.request_blocks,
+        hit = c.hit_blocks,
+        bhr = 100.0 * c.block_hit_rate(),
+        hreq = c.hit_requests,
+        rhr = 100.0 * c.request_hit_rate(),
+        stored = c.stored_blocks,
+        evicted = c.evicted_blocks,
+        fail = c.store_failures,
+        pend = c.stopped_at_pending,
+        resident = r.resident_blocks,
+        digest = format!("{:016x}", c.digest),
+        wall = r.wall_s,
+        rate = r.request_blocks_per_s / 1e6,
+    )
 }
