@@ -16,7 +16,7 @@
 //! Where vLLM asserts or would corrupt its lists (freeing a block that is not in use, a block
 //! id out of range, re-hashing a block), kvtier returns a typed error and changes nothing.
 //! Memory is allocated once by [`BlockPool::new`]: about 90 bytes per block with
-//! [`BlockKey`](crate::BlockKey) keys.
+//! [`BlockKey`] keys.
 
 mod error;
 mod index;
