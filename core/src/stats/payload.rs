@@ -312,6 +312,12 @@ impl Series {
         &self.name
     }
 
+    /// The metric name as stored: borrowed for catalogue names, owned otherwise.
+    #[must_use]
+    pub fn name_text(&self) -> &Text {
+        &self.name
+    }
+
     /// The label values.
     #[must_use]
     pub fn labels(&self) -> &Labels {

@@ -1,0 +1,70 @@
+//! Proptest strategies for stats payloads, shared by `stats_props` and `wire_props` through
+//! `#[path]` (this file also builds as an empty test target).
+#![allow(dead_code, unreachable_pub)]
+
+use kvtier_core::stats::Payload;
+use kvtier_core::stats::catalogue::{
+    ALLOCATION_SIZE_BOUNDS, CPU_ALLOCATION_SIZE, LOAD_BYTES, LOAD_TIME,
+};
+use kvtier_tests::stats_model::{StatsOp, apply_to_payload};
+use proptest::prelude::*;
+
+fn name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            LOAD_BYTES,
+            LOAD_TIME,
+            CPU_ALLOCATION_SIZE,
+            "x",
+            "y",
+            "z:é"
+        ])
+        .prop_map(str::to_owned),
+        "[a-z_:]{0,5}",
+    ]
+}
+
+fn labels() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec(
+        prop_oneof![
+            prop::sample::select(vec!["a", "b", "stored", "it's", ""]).prop_map(str::to_owned),
+            "\\PC{0,3}",
+        ],
+        0..3,
+    )
+}
+
+fn bounds() -> impl Strategy<Value = Vec<u64>> {
+    prop::sample::select(vec![ALLOCATION_SIZE_BOUNDS.to_vec(), vec![1, 10, 100]])
+}
+
+/// One update.
+pub fn op() -> impl Strategy<Value = StatsOp> {
+    prop_oneof![
+        4 => (name(), labels(), prop_oneof![0..1000u64, any::<u64>()])
+            .prop_map(|(n, l, v)| StatsOp::Counter(n, l, v)),
+        3 => (name(), labels(), 0..100u32, 0..100u32)
+            .prop_map(|(n, l, a, b)| StatsOp::Gauge(n, l, a, b)),
+        3 => (name(), labels(), bounds(), prop::collection::vec(0..300_000u64, 0..4))
+            .prop_map(|(n, l, b, o)| StatsOp::Histogram(n, l, b, o)),
+        1 => prop::collection::vec(
+                prop::collection::vec(("[a-z_]{1,6}", prop::option::of("\\PC{0,4}")), 0..4),
+                0..3,
+            )
+            .prop_map(StatsOp::Info),
+    ]
+}
+
+/// Up to 12 updates.
+pub fn ops() -> impl Strategy<Value = Vec<StatsOp>> {
+    prop::collection::vec(op(), 0..12)
+}
+
+/// A payload built from `ops` (rejected updates skipped).
+pub fn payload_of(ops: &[StatsOp]) -> Payload {
+    let mut p = Payload::new();
+    for op in ops {
+        let _ = apply_to_payload(&mut p, op);
+    }
+    p
+}

@@ -1,0 +1,107 @@
+//! Property and edge tests of `stats::wire`: round trips, truncation, canonical-only decoding,
+//! hostile bytes, and the exact bytes of a small payload.
+
+use kvtier_core::stats::catalogue::SIMPLE_SAVE_OUTCOMES;
+use kvtier_core::stats::wire::{self, DecodeError, EncodeError};
+use kvtier_core::stats::{Gauge, Payload};
+use proptest::prelude::*;
+
+#[path = "stats_strategies.rs"]
+mod stats_strategies;
+use stats_strategies::{ops, payload_of};
+
+#[test]
+fn exact_bytes_of_a_small_payload() {
+    let mut p = Payload::new();
+    p.increase_counter("c", &[], 300).unwrap();
+    p.set_gauge("g", &["a"], Gauge::ratio(-1, 4).unwrap())
+        .unwrap();
+    let bytes = wire::encode_to_vec(&p);
+    #[rustfmt::skip]
+    let expected = [
+        1,          // version
+        2,          // two series
+        1, b'c', 0, 1, // family "c", counter, one series
+        0, 0xac, 0x02, // no labels, 300
+        1, b'g', 1, 1, // family "g", gauge, one series
+        1, 1, b'a', // one label "a"
+        1, 4,       // zigzag(-1) = 1, denominator 4
+        0,          // no info
+    ];
+    assert_eq!(bytes, expected);
+    assert_eq!(wire::decode(&bytes).unwrap(), p);
+}
+
+#[test]
+fn a_decoded_catalogue_payload_borrows_its_names() {
+    let mut p = Payload::new();
+    p.increase_counter(SIMPLE_SAVE_OUTCOMES, &["stored"], 1)
+        .unwrap();
+    let d = wire::decode(&wire::encode_to_vec(&p)).unwrap();
+    let s = &d.series()[0];
+    assert!(matches!(s.name_text(), std::borrow::Cow::Borrowed(_)));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn round_trip(ops in ops()) {
+        let p = payload_of(&ops);
+        let n = wire::encoded_len(&p);
+        prop_assert!(n <= wire::MAX_ENCODED_LEN);
+        let mut buf = vec![0u8; n + 3];
+        prop_assert_eq!(wire::encode(&p, &mut buf), Ok(n));
+        prop_assert_eq!(wire::decode(&buf[..n]), Ok(p.clone()));
+        prop_assert_eq!(wire::encode_to_vec(&p), buf[..n].to_vec());
+        prop_assert_eq!(
+            wire::encode(&p, &mut buf[..n - 1]),
+            Err(EncodeError::BufferTooSmall { needed: n, available: n - 1 })
+        );
+    }
+
+    #[test]
+    fn every_strict_prefix_is_truncated(ops in ops()) {
+        let bytes = wire::encode_to_vec(&payload_of(&ops));
+        for cut in 0..bytes.len() {
+            prop_assert_eq!(wire::decode(&bytes[..cut]), Err(DecodeError::Truncated), "cut {}", cut);
+        }
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic_and_only_canonical_input_decodes(
+        bytes in prop::collection::vec(any::<u8>(), 0..64)
+    ) {
+        if let Ok(p) = wire::decode(&bytes) {
+            prop_assert_eq!(wire::encode_to_vec(&p), bytes);
+        }
+    }
+
+    #[test]
+    fn mutated_encodings_are_rejected_unless_canonical(
+        ops in ops(),
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+    ) {
+        let mut bytes = wire::encode_to_vec(&payload_of(&ops));
+        let i = at.index(bytes.len());
+        bytes[i] = byte;
+        if let Ok(p) = wire::decode(&bytes) {
+            prop_assert_eq!(wire::encode_to_vec(&p), bytes);
+        }
+    }
+
+    #[test]
+    fn non_canonical_forms_are_rejected(ops in ops(), extra in any::<u8>()) {
+        let bytes = wire::encode_to_vec(&payload_of(&ops));
+        let mut trailing = bytes.clone();
+        trailing.push(extra);
+        prop_assert_eq!(wire::decode(&trailing), Err(DecodeError::TrailingBytes));
+        // The series total (byte 1, below 128 here) written as an over-long two-byte varint.
+        prop_assume!(bytes[1] < 0x80);
+        let mut long = bytes.clone();
+        long[1] |= 0x80;
+        long.insert(2, 0);
+        prop_assert_eq!(wire::decode(&long), Err(DecodeError::NonCanonicalVarint));
+    }
+}
