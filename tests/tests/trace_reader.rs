@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Read};
 
 use kvtier::trace::{
     Field, HashProblem, HeaderKey, MAX_BLOCKS_PER_RECORD, MAX_LINE_BYTES, ReadError, Record,
-    RecordKind, TraceError, TraceErrorKind, TraceReader,
+    RecordKind, TraceError, TraceErrorKind, TraceReader, format_hash, parse_hash,
 };
 use proptest::prelude::*;
 
@@ -881,6 +881,29 @@ proptest! {
     }
 
     #[test]
+    fn hashes_parse_like_a_reference(
+        value in any::<u64>(),
+        noise in proptest::collection::vec(
+            proptest::sample::select(b"0123456789abcdefABCDEFgz /".to_vec()),
+            16,
+        ),
+    ) {
+        // Round trip of the canonical form.
+        let text = format!("{value:016x}");
+        prop_assert_eq!(parse_hash(text.as_bytes()), Ok(value));
+        prop_assert_eq!(format_hash(value), *<&[u8; 16]>::try_from(text.as_bytes()).unwrap());
+        // Random fields: valid exactly when all 16 bytes are lowercase hex digits.
+        let want = if noise.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+            Ok(u64::from_str_radix(std::str::from_utf8(&noise).unwrap(), 16).unwrap())
+        } else if noise.iter().all(u8::is_ascii_hexdigit) {
+            Err(HashProblem::Uppercase)
+        } else {
+            Err(HashProblem::NotHex)
+        };
+        prop_assert_eq!(parse_hash(&noise), want);
+    }
+
+    #[test]
     fn valid_interleavings_read_cleanly(ops in valid_ops(12)) {
         let text = render(&ops);
         prop_assert_eq!(model(&ops), Ok(()));
@@ -903,4 +926,63 @@ proptest! {
             Err(e) => prop_assert!(e.line >= 1 && e.line <= lines + 1, "{e}"),
         }
     }
+}
+
+/// Throughput of a 1,000,000-record round trip: the generator writes a file, the reader reads
+/// it back (five timed reads, median reported). Run with
+/// `cargo test --release -p kvtier-tests --test trace_reader -- --ignored --nocapture`.
+/// It asserts the counts only; the figures are printed, never asserted.
+#[test]
+#[ignore = "measurement: run in release with --ignored --nocapture"]
+fn measure_million_record_round_trip() {
+    use kvtier::trace::{Generator, GeneratorConfig, TraceWriter};
+    use std::io::Write;
+    use std::time::Instant;
+
+    let path = std::env::temp_dir().join(format!("kvtier-h4-{}.kvtrace", std::process::id()));
+    let config = GeneratorConfig::new(1, 333_334);
+    let started = Instant::now();
+    let mut generator = Generator::new(config).unwrap();
+    let file = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let mut writer = TraceWriter::new(file, generator.header()).unwrap();
+    let mut written = 0u64;
+    while let Some(record) = generator.next_record() {
+        writer.write_record(&record).unwrap();
+        written += 1;
+    }
+    writer.finish().unwrap().flush().unwrap();
+    let write_s = started.elapsed().as_secs_f64();
+    let bytes = std::fs::metadata(&path).unwrap().len();
+    assert_eq!(written, 1_000_002);
+
+    let mut secs = Vec::new();
+    let mut blocks = 0;
+    for _ in 0..5 {
+        let started = Instant::now();
+        let file = std::fs::File::open(&path).unwrap();
+        let mut reader = TraceReader::new(BufReader::with_capacity(1 << 16, file)).unwrap();
+        let mut records = 0u64;
+        while reader.next_record().unwrap().is_some() {
+            records += 1;
+        }
+        secs.push(started.elapsed().as_secs_f64());
+        assert_eq!(records, written);
+        blocks = reader.blocks_read();
+    }
+    std::fs::remove_file(&path).unwrap();
+    secs.sort_by(f64::total_cmp);
+    let median = secs[secs.len() / 2];
+    println!(
+        "generate+write: {written} records, {bytes} bytes, {blocks} blocks in {write_s:.3} s \
+         ({:.2} M records/s, {:.0} MB/s)",
+        written as f64 / write_s / 1e6,
+        bytes as f64 / write_s / 1e6
+    );
+    println!(
+        "read (median of 5: {secs:.3?}): {:.3} s, {:.2} M records/s, {:.0} MB/s, {:.1} M blocks/s",
+        median,
+        written as f64 / median / 1e6,
+        bytes as f64 / median / 1e6,
+        blocks as f64 / median / 1e6
+    );
 }

@@ -243,7 +243,7 @@ impl<R: BufRead> TraceReader<R> {
                 break;
             }
             any = true;
-            let (chunk, used, ended) = match available.iter().position(|&b| b == b'\n') {
+            let (chunk, used, ended) = match find_newline(available) {
                 Some(i) => (&available[..i], i + 1, true),
                 None => (available, available.len(), false),
             };
@@ -371,6 +371,26 @@ fn parse_record(line: &[u8], hashes: &mut Vec<u64>) -> Result<(RecordKind, u64),
     }
     hashes.clear();
     let mut rest = rest;
+    // Fast path: 16-digit fields separated by single spaces.
+    while let Some(fields) = rest {
+        let Some((field, after)) = fields.split_first_chunk::<16>() else {
+            break;
+        };
+        let after = match after.split_first() {
+            None => None,
+            Some((b' ', after)) => Some(after),
+            Some(_) => break,
+        };
+        if hashes.len() as u64 >= declared {
+            break;
+        }
+        let Ok(hash) = parse_hash(field) else {
+            break;
+        };
+        hashes.push(hash);
+        rest = after;
+    }
+    // General path: what the fast path could not take, with exact errors.
     while let Some(fields) = rest {
         let (field, after) = split_field(fields);
         let index = hashes.len() as u64 + 1;
@@ -391,6 +411,32 @@ fn parse_record(line: &[u8], hashes: &mut Vec<u64>) -> Result<(RecordKind, u64),
         return Err(TraceErrorKind::BlockCountMismatch { declared, found });
     }
     Ok((kind, rid))
+}
+
+/// The index of the first `\n` in `bytes`, a word at a time.
+#[inline]
+fn find_newline(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut offset = 0;
+    for chunk in &mut chunks {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let x = u64::from_le_bytes(word) ^ (ONES * u64::from(b'\n'));
+        // The lowest set high bit marks the first zero byte exactly (false positives can only
+        // sit above a true zero).
+        let zero = x.wrapping_sub(ONES) & !x & HIGH;
+        if zero != 0 {
+            return Some(offset + (zero.trailing_zeros() / 8) as usize);
+        }
+        offset += 8;
+    }
+    chunks
+        .remainder()
+        .iter()
+        .position(|&b| b == b'\n')
+        .map(|i| offset + i)
 }
 
 /// Splits at the first space: the field, and what follows the space (`None` when no space).
