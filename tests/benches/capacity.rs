@@ -37,7 +37,7 @@ fn group_gemma3_like(b: Bencher) {
 /// Everything `kvtier capacity` computes for the GPU: blocks, admission, ratio, tokens.
 #[divan::bench]
 fn gpu_capacity_gemma3_like(b: Bencher) {
-    let layout = GroupedLayout::from_layers(&gemma3_like()).unwrap();
+    let layout = GroupedLayout::from_layers(&gemma3_like()).expect("valid layout");
     let w = Workload::new(131_072, 8192);
     b.bench(|| {
         gpu_capacity(
@@ -54,7 +54,7 @@ fn gpu_capacity_gemma3_like(b: Bencher) {
 /// The max-length binary search over [1, 131 072] when memory is short.
 #[divan::bench]
 fn max_fitting_len_gemma3_like(b: Bencher) {
-    let layout = GroupedLayout::from_layers(&gemma3_like()).unwrap();
+    let layout = GroupedLayout::from_layers(&gemma3_like()).expect("valid layout");
     let w = Workload::new(131_072, 8192);
     b.bench(|| {
         max_fitting_len(
@@ -69,7 +69,7 @@ fn max_fitting_len_gemma3_like(b: Bencher) {
 /// The CPU tier's size and token capacity with window caps.
 #[divan::bench]
 fn cpu_tier_gemma3_like(b: Bencher) {
-    let layout = GroupedLayout::from_layers(&gemma3_like()).unwrap();
+    let layout = GroupedLayout::from_layers(&gemma3_like()).expect("valid layout");
     let reps: Vec<LayerSpec> = (0..layout.num_groups())
         .filter_map(|g| layout.group_spec(g).copied())
         .collect();

@@ -347,7 +347,8 @@ fn explicit_groups() {
 // ---- admission, max length, workers ----
 
 fn llama8b_like() -> GroupedLayout {
-    GroupedLayout::from_layers(&[LayerSpec::attention(LayerKind::Full, 16, 8, 128, 2); 32]).unwrap()
+    GroupedLayout::from_layers(&[LayerSpec::attention(LayerKind::Full, 16, 8, 128, 2); 32])
+        .expect("valid layout")
 }
 
 #[test]

@@ -10,12 +10,12 @@ fn data(name: &str) -> String {
 }
 
 fn run(args: &[&str]) -> Result<kvtier::cli::capacity::CapacityReport, CapacityCliError> {
-    report(&CapacityArgs::parse_from_args(args).unwrap())
+    report(&CapacityArgs::parse_from_args(args).expect("options parse"))
 }
 
 fn err(args: &[&str]) -> String {
     match CapacityArgs::parse_from_args(args) {
-        Ok(a) => report(&a).unwrap_err().to_string(),
+        Ok(a) => report(&a).map_or_else(|e| e.to_string(), |_| String::from("no error")),
         Err(e) => e,
     }
 }

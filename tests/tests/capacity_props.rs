@@ -218,7 +218,7 @@ proptest! {
             let _ = s.max_memory_bytes(&w);
             let _ = s.window_cap_chunks(bpc);
         }
-        for layout in [GroupedLayout::from_layers(&specs), GroupedLayout::from_groups(&[specs.clone()])].into_iter().flatten() {
+        for layout in [GroupedLayout::from_layers(&specs), GroupedLayout::from_groups(core::slice::from_ref(&specs))].into_iter().flatten() {
             for pool in [PoolLayout::LayerOutermost, PoolLayout::BlockOutermost] {
                 let _ = layout.bytes_per_block(pool);
                 let _ = layout.blocks_per_request(&w);
@@ -226,10 +226,10 @@ proptest! {
                 // Bounded length so the search stays fast in debug builds.
                 let short = w.with_max_model_len(l % 100_000);
                 let _ = check_admission(&layout, pool, &short, mem);
-                if let Ok(stages) = layout.split_pipeline(usize::from(u8::try_from(world % 5).unwrap_or(1))) {
-                    if let Ok(cap) = gpu_capacity(&layout, &stages, pool, &short, mem, ovr) {
-                        prop_assert!(cap.max_concurrency.den() >= 1);
-                    }
+                if let Ok(stages) = layout.split_pipeline(usize::from(u8::try_from(world % 5).unwrap_or(1)))
+                    && let Ok(cap) = gpu_capacity(&layout, &stages, pool, &short, mem, ovr)
+                {
+                    prop_assert!(cap.max_concurrency.den() >= 1);
                 }
             }
         }

@@ -231,6 +231,26 @@ fn max_blocks_caps_every_request() {
 }
 
 #[test]
+fn memory_is_bounded_by_the_parameters_not_the_requests() {
+    let mut config = GeneratorConfig::new(6, 30_000);
+    config.recent_convs = 16;
+    config.inflight = 8;
+    config.max_blocks = 48;
+    let bound = 2 * (16 + 8 + 2) * 48;
+    let mut generator = Generator::new(config).unwrap();
+    let mut peak = 0;
+    let mut records = 0u64;
+    while generator.next_record().is_some() {
+        records += 1;
+        peak = peak.max(generator.held_hashes());
+    }
+    assert_eq!(records, 90_000);
+    assert!(peak <= bound, "peak {peak} > {bound}");
+    // And it is really used: more than the in-flight requests alone.
+    assert!(peak > 8 * 4, "peak {peak}");
+}
+
+#[test]
 fn config_validation() {
     let base = GeneratorConfig::new(0, 10);
     assert_eq!(base.validate(), Ok(()));

@@ -12,7 +12,11 @@ pub const fn div_ceil(a: u64, b: u64) -> Option<u64> {
     // `a / b + (a % b != 0)` cannot overflow: `a / b < u64::MAX` whenever the remainder is
     // non-zero (b ≥ 2 in that case).
     let q = a / b;
-    if a.is_multiple_of(b) { Some(q) } else { Some(q + 1) }
+    if a.is_multiple_of(b) {
+        Some(q)
+    } else {
+        Some(q + 1)
+    }
 }
 
 /// `⌊a / b⌋`, or `None` when `b == 0`.
