@@ -172,7 +172,9 @@ impl core::error::Error for GeneratorError {}
 /// The workload: each request either follows up a recent conversation (probability
 /// `followup`: the conversation's blocks plus a new turn of `turn_blocks` blocks) or starts a
 /// new one (a shared prefix of `prefix_blocks` blocks, chosen among `prefixes` with Zipf
-/// popularity of exponent `zipf_s`, then a unique suffix of `suffix_blocks` blocks). A request
+/// popularity of exponent `zipf_s`, then a unique suffix of `suffix_blocks` blocks). Block
+/// counts are drawn log-uniformly from their ranges (`P(k) ∝ ln((k + 1) / k)`: short more
+/// often than long), as in the sample traces; each prefix's length is drawn once. A request
 /// never exceeds `max_blocks` (a follow-up that would is replaced by a new conversation; a new
 /// one is cut). A request joins the `recent_convs` most recent conversations when it completes.
 /// Requests move through a pipeline of `inflight` slots: half loading (`L` seen, waiting for

@@ -2,13 +2,11 @@
 
 use std::collections::VecDeque;
 
-use super::config::{BlockRange, GeneratorConfig, GeneratorError};
+use super::cdf::{Cdf, probability_threshold};
+use super::config::{GeneratorConfig, GeneratorError};
 use super::header::Header;
 use super::record::{OwnedRecord, Record};
 use super::rng::{SplitMix64, mix64};
-
-/// 2^53: the scale of probability thresholds compared with [`SplitMix64::next_53`].
-const UNIT: u64 = 1 << 53;
 
 /// A request between its `L` and its `C`.
 #[derive(Debug)]
@@ -67,8 +65,11 @@ pub struct Generator {
     header: Header,
     rng: SplitMix64,
     prefix_salt: u64,
-    /// Cumulative Zipf thresholds in `0..=UNIT`, one per prefix; the last is `UNIT`.
-    zipf: Vec<u64>,
+    /// Prefix popularity.
+    zipf: Cdf,
+    prefix_blocks: Cdf,
+    suffix_blocks: Cdf,
+    turn_blocks: Cdf,
     followup_threshold: u64,
     next_rid: u64,
     loading: VecDeque<Request>,
@@ -96,7 +97,10 @@ impl Generator {
             header: config.header(),
             rng: SplitMix64::new(config.seed),
             prefix_salt: mix64(config.seed ^ 0x7072_6566_6978_6573),
-            zipf: zipf_thresholds(config.prefixes, config.zipf_s),
+            zipf: Cdf::zipf(config.prefixes, config.zipf_s),
+            prefix_blocks: Cdf::log_uniform(config.prefix_blocks),
+            suffix_blocks: Cdf::log_uniform(config.suffix_blocks),
+            turn_blocks: Cdf::log_uniform(config.turn_blocks),
             followup_threshold: probability_threshold(config.followup),
             next_rid: 0,
             loading: VecDeque::new(),
@@ -126,6 +130,21 @@ impl Generator {
     #[must_use]
     pub fn open_requests(&self) -> usize {
         self.loading.len() + self.storing.len()
+    }
+
+    /// The block hashes the generator has room for in its buffers (in flight, recent
+    /// conversations, spare): what its memory grows with. Bounded by about
+    /// `2 · (recent_convs + inflight + 2) · max_blocks` (a `Vec` may double its capacity),
+    /// whatever the number of requests.
+    #[must_use]
+    pub fn held_hashes(&self) -> usize {
+        let in_flight = self
+            .loading
+            .iter()
+            .chain(&self.storing)
+            .map(|r| r.blocks.capacity());
+        let kept = self.convs.iter().chain(&self.spare).map(Vec::capacity);
+        in_flight.chain(kept).sum()
     }
 
     /// An iterator of owned records (allocates one `Vec` per `L`; [`Generator::next_record`]
@@ -214,7 +233,7 @@ impl Generator {
         let max = self.config.max_blocks as usize;
         if !self.convs.is_empty() && self.rng.next_53() < self.followup_threshold {
             let index = self.rng.below(self.convs.len() as u64);
-            let turn = self.sample(self.config.turn_blocks);
+            let turn = to_usize(self.turn_blocks.sample(&mut self.rng));
             if let Some(conv) = usize::try_from(index).ok().and_then(|i| self.convs.get(i))
                 && conv.len() + turn <= max
             {
@@ -225,12 +244,12 @@ impl Generator {
                 return blocks;
             }
         }
-        let prefix = self.zipf_prefix();
+        let prefix = self.zipf.sample(&mut self.rng);
         let prefix_len = self.prefix_len(prefix).min(max);
         for i in 0..prefix_len {
             blocks.push(self.prefix_hash(prefix, i as u64));
         }
-        let suffix = self.sample(self.config.suffix_blocks);
+        let suffix = to_usize(self.suffix_blocks.sample(&mut self.rng));
         let suffix = suffix.min(max - prefix_len);
         for _ in 0..suffix {
             blocks.push(self.rng.next_u64());
@@ -238,27 +257,10 @@ impl Generator {
         blocks
     }
 
-    /// A count uniform in `range` (validated: `min <= max`).
-    fn sample(&mut self, range: BlockRange) -> usize {
-        let span = u64::from(range.max - range.min) + 1;
-        let value = u64::from(range.min) + self.rng.below(span);
-        usize::try_from(value).unwrap_or(usize::MAX)
-    }
-
-    /// A prefix index with Zipf popularity (0 is the most popular).
-    fn zipf_prefix(&mut self) -> u64 {
-        let u = self.rng.next_53();
-        let index = self.zipf.partition_point(|&t| t <= u);
-        (index.min(self.zipf.len().saturating_sub(1))) as u64
-    }
-
-    /// The length of prefix `p`, derived from the seed and `p`.
+    /// The length of prefix `p`: a log-uniform draw fixed by the seed and `p`.
     fn prefix_len(&self, prefix: u64) -> usize {
-        let range = self.config.prefix_blocks;
-        let span = u128::from(range.max - range.min) + 1;
-        let draw = u128::from(mix64(self.prefix_salt ^ mix64(prefix)));
-        let offset = ((draw * span) >> 64) as u64;
-        usize::try_from(u64::from(range.min) + offset).unwrap_or(usize::MAX)
+        let u = mix64(self.prefix_salt ^ mix64(prefix)) >> 11;
+        to_usize(self.prefix_blocks.at(u))
     }
 
     /// Block `i` of prefix `p`.
@@ -270,34 +272,9 @@ impl Generator {
     }
 }
 
-/// `p · 2^53`, exact for `p` in `0..=1`; a draw of [`SplitMix64::next_53`] below it has
-/// probability `p`.
-fn probability_threshold(p: f64) -> u64 {
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "p is validated to 0..=1, so p * 2^53 is an exact integer-valued f64 in 0..=2^53"
-    )]
-    let t = (p * UNIT as f64) as u64;
-    t.min(UNIT)
-}
-
-/// The cumulative Zipf thresholds of `n` ranks with exponent `s`, scaled to `0..=UNIT`, the last
-/// forced to `UNIT` so every draw lands on a rank.
-fn zipf_thresholds(n: u32, s: f64) -> Vec<u64> {
-    let weights: Vec<f64> = (1..=n).map(|k| f64::from(k).powf(-s)).collect();
-    let total: f64 = weights.iter().sum();
-    let mut sum = 0.0;
-    let mut out: Vec<u64> = weights
-        .iter()
-        .map(|w| {
-            sum += w;
-            probability_threshold((sum / total).min(1.0))
-        })
-        .collect();
-    if let Some(last) = out.last_mut() {
-        *last = UNIT;
-    }
-    out
+/// A block count as `usize` (counts are at most 65,536).
+fn to_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
 }
 
 /// The generator's records as owned values: see [`Generator::into_owned_records`].
