@@ -500,6 +500,42 @@ fn key() -> impl Strategy<Value = BlockKey> {
     (0u64..4, 0u32..2).prop_map(|(h, g)| BlockKey::new(h, g))
 }
 
+/// A `cache_full_blocks` call that passes validation most of the time: keys as long as the
+/// blocks, `num_cached < num_full <= len`, and a mask (when any) of the right length.
+fn valid_cache(n: u32) -> impl Strategy<Value = PoolOp> {
+    (
+        prop::collection::vec((1..n.max(2), key()), 1..6),
+        any::<bool>(),
+    )
+        .prop_flat_map(|(pairs, masked)| {
+            let len = pairs.len() as u32;
+            (Just(pairs), Just(masked), 1..=len).prop_flat_map(|(pairs, masked, full)| {
+                (Just(pairs), Just(masked), Just(full), 0..full)
+            })
+        })
+        .prop_flat_map(|(pairs, masked, full, cached)| {
+            let mask_len = (full - cached) as usize;
+            let mask = if masked {
+                prop::collection::vec(any::<bool>(), mask_len)
+                    .prop_map(Some)
+                    .boxed()
+            } else {
+                Just(None).boxed()
+            };
+            (Just(pairs), Just(full), Just(cached), mask, 1u32..4)
+        })
+        .prop_map(
+            |(pairs, full, cached, mask, block_size)| PoolOp::CacheFull {
+                blocks: pairs.iter().map(|p| p.0).collect(),
+                keys: pairs.iter().map(|p| p.1).collect(),
+                num_cached: cached,
+                num_full: full,
+                block_size,
+                mask,
+            },
+        )
+}
+
 fn op(n: u32) -> impl Strategy<Value = PoolOp> {
     let cache = (
         prop::collection::vec(0..=n, 0..6),
@@ -523,7 +559,8 @@ fn op(n: u32) -> impl Strategy<Value = PoolOp> {
         4 => (0..=n).prop_map(PoolOp::GetNew),
         3 => ids(n).prop_map(PoolOp::Touch),
         4 => ids(n).prop_map(PoolOp::Free),
-        4 => cache,
+        2 => cache,
+        4 => valid_cache(n),
         1 => ids(n).prop_map(PoolOp::Evict),
         1 => Just(PoolOp::Reset),
         1 => Just(PoolOp::TakeEvents),
@@ -544,6 +581,47 @@ fn scenario() -> impl Strategy<Value = (u32, bool, u32, Vec<PoolOp>)> {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
+    /// Dense key-index churn: every block held, then blocks re-keyed and evicted one by one
+    /// over a tiny key space, so keys share long chains and (in small pools) buckets.
+    #[test]
+    fn key_index_matches_model(
+        (n, ops) in (2u32..40).prop_flat_map(|n| {
+            let rekey = (1..n, 0u64..5).prop_map(|(b, h)| (b, Some(h)));
+            let evict = (1..n).prop_map(|b| (b, None));
+            (Just(n), prop::collection::vec(prop_oneof![3 => rekey, 1 => evict], 1..120))
+        })
+    ) {
+        let mut config = BlockPoolConfig::new(n, true);
+        config.enable_events = true;
+        config.event_capacity = 8;
+        let mut pool = BlockPool::<BlockKey>::new(config).unwrap();
+        let mut model = PoolModel::new(n, true, true, 8);
+        let all = PoolOp::GetNew(n - 1);
+        prop_assert_eq!(apply_pool(&mut pool, &all), model.apply(&all));
+        for &(b, h) in &ops {
+            let mut steps = vec![PoolOp::Evict(vec![b])];
+            if let Some(h) = h {
+                steps.push(PoolOp::CacheFull {
+                    blocks: vec![b],
+                    keys: vec![BlockKey::new(h, 0)],
+                    num_cached: 0,
+                    num_full: 1,
+                    block_size: 16,
+                    mask: None,
+                });
+            }
+            steps.push(PoolOp::TakeEvents);
+            for op in &steps {
+                prop_assert_eq!(apply_pool(&mut pool, op), model.apply(op), "op {:?}", op);
+            }
+            prop_assert_eq!(snapshot(&pool), model.snapshot());
+            for k in 0..5 {
+                let key = BlockKey::new(k, 0);
+                prop_assert_eq!(pool.get_one_block(&key), model.get_one_block(&key), "key {}", k);
+            }
+        }
+    }
+
     #[test]
     fn block_pool_matches_model((n, caching, cap, ops) in scenario()) {
         let mut config = BlockPoolConfig::new(n, caching);
@@ -551,6 +629,7 @@ proptest! {
         config.event_capacity = cap;
         let mut pool = BlockPool::<BlockKey>::new(config).unwrap();
         let mut model = PoolModel::new(n, caching, true, cap as usize);
+        let bytes = pool.heap_bytes();
         for op in &ops {
             let before = snapshot(&pool);
             let got = apply_pool(&mut pool, op);
@@ -567,6 +646,7 @@ proptest! {
             }
             let u = pool.usage().as_f64();
             prop_assert!((0.0..=1.0).contains(&u));
+            prop_assert_eq!(pool.heap_bytes(), bytes, "a table grew");
             prop_assert_eq!(pool.ref_count(0), Some(0));
             prop_assert!(!pool.free_queue().contains(0));
             for b in 1..n {

@@ -15,8 +15,9 @@
 //!
 //! Where vLLM asserts or would corrupt its lists (freeing a block that is not in use, a block
 //! id out of range, re-hashing a block), kvtier returns a typed error and changes nothing.
-//! Memory is allocated once by [`BlockPool::new`]: about 90 bytes per block with
-//! [`BlockKey`] keys.
+//! Memory is allocated once by [`BlockPool::new`] and never grows: 110 bytes per block with
+//! [`BlockKey`] keys at power-of-two sizes, half of it the hash index pre-sized for a key per
+//! block (see [`BlockPool::heap_bytes`]).
 
 mod error;
 mod index;
@@ -78,8 +79,7 @@ pub struct BlockPool<K> {
     // INVARIANT: a block other than the null block is in `queue` iff its `ref_cnt` is 0.
     queue: FreeQueue,
     ref_cnt: Vec<u32>,
-    // INVARIANT: `hashes[b] == Some(h)` iff `b` is in `index` under `h.key`; never for block 0.
-    hashes: Vec<Option<BlockHash<K>>>,
+    // Each block's hash and the key → blocks map. INVARIANT: block 0 never holds a hash.
     index: KeyIndex<K>,
     events: VecDeque<PoolEvent<K>>,
     dropped_events: u64,
@@ -116,7 +116,6 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
             config,
             queue,
             ref_cnt: try_filled_vec(n, 0).ok_or(fail)?,
-            hashes: try_filled_vec(n, None).ok_or(fail)?,
             index: KeyIndex::try_new(n).ok_or(fail)?,
             events,
             dropped_events: 0,
@@ -153,6 +152,18 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
         }
     }
 
+    /// Bytes of heap this pool holds (for memory accounting); fixed at construction, since
+    /// no table grows afterwards.
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        use core::mem::size_of;
+        self.queue.heap_bytes()
+            + self.ref_cnt.capacity() * size_of::<u32>()
+            + self.index.heap_bytes()
+            + self.events.capacity() * size_of::<PoolEvent<K>>()
+            + (self.to_front.capacity() + self.to_back.capacity()) * size_of::<u32>()
+    }
+
     /// The free queue, front (next handed out, first evicted) to back.
     #[must_use]
     pub fn free_queue(&self) -> &FreeQueue {
@@ -169,7 +180,7 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
     /// The hash a block holds, if any (`None` also when `block` is out of range).
     #[must_use]
     pub fn block_hash(&self, block: u32) -> Option<BlockHash<K>> {
-        self.hashes.get(block as usize).copied().flatten()
+        self.index.get(block)
     }
 
     /// The number of distinct keys in the prefix cache.
@@ -282,7 +293,7 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
             if count == 1 {
                 // A block reaches 0 at most once per call, so each list holds distinct blocks
                 // and never outgrows its reserved capacity.
-                if self.config.enable_caching && self.hashes[b as usize].is_some() {
+                if self.config.enable_caching && self.index.has_hash(b) {
                     self.to_back.push(b);
                 } else {
                     self.to_front.push(b);
@@ -358,12 +369,12 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
             if b == Self::NULL_BLOCK || !selected(j) {
                 continue;
             }
-            let Some(slot) = self.hashes.get(b as usize) else {
+            if b >= self.config.num_blocks {
                 return Err(CacheError::OutOfRange(self.out_of_range(b)));
-            };
+            }
             // A block repeated later in this call always gets more tokens than its earlier
             // entry, so checking against the state before the call is enough.
-            if let Some(h) = slot
+            if let Some(h) = self.index.get(b)
                 && h.num_tokens >= tokens(j)
             {
                 return Err(CacheError::AlreadyHashed {
@@ -378,11 +389,13 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
                 continue;
             }
             self.evict_hash(b);
-            self.hashes[b as usize] = Some(BlockHash {
-                key,
-                num_tokens: tokens(j),
-            });
-            self.index.insert(key, b);
+            self.index.insert(
+                b,
+                BlockHash {
+                    key,
+                    num_tokens: tokens(j),
+                },
+            );
         }
         if self.config.enable_events {
             for (j, (&b, &key)) in new_blocks.iter().zip(new_keys).enumerate() {
@@ -420,7 +433,6 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
             return false;
         }
         self.index.clear();
-        self.hashes.fill(None);
         self.push_event(PoolEvent::AllCleared);
         true
     }
@@ -468,8 +480,7 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
 
     /// Drops `block`'s hash, if any, from the block and the index, emitting `Removed`.
     fn evict_hash(&mut self, block: u32) {
-        if let Some(h) = self.hashes[block as usize].take() {
-            self.index.remove(&h.key, block);
+        if let Some(h) = self.index.remove(block) {
             self.push_event(PoolEvent::Removed { key: h.key, block });
         }
     }
