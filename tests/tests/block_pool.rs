@@ -508,7 +508,7 @@ fn valid_cache(n: u32) -> impl Strategy<Value = PoolOp> {
         any::<bool>(),
     )
         .prop_flat_map(|(pairs, masked)| {
-            let len = pairs.len() as u32;
+            let len = u32::try_from(pairs.len()).unwrap_or(1);
             (Just(pairs), Just(masked), 1..=len).prop_flat_map(|(pairs, masked, full)| {
                 (Just(pairs), Just(masked), Just(full), 0..full)
             })
