@@ -323,7 +323,7 @@ fn deprecated_values(payload: &Payload, def: &MetricDef) -> Option<[(&'static st
             .histogram(name, &[])
             .cloned()
             .or_else(|| Histogram::new(def.bounds).ok())
-            .map(Value::Histogram)
+            .map(|h| Value::Histogram(Box::new(h)))
     };
     let [load, store] = TRANSFER_TYPES;
     match def.name {

@@ -303,8 +303,35 @@ const TRANSFER_TYPE: &[&str] = &["transfer_type"];
 const SOURCE: &[&str] = &["source"];
 
 /// Every family kvtier knows, sorted by name (byte order).
+pub static CATALOGUE: [MetricDef; 30] = DEFS;
+
+/// The last (up to) eight bytes of a name as an integer. With the length, unique across the
+/// catalogue, so a lookup compares integers and confirms one candidate with one string
+/// comparison.
+const fn tail8(b: &[u8]) -> u64 {
+    let mut j = b.len().saturating_sub(8);
+    let mut v = 0u64;
+    while j < b.len() {
+        v = (v << 8) | b[j] as u64;
+        j += 1;
+    }
+    v
+}
+
+const fn tails_of(defs: &[MetricDef; 30]) -> [(usize, u64); 30] {
+    let mut out = [(0usize, 0u64); 30];
+    let mut i = 0;
+    while i < 30 {
+        out[i] = (defs[i].name.len(), tail8(defs[i].name.as_bytes()));
+        i += 1;
+    }
+    out
+}
+
+static TAILS: [(usize, u64); 30] = tails_of(&DEFS);
+
 #[rustfmt::skip]
-pub static CATALOGUE: [MetricDef; 30] = [
+const DEFS: [MetricDef; 30] = [
     def(CACHE_CONFIG_INFO, Gauge, Unit::Info, &CACHE_CONFIG_INFO_LABELS, &[],
         "Cache configuration of the engine as labels; the value is always 1."),
     def(EXTERNAL_PREFIX_CACHE_HITS, Counter, Unit::Tokens, &[], &[],
@@ -370,10 +397,17 @@ pub static CATALOGUE: [MetricDef; 30] = [
 /// Finds a family by its exact name.
 #[must_use]
 pub fn lookup(name: &str) -> Option<&'static MetricDef> {
+    lookup_bytes(name.as_bytes())
+}
+
+/// [`lookup`] on raw bytes (the wire decoder interns names before validating UTF-8).
+pub(crate) fn lookup_bytes(name: &[u8]) -> Option<&'static MetricDef> {
+    let key = (name.len(), tail8(name));
     CATALOGUE
-        .binary_search_by(|d| d.name.cmp(name))
-        .ok()
-        .and_then(|i| CATALOGUE.get(i))
+        .iter()
+        .zip(TAILS.iter())
+        .find(|(d, k)| **k == key && d.name.as_bytes() == name)
+        .map(|(d, _)| d)
 }
 
 /// Every family, in name order.
@@ -406,12 +440,15 @@ pub(crate) static KNOWN_LABEL_VALUES: [&str; 18] = [
 
 /// The `'static` copy of `value` if it is one of [`KNOWN_LABEL_VALUES`].
 pub(crate) fn known_label(value: &str) -> Option<&'static str> {
-    KNOWN_LABEL_VALUES.iter().copied().find(|k| *k == value)
+    known_label_bytes(value.as_bytes())
 }
 
-/// The `'static` copy of `name` if it names a catalogue family.
-pub(crate) fn known_name(name: &str) -> Option<&'static str> {
-    lookup(name).map(|d| d.name)
+/// [`known_label`] on raw bytes.
+pub(crate) fn known_label_bytes(value: &[u8]) -> Option<&'static str> {
+    KNOWN_LABEL_VALUES
+        .iter()
+        .copied()
+        .find(|k| k.as_bytes() == value)
 }
 
 #[cfg(test)]
@@ -423,6 +460,10 @@ mod tests {
         let names: alloc::vec::Vec<&str> = all().map(|d| d.name).collect();
         assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
         assert_eq!(names.len(), 30);
+        let mut tails: alloc::vec::Vec<(usize, u64)> = TAILS.to_vec();
+        tails.sort_unstable();
+        tails.dedup();
+        assert_eq!(tails.len(), 30, "name tails must be unique");
         for d in all() {
             assert_eq!(lookup(d.name), Some(d));
             assert_eq!(

@@ -43,6 +43,7 @@
 //! ```
 
 use alloc::borrow::Cow;
+use alloc::boxed::Box;
 use alloc::string::String;
 use alloc::vec::Vec;
 use core::cmp::Ordering;
@@ -108,6 +109,13 @@ impl Gauge {
         Some(Gauge { num, den: den / g })
     }
 
+    /// `num / den` when it is already in lowest terms with `den ≥ 1` (the canonical form),
+    /// else `None`.
+    #[must_use]
+    pub fn from_lowest_terms(num: i64, den: u64) -> Option<Self> {
+        (den != 0 && gcd(num.unsigned_abs(), den) == 1).then_some(Gauge { num, den })
+    }
+
     /// `part / whole` as a usage fraction: 0 when `whole` is 0 (as vLLM reports an empty
     /// pool). A reduced numerator above `i64::MAX` saturates (no pool is that large).
     #[must_use]
@@ -153,17 +161,13 @@ impl fmt::Display for Gauge {
 
 /// The value of one series.
 #[derive(Clone, Debug, PartialEq, Eq)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "histograms stay inline so a decoded payload is one allocation"
-)]
 pub enum Value {
     /// A counter increment (times in nanoseconds).
     Counter(u64),
     /// A gauge snapshot.
     Gauge(Gauge),
-    /// Histogram observations.
-    Histogram(Histogram),
+    /// Histogram observations (boxed: a histogram is ~300 bytes, the other values 16).
+    Histogram(Box<Histogram>),
 }
 
 impl Value {
@@ -211,10 +215,20 @@ pub(crate) fn intern_label(value: &str) -> Text {
     }
 }
 
-pub(crate) fn intern_name(name: &str) -> Text {
-    match catalogue::known_name(name) {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(String::from(name)),
+/// A name from raw bytes: the catalogue's `'static` copy when it is one (no UTF-8 check
+/// needed), else an owned copy of the validated text.
+pub(crate) fn intern_name_bytes(raw: &[u8]) -> Result<Text, core::str::Utf8Error> {
+    match catalogue::lookup_bytes(raw) {
+        Some(d) => Ok(Cow::Borrowed(d.name)),
+        None => core::str::from_utf8(raw).map(|s| Cow::Owned(String::from(s))),
+    }
+}
+
+/// A label value from raw bytes, borrowed when it is a known value.
+pub(crate) fn intern_label_bytes(raw: &[u8]) -> Result<Text, core::str::Utf8Error> {
+    match catalogue::known_label_bytes(raw) {
+        Some(s) => Ok(Cow::Borrowed(s)),
+        None => core::str::from_utf8(raw).map(|s| Cow::Owned(String::from(s))),
     }
 }
 
@@ -680,7 +694,7 @@ impl Payload {
     #[must_use]
     pub fn histogram(&self, name: &str, labels: &[&str]) -> Option<&Histogram> {
         match self.get(name, labels) {
-            Some(Value::Histogram(h)) => Some(h),
+            Some(Value::Histogram(h)) => Some(&**h),
             _ => None,
         }
     }
@@ -819,7 +833,7 @@ impl Payload {
                 let mut h =
                     Histogram::new(def.bounds).map_err(|_| UpdateError::UnknownHistogram)?;
                 h.observe(value);
-                self.insert_at(i, name, labels, Value::Histogram(h))
+                self.insert_at(i, name, labels, Value::Histogram(Box::new(h)))
             }
         }
     }
@@ -843,7 +857,12 @@ impl Payload {
                 }
                 _ => Ok(()),
             },
-            Err(i) => self.insert_at(i, name, labels, Value::Histogram(histogram.clone())),
+            Err(i) => self.insert_at(
+                i,
+                name,
+                labels,
+                Value::Histogram(Box::new(histogram.clone())),
+            ),
         }
     }
 

@@ -68,7 +68,8 @@ use super::MetricKind;
 use super::histogram::{Histogram, MAX_BOUNDS};
 use super::payload::{
     Gauge, InfoSeries, InfoValue, Labels, MAX_INFO_LABELS, MAX_INFO_SERIES, MAX_LABEL_LEN,
-    MAX_LABELS, MAX_NAME_LEN, MAX_SERIES, Payload, Series, Text, Value, intern_label, intern_name,
+    MAX_LABELS, MAX_NAME_LEN, MAX_SERIES, Payload, Series, Text, Value, intern_label,
+    intern_label_bytes, intern_name_bytes,
 };
 
 /// The format version this module writes and reads.
@@ -471,12 +472,23 @@ impl<'a> Reader<'a> {
             .ok_or(DecodeError::LimitExceeded(limit))
     }
 
-    fn text(&mut self, max: usize, limit: Limit) -> Result<&'a str, DecodeError> {
+    fn raw_text(&mut self, max: usize, limit: Limit) -> Result<&'a [u8], DecodeError> {
         let len = self.count(max, limit)?;
         let end = self.pos.checked_add(len).ok_or(DecodeError::Truncated)?;
         let bytes = self.buf.get(self.pos..end).ok_or(DecodeError::Truncated)?;
         self.pos = end;
+        Ok(bytes)
+    }
+
+    fn text(&mut self, max: usize, limit: Limit) -> Result<&'a str, DecodeError> {
+        let bytes = self.raw_text(max, limit)?;
         core::str::from_utf8(bytes).map_err(|_| DecodeError::InvalidUtf8)
+    }
+
+    /// A label value or info text, borrowed when it is a known value.
+    fn label(&mut self) -> Result<Text, DecodeError> {
+        let raw = self.raw_text(MAX_LABEL_LEN, Limit::LabelLen)?;
+        intern_label_bytes(raw).map_err(|_| DecodeError::InvalidUtf8)
     }
 
     fn remaining(&self) -> usize {
@@ -499,11 +511,9 @@ fn read_value(r: &mut Reader<'_>, kind: MetricKind) -> Result<Value, DecodeError
         MetricKind::Gauge => {
             let num = unzigzag(r.varint()?);
             let den = r.varint()?;
-            let g = Gauge::ratio(num, den).ok_or(DecodeError::InvalidGauge)?;
-            if g.numerator() != num || g.denominator() != den {
-                return Err(DecodeError::InvalidGauge);
-            }
-            Ok(Value::Gauge(g))
+            Gauge::from_lowest_terms(num, den)
+                .map(Value::Gauge)
+                .ok_or(DecodeError::InvalidGauge)
         }
         MetricKind::Histogram => {
             let nb = r.count(MAX_BOUNDS, Limit::Bounds)?;
@@ -519,7 +529,7 @@ fn read_value(r: &mut Reader<'_>, kind: MetricKind) -> Result<Value, DecodeError
             }
             let sum = r.varint()?;
             Histogram::from_buckets(bounds, counts, sum)
-                .map(Value::Histogram)
+                .map(|h| Value::Histogram(alloc::boxed::Box::new(h)))
                 .map_err(|_| DecodeError::InvalidHistogram)
         }
     }
@@ -538,7 +548,7 @@ fn read_info_series(r: &mut Reader<'_>) -> Result<InfoSeries, DecodeError> {
             1 => InfoValue::Bool(false),
             2 => InfoValue::Bool(true),
             3 => InfoValue::Int(unzigzag(r.varint()?)),
-            4 => InfoValue::Text(intern_label(r.text(MAX_LABEL_LEN, Limit::LabelLen)?)),
+            4 => InfoValue::Text(r.label()?),
             t => return Err(DecodeError::UnknownInfoTag(t)),
         };
         pairs.push((intern_label(key), value));
@@ -560,13 +570,14 @@ pub fn decode(bytes: &[u8]) -> Result<Payload, DecodeError> {
     let total = r.count(MAX_SERIES, Limit::Series)?;
     // Each series takes at least two bytes, which bounds the allocation by the input size too.
     let mut series: Vec<Series> = Vec::with_capacity(total.min(r.remaining() / 2));
-    let mut prev_name: Option<&str> = None;
+    let mut prev_name: Option<&[u8]> = None;
     while series.len() < total {
-        let name = r.text(MAX_NAME_LEN, Limit::NameLen)?;
-        if prev_name.is_some_and(|p| p >= name) {
+        let raw_name = r.raw_text(MAX_NAME_LEN, Limit::NameLen)?;
+        // Byte order is `str` order, so the check needs no UTF-8 decoding.
+        if prev_name.is_some_and(|p| p >= raw_name) {
             return Err(DecodeError::NotSorted);
         }
-        prev_name = Some(name);
+        prev_name = Some(raw_name);
         let kind = read_kind(r.byte()?)?;
         let count = r.varint()?;
         let fits = usize::try_from(count)
@@ -576,15 +587,14 @@ pub fn decode(bytes: &[u8]) -> Result<Payload, DecodeError> {
         if count == 0 || !fits {
             return Err(DecodeError::SeriesCountMismatch);
         }
-        let name = intern_name(name);
+        let name = intern_name_bytes(raw_name).map_err(|_| DecodeError::InvalidUtf8)?;
         let family_start = series.len();
         for _ in 0..count {
             let nl = r.count(MAX_LABELS, Limit::Labels)?;
             let mut labels = Labels::new();
             for _ in 0..nl {
-                let l = r.text(MAX_LABEL_LEN, Limit::LabelLen)?;
                 labels
-                    .push(intern_label(l))
+                    .push(r.label()?)
                     .map_err(|_| DecodeError::LimitExceeded(Limit::Labels))?;
             }
             if series.len() > family_start
