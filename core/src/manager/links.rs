@@ -46,6 +46,11 @@ impl Links {
         self.next[i as usize]
     }
 
+    #[inline]
+    pub(crate) fn prev(&self, i: u32) -> u32 {
+        self.prev[i as usize]
+    }
+
     /// Appends unlinked node `i` at the tail of `list`.
     #[inline]
     pub(crate) fn push_back(&mut self, list: &mut List, i: u32) {

@@ -40,6 +40,9 @@ pub(crate) struct Lru {
     n: u32,
     next_rank: u64,
     generation: u64,
+    /// Where eviction scans start: every node before it is pinned, pending or an anchor
+    /// (NIL: scan from the head). Keeps eviction from re-walking the in-flight chunks.
+    hint: u32,
 }
 
 impl Lru {
@@ -53,6 +56,35 @@ impl Lru {
             n,
             next_rank: 0,
             generation: 0,
+            hint: NIL,
+        }
+    }
+
+    /// Unlinks node `i`, moving the scan hint back to its predecessor if it pointed at `i`.
+    #[inline]
+    fn unlink(&mut self, i: u32) {
+        if self.hint == i {
+            self.hint = self.links.prev(i);
+        }
+        self.links.unlink(&mut self.order, i);
+    }
+
+    /// `rank(a) < rank(b)` for linked nodes (anchors sort before their request's chunks).
+    #[inline]
+    fn ranks_before<K: OffloadKey>(&self, a: u32, b: u32, keys: &[K]) -> bool {
+        let ra = (self.major[a as usize], self.minor[a as usize]);
+        let rb = (self.major[b as usize], self.minor[b as usize]);
+        if ra != rb {
+            return ra < rb;
+        }
+        a < self.n && b < self.n && keys[a as usize] < keys[b as usize]
+    }
+
+    /// Slot `slot` just became idle (evictable): keep the scan hint at or before it.
+    #[inline]
+    pub(crate) fn on_evictable<K: OffloadKey>(&mut self, slot: u32, keys: &[K]) {
+        if self.hint != NIL && self.ranks_before(slot, self.hint, keys) {
+            self.hint = slot;
         }
     }
 
@@ -82,7 +114,7 @@ impl Lru {
     /// Unlinks a finished or dropped request's anchor.
     pub(crate) fn release_request(&mut self, rank: &mut RequestRank, req_index: u32) {
         if rank.major != 0 && rank.generation == self.generation {
-            self.links.unlink(&mut self.order, self.n + req_index);
+            self.unlink(self.n + req_index);
         }
         *rank = RequestRank::default();
     }
@@ -130,7 +162,7 @@ impl Lru {
 
     /// Forgets a chunk (failed store or eviction).
     pub(crate) fn remove(&mut self, slot: u32) {
-        self.links.unlink(&mut self.order, slot);
+        self.unlink(slot);
     }
 
     /// Gives resident `slot` a fresh (largest) rank.
@@ -138,7 +170,10 @@ impl Lru {
         let m = self.fresh_major();
         self.major[slot as usize] = m;
         self.minor[slot as usize] = 0;
-        self.links.to_back(&mut self.order, slot);
+        if self.order.tail != slot {
+            self.unlink(slot);
+            self.links.push_back(&mut self.order, slot);
+        }
     }
 
     /// Allocates the request's rank if needed (vLLM does this on every access batch with at
@@ -161,7 +196,7 @@ impl Lru {
         if (self.major[slot as usize], self.minor[slot as usize]) >= new {
             return;
         }
-        self.links.unlink(&mut self.order, slot);
+        self.unlink(slot);
         self.major[slot as usize] = new.0;
         self.minor[slot as usize] = new.1;
         self.place_in_bucket(slot, self.n + req_index, keys);
@@ -179,12 +214,21 @@ impl Lru {
         out: &mut Vec<u32>,
     ) -> bool {
         let start = out.len();
-        let mut at = self.order.head;
+        let mut at = if self.hint == NIL {
+            self.order.head
+        } else {
+            self.hint
+        };
         let mut found = 0;
+        let mut first_idle_kept = NIL;
         while at != NIL && found < need {
-            if at < self.n && ref_cnt[at as usize] == 0 && stamps[at as usize] != stamp {
-                out.push(at);
-                found += 1;
+            if at < self.n && ref_cnt[at as usize] == 0 {
+                if stamps[at as usize] != stamp {
+                    out.push(at);
+                    found += 1;
+                } else if first_idle_kept == NIL {
+                    first_idle_kept = at;
+                }
             }
             at = self.links.next(at);
         }
@@ -192,15 +236,28 @@ impl Lru {
             out.truncate(start);
             return false;
         }
+        // Everything scanned before the first idle chunk kept (or before the node after the
+        // last victim) is pinned, pending or an anchor.
+        let new_hint = if first_idle_kept == NIL {
+            at
+        } else {
+            first_idle_kept
+        };
         for &slot in &out[start..] {
             self.links.unlink(&mut self.order, slot);
         }
+        self.hint = if new_hint == NIL {
+            self.order.tail
+        } else {
+            new_hint
+        };
         true
     }
 
     /// Forgets everything; ranks restart at 1 and every request's rank becomes stale.
     pub(crate) fn clear(&mut self) {
         self.order = List::EMPTY;
+        self.hint = NIL;
         self.next_rank = 0;
         self.generation += 1;
     }

@@ -377,6 +377,9 @@ impl<K: OffloadKey> OffloadManager<K> {
             if self.chunks.ref_cnt(s) == 0 && self.chunks.stamps()[s as usize] != u32::MAX {
                 self.evictable += 1;
                 self.chunks.set_stamp(s, u32::MAX);
+                if let Policy::Lru(lru) = &mut self.policy {
+                    lru.on_evictable(s, self.chunks.keys());
+                }
             }
         }
         for &s in &self.s_slot {
@@ -614,6 +617,9 @@ impl<K: OffloadKey> OffloadManager<K> {
             if success {
                 self.chunks.set_ref_cnt(s, 0);
                 self.evictable += 1;
+                if let Policy::Lru(lru) = &mut self.policy {
+                    lru.on_evictable(s, self.chunks.keys());
+                }
             } else {
                 match &mut self.policy {
                     Policy::Lru(lru) => lru.remove(s),
