@@ -538,6 +538,9 @@ pub struct Model {
     events_dropped: (u64, u64),
     requests: Vec<Request>,
     handles: [Option<usize>; SLOTS],
+    /// kvtier's known divergence: a request's positions are forgotten when its state is
+    /// renewed after `reset_cache` (vLLM keeps them in the request context).
+    forget_positions_on_reset: bool,
 }
 
 impl Model {
@@ -559,7 +562,19 @@ impl Model {
             events_dropped: (0, 0),
             requests: Vec::new(),
             handles: [None; SLOTS],
+            forget_positions_on_reset: false,
         }
+    }
+
+    /// The model with kvtier's current handling of a request that lives across `reset_cache`:
+    /// the first store or load after the reset renews the request's state *and forgets the
+    /// end-token positions given before the reset*, where vLLM keeps them (they live in its
+    /// request context, set once per key by the connector). Only a caller that omits positions
+    /// after a reset sees the difference.
+    #[must_use]
+    pub fn forgetting_positions_on_reset(mut self) -> Self {
+        self.forget_positions_on_reset = true;
+        self
     }
 
     /// The model's observable state.
@@ -615,7 +630,11 @@ impl Model {
     /// vLLM's `_get_request_cache_access`: state from an older cache generation is replaced.
     fn access(&mut self, r: usize) -> &mut Access {
         let generation = self.cache_generation;
-        let a = &mut self.requests[r].access;
+        let req = &mut self.requests[r];
+        if req.access.generation != generation && self.forget_positions_on_reset {
+            req.positions.clear();
+        }
+        let a = &mut req.access;
         if a.generation != generation {
             *a = Access {
                 generation,
@@ -767,12 +786,12 @@ impl Model {
     ) -> Result<Option<StoreDecision>, Failure> {
         Self::check_positions(keys, positions)?;
         let r = self.live(slot).ok_or(Failure::UnknownRequest)?;
+        self.access(r);
         for (index, k) in keys.iter().enumerate() {
             if keys[..index].contains(k) {
                 return Err(Failure::DuplicateKey { index });
             }
         }
-        self.access(r);
         self.set_positions(r, keys, positions);
         // 1. The tracker counts the whole offer.
         if self.cfg.filter() {
@@ -898,6 +917,7 @@ impl Model {
     ) -> Result<Vec<u32>, Failure> {
         Self::check_positions(keys, positions)?;
         let r = self.live(slot).ok_or(Failure::UnknownRequest)?;
+        self.access(r);
         for (index, k) in keys.iter().enumerate() {
             match self.chunks.get(k) {
                 None => return Err(Failure::NotPresent { index }),
