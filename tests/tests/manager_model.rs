@@ -76,7 +76,7 @@ fn keys_and_positions() -> impl Strategy<Value = (Vec<u8>, Option<Vec<u64>>)> {
 }
 
 fn slot() -> impl Strategy<Value = u8> {
-    0u8..u8::try_from(SLOTS).unwrap()
+    0u8..u8::try_from(SLOTS).expect("few slots")
 }
 
 fn op() -> impl Strategy<Value = Op> {
@@ -180,7 +180,7 @@ fn check_state(real: &Real, snap: &Snapshot, cap: u32) -> Result<(), TestCaseErr
 fn run_lru(cfg: Config, ops: Vec<(Op, bool)>) -> Result<(), TestCaseError> {
     // Until kvtier keeps positions across reset_cache (see the ignored test below).
     let mut model = Model::new(cfg).forgetting_positions_on_reset();
-    let mut real = Real::new(&cfg).unwrap();
+    let mut real = Real::new(&cfg).expect("valid config");
     for (step, (op, steered)) in ops.into_iter().enumerate() {
         let before = real.snapshot();
         let op = if steered { steer(op, &before) } else { op };
@@ -268,7 +268,7 @@ fn check_arc_store(
 }
 
 fn run_arc(cfg: Config, ops: Vec<(Op, bool)>) -> Result<(), TestCaseError> {
-    let mut real = Real::new(&cfg).unwrap();
+    let mut real = Real::new(&cfg).expect("valid config");
     for (step, (op, steered)) in ops.into_iter().enumerate() {
         let before = real.snapshot();
         let op = if steered { steer(op, &before) } else { op };
