@@ -874,7 +874,7 @@ impl<K: OffloadKey> OffloadManager<K> {
         let generation = self.cache_generation;
         let st = self.requests.get_mut(req)?;
         if st.cache_gen != generation {
-            st.clear();
+            st.reset_access();
             st.cache_gen = generation;
         }
         Ok(())

@@ -101,6 +101,17 @@ impl<K: OffloadKey> RequestState<K> {
         self.rank = RequestRank::default();
     }
 
+    /// Forgets what the request observed (a cache reset) but keeps the end-token positions,
+    /// which belong to the request itself (vLLM keeps them on the request context).
+    pub(crate) fn reset_access(&mut self) {
+        for e in &mut self.entries {
+            e.flags = 0;
+            e.seq = u32::MAX;
+        }
+        self.seen = 0;
+        self.rank = RequestRank::default();
+    }
+
     /// The entry index of `key`, creating an unseen entry if needed.
     pub(crate) fn entry(&mut self, key: K, hasher: FixedState) -> u32 {
         let h = hasher.hash_one(key);
