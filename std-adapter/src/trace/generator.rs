@@ -42,11 +42,12 @@ enum Phase {
 ///
 /// Shared prefix `p` (ranked by Zipf popularity) has hashes derived from the seed, `p` and the
 /// block index by [`mix64`], so prefixes take no memory; every other block hash is a fresh
-/// [`SplitMix64`] draw. Memory is bounded by the parameters, not by `requests`: at most
-/// `(recent_convs + inflight + 1) · max_blocks` hashes and `prefixes` Zipf thresholds.
+/// [`SplitMix64`] draw. Memory is bounded by the parameters, not by `requests`: about
+/// `(recent_convs + inflight + 2) · max_blocks` hashes (see [`Generator::held_hashes`]), one
+/// threshold per prefix and one per count of each block range.
 ///
-/// The Zipf thresholds are computed once with `f64::powf`; every decision after that is
-/// integer. The stream depends only on the config (no clock, no global state, no dependency's
+/// The Zipf and log-uniform thresholds are computed once with `f64::powf` and `f64::ln`;
+/// every decision after that is an integer comparison. The stream depends only on the config (no clock, no global state, no dependency's
 /// RNG), so `kvtier replay` with no trace replays the same workload on every run.
 ///
 /// ```
