@@ -11,6 +11,10 @@
 //! `prompt_tokens_cached_by_source` counters. In vLLM's dict, histograms are the raw observation
 //! lists of the step (2 loads, 3 stores, 1 allocation, 8 sync lookups, 1 deferred lookup), and
 //! times and gauges are Python floats.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 use std::collections::BTreeMap;
 

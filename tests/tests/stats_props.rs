@@ -1,6 +1,10 @@
 //! Property tests of the stats payload against the vLLM-dict reference model
 //! (`kvtier_tests::stats_model`): updates, `aggregate` (associative, latest gauge wins, info
 //! survives, errors change nothing) and `reduce`.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 use kvtier_core::stats::Payload;
 use kvtier_tests::stats_model::{ModelPayload, StatsOp, apply_to_payload, assert_matches};

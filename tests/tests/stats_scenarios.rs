@@ -1,5 +1,9 @@
 //! Scenario ports of spec (c) C11 (OffloadingConnectorStats) and C12 (SimpleCPUOffloadStats),
 //! plus the Prometheus exposition of such payloads.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 use std::collections::BTreeMap;
 

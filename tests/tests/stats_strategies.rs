@@ -1,6 +1,6 @@
 //! Proptest strategies for stats payloads, shared by `stats_props` and `wire_props` through
 //! `#[path]` (this file also builds as an empty test target).
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use kvtier_core::stats::Payload;
 use kvtier_core::stats::catalogue::{

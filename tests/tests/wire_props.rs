@@ -1,5 +1,9 @@
 //! Property and edge tests of `stats::wire`: round trips, truncation, canonical-only decoding,
 //! hostile bytes, and the exact bytes of a small payload.
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
 
 use kvtier_core::stats::catalogue::SIMPLE_SAVE_OUTCOMES;
 use kvtier_core::stats::wire::{self, DecodeError, EncodeError};
