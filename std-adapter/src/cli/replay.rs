@@ -73,6 +73,8 @@ pub struct ReplayReport {
     pub counts: ReplayCounts,
     /// Chunks resident at the end (allocated − free).
     pub resident_blocks: u32,
+    /// Heap bytes the manager holds (fixed at construction, plus warm per-request buffers).
+    pub manager_heap_bytes: u64,
     /// The policy name.
     pub policy: &'static str,
     /// The tier size in chunks.
@@ -216,6 +218,7 @@ where
         source: name,
         counts,
         resident_blocks: replayer.manager().allocated(),
+        manager_heap_bytes: replayer.manager().heap_bytes() as u64,
         policy: args.policy_kind().name(),
         capacity,
         store_threshold: args.store_threshold,
@@ -227,6 +230,15 @@ where
 impl ReplayArgs {
     fn policy_kind(&self) -> PolicyKind {
         self.policy.into()
+    }
+}
+
+#[expect(clippy::cast_precision_loss, reason = "a size for people")]
+fn per_chunk(r: &ReplayReport) -> f64 {
+    if r.capacity == 0 {
+        0.0
+    } else {
+        r.manager_heap_bytes as f64 / f64::from(r.capacity)
     }
 }
 
@@ -251,6 +263,7 @@ pub fn human(r: &ReplayReport) -> String {
          stopped at pending    {pend:>14}\n\
          stores skipped        {skipped:>14}\n\
          resident blocks       {resident:>14}\n\
+         manager heap          {heap:>14} bytes ({per:.1} per chunk)\n\
          hit digest            {digest:>14}\n\
          \n\
          wall time             {wall:>12.3} s\n\
@@ -270,6 +283,8 @@ pub fn human(r: &ReplayReport) -> String {
         fail = c.store_failures,
         pend = c.stopped_at_pending,
         resident = r.resident_blocks,
+        heap = r.manager_heap_bytes,
+        per = per_chunk(r),
         digest = format!("{:016x}", c.digest),
         wall = r.wall_s,
         rate = r.request_blocks_per_s / 1e6,
