@@ -538,9 +538,6 @@ pub struct Model {
     events_dropped: (u64, u64),
     requests: Vec<Request>,
     handles: [Option<usize>; SLOTS],
-    /// kvtier's known divergence: a request's positions are forgotten when its state is
-    /// renewed after `reset_cache` (vLLM keeps them in the request context).
-    forget_positions_on_reset: bool,
 }
 
 impl Model {
@@ -562,19 +559,7 @@ impl Model {
             events_dropped: (0, 0),
             requests: Vec::new(),
             handles: [None; SLOTS],
-            forget_positions_on_reset: false,
         }
-    }
-
-    /// The model with kvtier's current handling of a request that lives across `reset_cache`:
-    /// the first store or load after the reset renews the request's state *and forgets the
-    /// end-token positions given before the reset*, where vLLM keeps them (they live in its
-    /// request context, set once per key by the connector). Only a caller that omits positions
-    /// after a reset sees the difference.
-    #[must_use]
-    pub fn forgetting_positions_on_reset(mut self) -> Self {
-        self.forget_positions_on_reset = true;
-        self
     }
 
     /// The model's observable state.
@@ -630,11 +615,7 @@ impl Model {
     /// vLLM's `_get_request_cache_access`: state from an older cache generation is replaced.
     fn access(&mut self, r: usize) -> &mut Access {
         let generation = self.cache_generation;
-        let req = &mut self.requests[r];
-        if req.access.generation != generation && self.forget_positions_on_reset {
-            req.positions.clear();
-        }
-        let a = &mut req.access;
+        let a = &mut self.requests[r].access;
         if a.generation != generation {
             *a = Access {
                 generation,

@@ -178,8 +178,7 @@ fn check_state(real: &Real, snap: &Snapshot, cap: u32) -> Result<(), TestCaseErr
 }
 
 fn run_lru(cfg: Config, ops: Vec<(Op, bool)>) -> Result<(), TestCaseError> {
-    // Until kvtier keeps positions across reset_cache (see the ignored test below).
-    let mut model = Model::new(cfg).forgetting_positions_on_reset();
+    let mut model = Model::new(cfg);
     let mut real = Real::new(&cfg).expect("valid config");
     for (step, (op, steered)) in ops.into_iter().enumerate() {
         let before = real.snapshot();
@@ -308,13 +307,11 @@ proptest! {
     }
 }
 
-/// Divergence from vLLM 0.33.0 found by the model (ignored until the core keeps positions): a
-/// request that lives across `reset_cache` keeps its end-token positions in vLLM (they sit in
-/// the request context, set once per key by the connector), so a key offered after the reset
-/// without positions still ranks `(request_rank, −position)`. kvtier forgets them when it
-/// renews the request's state and gives the key a fresh rank.
+/// A divergence the model found (fixed in the core): a request that lives across `reset_cache`
+/// keeps its end-token positions in vLLM (they sit in the request context, set once per key by
+/// the connector), so a key offered after the reset without positions still ranks
+/// `(request_rank, −position)` rather than a fresh rank.
 #[test]
-#[ignore = "kvtier forgets end-token positions across reset_cache (reported to the lead)"]
 fn positions_given_before_a_reset_still_rank_the_request() {
     use kvtier_core::BlockKey;
     use kvtier_core::manager::{ManagerConfig, OffloadManager};
