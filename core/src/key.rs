@@ -49,30 +49,6 @@ impl fmt::Display for BlockKey {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn from_vllm_bytes_reads_big_endian_modulo_2_64() {
-        // 9 hash bytes: the leading 0xff falls off modulo 2^64.
-        let bytes = [0xff, 0, 0, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 7];
-        assert_eq!(
-            BlockKey::from_vllm_bytes(&bytes),
-            Some(BlockKey::new(0x0102, 7))
-        );
-        assert_eq!(
-            BlockKey::from_vllm_bytes(&[0, 0, 0, 1]),
-            Some(BlockKey::new(0, 1))
-        );
-        assert_eq!(BlockKey::from_vllm_bytes(&[1, 2, 3]), None);
-        assert_eq!(
-            alloc::format!("{}", BlockKey::new(0xab, 2)),
-            "00000000000000ab/2"
-        );
-    }
-}
-
 /// What the manager needs of a key: cheap to copy, hashable, totally ordered, and able to say
 /// which KV-cache group it belongs to.
 ///
@@ -98,5 +74,29 @@ impl OffloadKey for u64 {
     #[inline]
     fn group(&self) -> u32 {
         0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn from_vllm_bytes_reads_big_endian_modulo_2_64() {
+        // 9 hash bytes: the leading 0xff falls off modulo 2^64.
+        let bytes = [0xff, 0, 0, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 7];
+        assert_eq!(
+            BlockKey::from_vllm_bytes(&bytes),
+            Some(BlockKey::new(0x0102, 7))
+        );
+        assert_eq!(
+            BlockKey::from_vllm_bytes(&[0, 0, 0, 1]),
+            Some(BlockKey::new(0, 1))
+        );
+        assert_eq!(BlockKey::from_vllm_bytes(&[1, 2, 3]), None);
+        assert_eq!(
+            alloc::format!("{}", BlockKey::new(0xab, 2)),
+            "00000000000000ab/2"
+        );
     }
 }

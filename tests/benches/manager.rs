@@ -4,6 +4,11 @@
 //! Run: `cargo bench -p kvtier-tests --bench manager`. Throughput is reported in
 //! request-blocks per second (divan's `items`).
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 use divan::{Bencher, counter::ItemsCount};
 use kvtier::replay::Replayer;
 use kvtier::trace::{Generator, GeneratorConfig, OwnedRecord};

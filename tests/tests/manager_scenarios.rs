@@ -1,6 +1,11 @@
 //! Scenario ports of `spec/vllm-semantics.md` (c): C1, C3, C4, C5, C7, C9, with vLLM 0.33.0's
 //! exact ids, victims, events and gauges.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{
     EventKind, LookupResult, ManagerConfig, ManagerStats, OffloadManager, PolicyKind, Ratio,

@@ -2,6 +2,11 @@
 //! manager run thousands of request cycles (store with eviction, load, touch, finish, events,
 //! stats) under both policies with the reuse filter on.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 

@@ -1,6 +1,11 @@
 //! Replays the sample traces under every row of `expected.tsv` (vLLM 0.33.0's own results) and
 //! matches every column exactly.
 
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
 use std::fs::File;
 use std::io::BufReader;
 use std::path::PathBuf;
@@ -57,7 +62,7 @@ fn replay(row: &Row) -> Vec<(String, String)> {
     let mut reader = TraceReader::new(BufReader::new(file)).unwrap();
     while let Some(rec) = reader.next_record().unwrap() {
         replayer.apply(rec).unwrap();
-        if reader.records_read() % 61 == 0 {
+        if reader.records_read().is_multiple_of(61) {
             replayer.manager().check_invariants().unwrap();
         }
     }

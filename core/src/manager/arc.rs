@@ -85,12 +85,12 @@ impl<K: OffloadKey> Arc<K> {
             let delta = py_max_one(b2 / b1);
             let t = self.target + delta;
             self.target = if t <= cap { t } else { cap };
-            self.ghosts.links.to_back(&mut self.ghosts.b1, node);
+            self.ghosts.links.move_to_tail(&mut self.ghosts.b1, node);
         } else {
             let delta = py_max_one(b1 / b2);
             let t = self.target - delta;
             self.target = if t >= 0.0 { t } else { 0.0 };
-            self.ghosts.links.to_back(&mut self.ghosts.b2, node);
+            self.ghosts.links.move_to_tail(&mut self.ghosts.b2, node);
         }
     }
 
@@ -103,8 +103,8 @@ impl<K: OffloadKey> Arc<K> {
                     self.links.move_to_back(&mut self.t1, &mut self.t2, s);
                     self.which[s as usize] = T2;
                 }
-                T1 => self.links.to_back(&mut self.t1, s),
-                T2 => self.links.to_back(&mut self.t2, s),
+                T1 => self.links.move_to_tail(&mut self.t1, s),
+                T2 => self.links.move_to_tail(&mut self.t2, s),
                 _ => {}
             },
             None => self.adapt(key),
@@ -116,8 +116,8 @@ impl<K: OffloadKey> Arc<K> {
         let w = self.which[slot as usize];
         if insertion_only {
             match w {
-                T1 => self.links.to_back(&mut self.t1, slot),
-                T2 => self.links.to_back(&mut self.t2, slot),
+                T1 => self.links.move_to_tail(&mut self.t1, slot),
+                T2 => self.links.move_to_tail(&mut self.t2, slot),
                 _ => {}
             }
         } else if reused {
@@ -126,7 +126,7 @@ impl<K: OffloadKey> Arc<K> {
                     self.links.move_to_back(&mut self.t1, &mut self.t2, slot);
                     self.which[slot as usize] = T2;
                 }
-                T2 => self.links.to_back(&mut self.t2, slot),
+                T2 => self.links.move_to_tail(&mut self.t2, slot),
                 _ => {}
             }
         }
@@ -163,20 +163,20 @@ impl<K: OffloadKey> Arc<K> {
         let floor_target = libm::floor(self.target);
         for _ in 0..need {
             let mut pick = None;
-            if virtual_t1 >= floor_target {
-                if let Some(s) = next_eligible(&mut c1) {
-                    pick = Some(s);
-                    virtual_t1 -= 1.0;
-                }
+            if virtual_t1 >= floor_target
+                && let Some(s) = next_eligible(&mut c1)
+            {
+                pick = Some(s);
+                virtual_t1 -= 1.0;
             }
             if pick.is_none() {
                 pick = next_eligible(&mut c2);
             }
-            if pick.is_none() {
-                if let Some(s) = next_eligible(&mut c1) {
-                    pick = Some(s);
-                    virtual_t1 -= 1.0;
-                }
+            if pick.is_none()
+                && let Some(s) = next_eligible(&mut c1)
+            {
+                pick = Some(s);
+                virtual_t1 -= 1.0;
             }
             match pick {
                 Some(s) => out.push(s),

@@ -106,7 +106,7 @@ impl Links {
 
     /// Moves node `i`, linked in `list`, to its tail.
     #[inline]
-    pub(crate) fn to_back(&mut self, list: &mut List, i: u32) {
+    pub(crate) fn move_to_tail(&mut self, list: &mut List, i: u32) {
         if list.tail != i {
             self.unlink(list, i);
             self.push_back(list, i);
@@ -153,9 +153,9 @@ mod tests {
         assert_eq!(collect(&l, &a), [0, 1]);
         assert_eq!(collect(&l, &b), [3, 5]);
         assert_eq!((a.len, b.len, a.tail, b.head), (2, 2, 1, 3));
-        l.to_back(&mut a, 0);
+        l.move_to_tail(&mut a, 0);
         assert_eq!(collect(&l, &a), [1, 0]);
-        l.to_back(&mut a, 0);
+        l.move_to_tail(&mut a, 0);
         assert_eq!(collect(&l, &a), [1, 0]);
     }
 }

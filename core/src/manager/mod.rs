@@ -919,14 +919,14 @@ fn record_access<K: OffloadKey>(
             }
         }
     }
-    if !s_new.is_empty() {
-        if let Policy::Lru(lru) = policy {
-            let major = lru.begin_access(&mut st.rank, req_index);
-            for &e in s_new.iter() {
-                let entry = &st.entries[e as usize];
-                if let (Some(p), Some(slot)) = (entry.pos, chunks.find(&entry.key)) {
-                    lru.on_access(slot, p, major, req_index, chunks.keys());
-                }
+    if !s_new.is_empty()
+        && let Policy::Lru(lru) = policy
+    {
+        let major = lru.begin_access(&mut st.rank, req_index);
+        for &e in s_new.iter() {
+            let entry = &st.entries[e as usize];
+            if let (Some(p), Some(slot)) = (entry.pos, chunks.find(&entry.key)) {
+                lru.on_access(slot, p, major, req_index, chunks.keys());
             }
         }
     }

@@ -54,7 +54,7 @@ impl<K: OffloadKey> Tracker<K> {
         for key in keys {
             match self.find(key) {
                 Some(i) => {
-                    self.links.to_back(&mut self.lru, i);
+                    self.links.move_to_tail(&mut self.lru, i);
                     self.counts[i as usize] = self.counts[i as usize].saturating_add(1);
                     protected += 1;
                     counts_out.push(self.counts[i as usize]);

@@ -202,7 +202,7 @@ where
             .apply(rec)
             .map_err(|e| format!("record {}: {e}", n + 1))?;
         n += 1;
-        if count_requests && is_load && n % 4096 == 0 {
+        if count_requests && is_load && n.is_multiple_of(4096) {
             bar.set_position(replayer.counts().requests);
         }
     }
