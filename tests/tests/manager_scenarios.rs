@@ -8,8 +8,9 @@
 
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{
-    EventKind, LookupResult, ManagerConfig, ManagerStats, OffloadManager, PolicyKind, Ratio,
+    EventKind, LookupResult, ManagerConfig, ManagerStats, OffloadManager, PolicyKind,
 };
+use kvtier_core::stats::{Gauge, catalogue};
 
 fn k(i: u64) -> BlockKey {
     BlockKey::new(i, 0)
@@ -192,7 +193,8 @@ fn c4_usage_gauges_and_allocation_histogram() {
     let mut z = H::new(0);
     let s = z.m.get_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.0, 0.0, 0.0), None));
-    assert_eq!(s.usage(), Ratio { num: 0, den: 1 });
+    assert_eq!(s.usage(), Gauge::fraction(0, 0));
+    assert_eq!(s.usage().to_f64(), 0.0);
 
     let mut h = H::new(4);
     let s = h.m.get_stats();
@@ -201,7 +203,7 @@ fn c4_usage_gauges_and_allocation_histogram() {
     h.ps(&[1, 2]);
     let s = h.m.get_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.5, 0.5, 0.0), Some((1, 2))));
-    assert_eq!(s.usage(), Ratio { num: 2, den: 4 });
+    assert_eq!((s.usage().numerator(), s.usage().denominator()), (1, 2));
 
     h.ps(&[3, 4]);
     let s = h.m.get_stats();
@@ -224,6 +226,86 @@ fn c4_usage_gauges_and_allocation_histogram() {
         1,
         "1 chunk falls in the le=1 bucket"
     );
+}
+
+#[test]
+fn c4_through_the_stats_payload() {
+    let mut h = H::new(4);
+    h.ps(&[1, 2]);
+    let p = h.m.get_stats_payload();
+    let hist = p.histogram(catalogue::CPU_ALLOCATION_SIZE, &[]).unwrap();
+    assert_eq!((hist.count(), hist.sum()), (1, 2));
+    assert_eq!(
+        p.gauge(catalogue::CPU_CACHE_USAGE_PERC, &[])
+            .unwrap()
+            .to_f64(),
+        0.5
+    );
+    assert_eq!(
+        p.gauge(catalogue::CPU_CACHE_WRITE_USAGE_PERC, &[])
+            .unwrap()
+            .to_f64(),
+        0.5
+    );
+    assert_eq!(
+        p.gauge(catalogue::CPU_CACHE_READ_USAGE_PERC, &[])
+            .unwrap()
+            .to_f64(),
+        0.0
+    );
+    assert_eq!(
+        p.counter(catalogue::STORES_SKIPPED, &[]),
+        None,
+        "no filter, no series"
+    );
+    // Drained: the next payload has the gauges but no histogram.
+    let p = h.m.get_stats_payload();
+    assert!(p.histogram(catalogue::CPU_ALLOCATION_SIZE, &[]).is_none());
+    assert_eq!(p.len(), 3);
+    let reduced = p.reduce();
+    assert!(
+        reduced
+            .iter()
+            .any(|(k, v)| k == catalogue::CPU_CACHE_USAGE_PERC && *v == 0.5)
+    );
+
+    let mut cfg = ManagerConfig::new(4);
+    cfg.store_threshold = 2;
+    let mut h = H::with(cfg);
+    h.ps(&[1, 2, 3]);
+    assert_eq!(
+        h.m.get_stats_payload()
+            .counter(catalogue::STORES_SKIPPED, &[]),
+        Some(3)
+    );
+    assert_eq!(
+        h.m.get_stats_payload()
+            .counter(catalogue::STORES_SKIPPED, &[]),
+        Some(0)
+    );
+}
+
+#[test]
+fn config_info_series() {
+    use kvtier_core::manager::CpuTierInfo;
+    use kvtier_core::stats::InfoValue;
+    let mut cfg = ManagerConfig::new(8);
+    cfg.info = Some(CpuTierInfo {
+        num_chunks: 8,
+        blocks_per_chunk: 1,
+        kv_cache_size_bytes: 8 * 4096,
+        kv_cache_size_tokens: None,
+    });
+    let m: OffloadManager = OffloadManager::new(cfg).unwrap();
+    let info = m.config_info();
+    assert_eq!(info.get("cpu_num_chunks"), Some(&InfoValue::Int(8)));
+    assert_eq!(
+        info.get("cpu_kv_cache_size_bytes"),
+        Some(&InfoValue::Int(32768))
+    );
+    assert_eq!(info.get("cpu_kv_cache_size_tokens"), Some(&InfoValue::None));
+    let bare: OffloadManager = OffloadManager::new(ManagerConfig::new(8)).unwrap();
+    assert!(bare.config_info().is_empty());
 }
 
 #[test]

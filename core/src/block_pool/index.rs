@@ -10,6 +10,24 @@ use crate::hashing::FixedState;
 /// No block.
 const NIL: u32 = u32::MAX;
 
+/// One block's hash and links, kept together so that touching a block is one cache line.
+#[derive(Clone, Copy, Debug)]
+struct Slot<K> {
+    entry: Option<BlockHash<K>>,
+    next: u32,
+    prev: u32,
+    bucket_next: u32,
+}
+
+impl<K> Slot<K> {
+    const EMPTY: Self = Slot {
+        entry: None,
+        next: NIL,
+        prev: NIL,
+        bucket_next: NIL,
+    };
+}
+
 /// vLLM's `BlockHashToBlockMap` plus each block's hash, as an intrusive chained hash table that
 /// never grows: all its memory is allocated by [`KeyIndex::try_new`].
 ///
@@ -21,17 +39,14 @@ const NIL: u32 = u32::MAX;
 #[derive(Clone, Debug)]
 pub(super) struct KeyIndex<K> {
     hasher: FixedState,
-    // INVARIANTS, with one slot per block in every per-block vector:
-    // * `entries[b]` is `Some` iff `b` is in exactly one key chain, the chain of its key.
-    // * Key chains: `next[b]` is the next block with the same key (NIL at the tail); `prev[b]`
-    //   is the previous one, except that a head's `prev` is its chain's tail (itself when
-    //   alone). A block outside every chain has NIL in `next`, `prev` and `bucket_next`.
-    // * Each key's head is in exactly one bucket list: `buckets[bucket(key)]`, then
-    //   `bucket_next[head]` onwards. Only heads are in bucket lists.
-    entries: Vec<Option<BlockHash<K>>>,
-    next: Vec<u32>,
-    prev: Vec<u32>,
-    bucket_next: Vec<u32>,
+    // INVARIANTS, with one slot per block:
+    // * `slots[b].entry` is `Some` iff `b` is in exactly one key chain, the chain of its key.
+    // * Key chains: `next` is the next block with the same key (NIL at the tail); `prev` is
+    //   the previous one, except that a head's `prev` is its chain's tail (itself when alone).
+    //   A block outside every chain is `Slot::EMPTY`.
+    // * Each key's head is in exactly one bucket list: `buckets[bucket(key)]`, then the
+    //   heads' `bucket_next` onwards. Only heads are in bucket lists.
+    slots: Vec<Slot<K>>,
     buckets: Vec<u32>,
     keys: usize,
 }
@@ -42,10 +57,7 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
         let num_buckets = num_blocks.max(1).checked_next_power_of_two()?;
         Some(KeyIndex {
             hasher: FixedState::default(),
-            entries: super::try_filled_vec(num_blocks, None)?,
-            next: super::try_filled_vec(num_blocks, NIL)?,
-            prev: super::try_filled_vec(num_blocks, NIL)?,
-            bucket_next: super::try_filled_vec(num_blocks, NIL)?,
+            slots: super::try_filled_vec(num_blocks, Slot::EMPTY)?,
             buckets: super::try_filled_vec(num_buckets, NIL)?,
             keys: 0,
         })
@@ -53,22 +65,23 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
 
     /// The hash `block` holds (`None` also when out of range).
     pub(super) fn get(&self, block: u32) -> Option<BlockHash<K>> {
-        self.entries.get(block as usize).copied().flatten()
+        self.slots.get(block as usize).and_then(|s| s.entry)
     }
 
     /// True when `block` holds a hash (`block` in range).
     pub(super) fn has_hash(&self, block: u32) -> bool {
-        self.entries[block as usize].is_some()
+        self.slots[block as usize].entry.is_some()
     }
 
     /// The first inserted block still holding `key`.
     pub(super) fn first(&self, key: &K) -> Option<u32> {
         let mut b = self.buckets[self.bucket(key)];
         while b != NIL {
-            if self.entries[b as usize].is_some_and(|e| e.key == *key) {
+            let slot = &self.slots[b as usize];
+            if slot.entry.is_some_and(|e| e.key == *key) {
                 return Some(b);
             }
-            b = self.bucket_next[b as usize];
+            b = slot.bucket_next;
         }
         None
     }
@@ -82,76 +95,81 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
     /// chain.
     pub(super) fn insert(&mut self, block: u32, entry: BlockHash<K>) {
         let head = self.first(&entry.key);
-        self.entries[block as usize] = Some(entry);
-        self.next[block as usize] = NIL;
-        match head {
+        let slot = match head {
             None => {
                 let i = self.bucket(&entry.key);
-                self.bucket_next[block as usize] = self.buckets[i];
+                let bucket_next = self.buckets[i];
                 self.buckets[i] = block;
-                self.prev[block as usize] = block;
                 self.keys += 1;
+                Slot {
+                    entry: Some(entry),
+                    next: NIL,
+                    prev: block,
+                    bucket_next,
+                }
             }
             Some(head) => {
-                let tail = self.prev[head as usize];
-                self.next[tail as usize] = block;
-                self.prev[block as usize] = tail;
-                self.prev[head as usize] = block;
+                let tail = self.slots[head as usize].prev;
+                self.slots[tail as usize].next = block;
+                self.slots[head as usize].prev = block;
+                Slot {
+                    entry: Some(entry),
+                    next: NIL,
+                    prev: tail,
+                    bucket_next: NIL,
+                }
             }
-        }
+        };
+        self.slots[block as usize] = slot;
     }
 
     /// Takes `block`'s hash (`block` in range), unlinking it; `None` when it held none.
     pub(super) fn remove(&mut self, block: u32) -> Option<BlockHash<K>> {
-        let entry = self.entries[block as usize]?;
-        let b = block as usize;
-        let (p, n) = (self.prev[b], self.next[b]);
-        if self.first(&entry.key) == Some(block) {
-            // A head: its successor (if any) becomes the head, in its place in the bucket list.
+        let Slot {
+            entry,
+            next: n,
+            prev: p,
+            bucket_next,
+        } = self.slots[block as usize];
+        let entry = entry?;
+        // A head is the one block whose `prev` (the tail) does not point back at it.
+        if self.first(&entry.key) == Some(p) {
+            // Its successor (if any) becomes the head, in its place in the bucket list.
             let replacement = if n == NIL {
                 self.keys -= 1;
-                self.bucket_next[b]
+                bucket_next
             } else {
-                self.prev[n as usize] = p; // the chain's tail
-                self.bucket_next[n as usize] = self.bucket_next[b];
+                let succ = &mut self.slots[n as usize];
+                succ.prev = p; // the chain's tail
+                succ.bucket_next = bucket_next;
                 n
             };
             self.replace_in_bucket(&entry.key, block, replacement);
         } else {
-            self.next[p as usize] = n;
+            self.slots[p as usize].next = n;
             if n == NIL {
                 // `block` was the tail: the head's `prev` must point at the new tail.
                 if let Some(head) = self.first(&entry.key) {
-                    self.prev[head as usize] = p;
+                    self.slots[head as usize].prev = p;
                 }
             } else {
-                self.prev[n as usize] = p;
+                self.slots[n as usize].prev = p;
             }
         }
-        self.entries[b] = None;
-        self.next[b] = NIL;
-        self.prev[b] = NIL;
-        self.bucket_next[b] = NIL;
+        self.slots[block as usize] = Slot::EMPTY;
         Some(entry)
     }
 
     /// Forgets every hash (keeping the allocations).
     pub(super) fn clear(&mut self) {
-        self.entries.fill(None);
-        self.next.fill(NIL);
-        self.prev.fill(NIL);
-        self.bucket_next.fill(NIL);
+        self.slots.fill(Slot::EMPTY);
         self.buckets.fill(NIL);
         self.keys = 0;
     }
 
     /// Bytes of heap held.
     pub(super) fn heap_bytes(&self) -> usize {
-        let links = self.next.capacity()
-            + self.prev.capacity()
-            + self.bucket_next.capacity()
-            + self.buckets.capacity();
-        self.entries.capacity() * size_of::<Option<BlockHash<K>>>() + links * size_of::<u32>()
+        self.slots.capacity() * size_of::<Slot<K>>() + self.buckets.capacity() * size_of::<u32>()
     }
 
     #[expect(
@@ -172,9 +190,9 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
         }
         let mut b = self.buckets[i];
         while b != NIL {
-            let after = self.bucket_next[b as usize];
+            let after = self.slots[b as usize].bucket_next;
             if after == old {
-                self.bucket_next[b as usize] = new;
+                self.slots[b as usize].bucket_next = new;
                 return;
             }
             b = after;

@@ -46,7 +46,7 @@ pub use config::{ConfigError, CpuTierInfo, ManagerConfig, PolicyKind, UnknownPol
 pub use error::{CompleteLoadError, LoadError, PositionError, StoreError};
 pub use events::{EventKind, OffloadEvent};
 pub use request::{RequestError, RequestId};
-pub use stats::{ALLOCATION_SIZE_BOUNDS, ManagerStats, Ratio};
+pub use stats::ManagerStats;
 
 use alloc::vec::Vec;
 
@@ -153,8 +153,11 @@ impl<K: OffloadKey> OffloadManager<K> {
         let tracker = cfg
             .filter_enabled()
             .then(|| Tracker::new(cfg.max_tracker_size, K::default(), cfg.hasher));
-        let alloc_sizes =
-            Histogram::new(&ALLOCATION_SIZE_BOUNDS).map_err(|_| ConfigError::ZeroMaxRequests)?;
+        let bounds = crate::stats::catalogue::lookup(crate::stats::catalogue::CPU_ALLOCATION_SIZE)
+            .map_or(&[][..], |d| d.bounds);
+        // The catalogue's bounds are valid (its tests check every family), so the fallback to
+        // a bound-less histogram never happens.
+        let alloc_sizes = Histogram::new(bounds).unwrap_or_default();
         Ok(OffloadManager {
             chunks: Chunks::new(n, K::default(), cfg.hasher),
             policy,
@@ -704,10 +707,19 @@ impl<K: OffloadKey> OffloadManager<K> {
         self.stores_skipped
     }
 
-    /// The CPU tier's facts (vLLM's `config_info`, one series); `None` reports `{}`.
+    /// The CPU tier's facts (vLLM's `config_info`): one info series, empty (`{}`) when the
+    /// manager was built without [`ManagerConfig::info`].
     #[must_use]
-    pub fn config_info(&self) -> Option<&CpuTierInfo> {
-        self.cfg.info.as_ref()
+    pub fn config_info(&self) -> crate::stats::InfoSeries {
+        self.cfg
+            .info
+            .as_ref()
+            .map_or_else(crate::stats::InfoSeries::new, CpuTierInfo::to_info_series)
+    }
+
+    /// [`get_stats`](Self::get_stats) as vLLM's payload.
+    pub fn get_stats_payload(&mut self) -> crate::stats::Payload {
+        self.get_stats().to_payload()
     }
 
     // ----- introspection -----

@@ -1,39 +1,10 @@
 //! What `get_stats` reports: the usage gauges as exact ratios, the allocation-size samples and
 //! the reuse filter's skipped stores, drained per call as in vLLM.
 
-use crate::stats::Histogram;
+use crate::stats::catalogue;
+use crate::stats::{Gauge, Histogram, InfoSeries, InfoValue, Payload};
 
-/// Bucket bounds of `vllm:kv_offload_cpu_allocation_size` (chunks per `prepare_store`).
-pub const ALLOCATION_SIZE_BOUNDS: [u64; 10] =
-    [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262_144];
-
-/// An exact ratio `num / den` (`den > 0`), converted to a float only on export.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct Ratio {
-    /// Numerator.
-    pub num: u64,
-    /// Denominator, never 0.
-    pub den: u64,
-}
-
-impl Ratio {
-    /// `num / den`, or `0 / 1` when `den` is 0 (vLLM reports 0.0 for an empty tier).
-    #[must_use]
-    pub fn new_or_zero(num: u64, den: u64) -> Self {
-        if den == 0 {
-            Ratio { num: 0, den: 1 }
-        } else {
-            Ratio { num, den }
-        }
-    }
-
-    /// The nearest `f64`.
-    #[must_use]
-    #[expect(clippy::cast_precision_loss, reason = "export to float is the point")]
-    pub fn to_f64(self) -> f64 {
-        self.num as f64 / self.den as f64
-    }
-}
+use super::CpuTierInfo;
 
 /// One drained `get_stats` result of an [`OffloadManager`](super::OffloadManager).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -56,14 +27,14 @@ impl ManagerStats {
     /// `vllm:kv_offload_cpu_cache_usage_perc` = used / capacity (0 for an empty tier).
     /// This is not the fill level: idle cached chunks count as unused.
     #[must_use]
-    pub fn usage(&self) -> Ratio {
-        Ratio::new_or_zero(self.num_used, self.num_chunks)
+    pub fn usage(&self) -> Gauge {
+        Gauge::fraction(self.num_used, self.num_chunks)
     }
 
     /// `vllm:kv_offload_cpu_cache_write_usage_perc` = pending stores / capacity.
     #[must_use]
-    pub fn write_usage(&self) -> Ratio {
-        Ratio::new_or_zero(self.write_pending, self.num_chunks)
+    pub fn write_usage(&self) -> Gauge {
+        Gauge::fraction(self.write_pending, self.num_chunks)
     }
 
     /// `vllm:kv_offload_cpu_cache_read_usage_perc` = chunks pinned by loads / capacity.
@@ -71,10 +42,64 @@ impl ManagerStats {
     /// vLLM computes `max(usage − write, 0)` in floats, which can differ from this exact value
     /// in the last bit (e.g. 0.3 − 0.1 = 0.19999999999999998 against 2/10).
     #[must_use]
-    pub fn read_usage(&self) -> Ratio {
-        Ratio::new_or_zero(
+    pub fn read_usage(&self) -> Gauge {
+        Gauge::fraction(
             self.num_used.saturating_sub(self.write_pending),
             self.num_chunks,
         )
+    }
+}
+
+impl ManagerStats {
+    /// Adds this drain to `payload` as vLLM's manager does: the three usage gauges, one
+    /// allocation-size histogram (only when there were samples) and, with the reuse filter
+    /// on, `stores_skipped` (also when 0).
+    pub fn write_to(&self, payload: &mut Payload) {
+        // Five catalogue series of fixed kinds cannot exceed a payload's limits or conflict
+        // with a payload built from the same catalogue; a conflicting payload keeps its own.
+        let _ = payload.set_gauge(catalogue::CPU_CACHE_USAGE_PERC, &[], self.usage());
+        let _ = payload.set_gauge(
+            catalogue::CPU_CACHE_WRITE_USAGE_PERC,
+            &[],
+            self.write_usage(),
+        );
+        let _ = payload.set_gauge(catalogue::CPU_CACHE_READ_USAGE_PERC, &[], self.read_usage());
+        if !self.allocation_sizes.is_empty() {
+            let _ = payload.merge_histogram(
+                catalogue::CPU_ALLOCATION_SIZE,
+                &[],
+                &self.allocation_sizes,
+            );
+        }
+        if let Some(n) = self.stores_skipped {
+            let _ = payload.increase_counter(catalogue::STORES_SKIPPED, &[], n);
+        }
+    }
+
+    /// This drain as a new payload (see [`ManagerStats::write_to`]).
+    #[must_use]
+    pub fn to_payload(&self) -> Payload {
+        let mut p = Payload::new();
+        self.write_to(&mut p);
+        p
+    }
+}
+
+impl CpuTierInfo {
+    /// The `vllm:kv_offload_config_info` series: `cpu_num_chunks`, `cpu_blocks_per_chunk`,
+    /// `cpu_kv_cache_size_bytes`, `cpu_kv_cache_size_tokens` (`None` rendered "None").
+    #[must_use]
+    pub fn to_info_series(&self) -> InfoSeries {
+        let int = |v: u64| InfoValue::Int(i64::try_from(v).unwrap_or(i64::MAX));
+        let mut s = InfoSeries::new();
+        // Four labels fit any series.
+        let _ = s.insert("cpu_num_chunks", int(self.num_chunks));
+        let _ = s.insert("cpu_blocks_per_chunk", int(self.blocks_per_chunk));
+        let _ = s.insert("cpu_kv_cache_size_bytes", int(self.kv_cache_size_bytes));
+        let _ = s.insert(
+            "cpu_kv_cache_size_tokens",
+            self.kv_cache_size_tokens.map_or(InfoValue::None, int),
+        );
+        s
     }
 }

@@ -51,6 +51,13 @@ pub struct Histogram {
     sum: u64,
 }
 
+/// A histogram with no finite bounds (every observation lands in `+Inf`).
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram { bounds: heapless::Vec::new(), counts: [0; MAX_BOUNDS + 1], count: 0, sum: 0 }
+    }
+}
+
 impl Histogram {
     /// An empty histogram over `bounds` (strictly ascending, at most [`MAX_BOUNDS`]).
     ///
