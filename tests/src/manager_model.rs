@@ -18,10 +18,13 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{
-    ALLOCATION_SIZE_BOUNDS, ChunkState, CompleteLoadError, ConfigError, EventKind, LoadError,
-    LookupResult, ManagerConfig, OffloadManager, PolicyKind, PositionError, RequestError,
-    RequestId, StoreError,
+    ChunkState, CompleteLoadError, ConfigError, EventKind, LoadError, LookupResult, ManagerConfig,
+    OffloadManager, PolicyKind, PositionError, RequestError, RequestId, StoreError,
 };
+
+/// vLLM's bucket bounds of `vllm:kv_offload_cpu_allocation_size` (chunks per store).
+pub const ALLOCATION_SIZE_BOUNDS: [u64; 10] =
+    [1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262_144];
 
 /// Keys in the universe.
 pub const KEYS: u8 = 12;

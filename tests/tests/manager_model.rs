@@ -62,7 +62,7 @@ fn keys() -> impl Strategy<Value = Vec<u8>> {
 fn positions(n: usize) -> impl Strategy<Value = Option<Vec<u64>>> {
     prop_oneof![
         3 => Just(None),
-        6 => prop::collection::vec(0u64..8, n).prop_map(Some),
+        10 => prop::collection::vec(0u64..8, n).prop_map(Some),
         1 => prop::collection::vec(0u64..8, 0..4).prop_map(Some),
         1 => Just(Some(vec![u64::MAX; n])),
     ]
@@ -82,7 +82,7 @@ fn slot() -> impl Strategy<Value = u8> {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         3 => slot().prop_map(|slot| Op::NewRequest { slot }),
-        2 => slot().prop_map(|slot| Op::Finish { slot }),
+        1 => slot().prop_map(|slot| Op::Finish { slot }),
         1 => slot().prop_map(|slot| Op::Drop { slot }),
         1 => key_id().prop_map(|key| Op::Lookup { key }),
         6 => (slot(), keys_and_positions())
@@ -104,10 +104,11 @@ fn ops() -> impl Strategy<Value = Vec<(Op, bool)>> {
     prop::collection::vec((op(), prop::bool::weighted(0.7)), 0..60)
 }
 
-/// Maps a load's keys onto readable keys, a completion's onto pinned keys, a store
+/// Sends a request op to `live` (the slot of the latest request created and not yet ended),
+/// maps a load's keys onto readable keys, a completion's onto pinned keys, a store
 /// completion's onto pending keys (key id `k` becomes the `k mod n`-th such key), so those
 /// calls succeed often. Unchanged when no key is in that state.
-fn steer(op: Op, snap: &Snapshot) -> Op {
+fn steer(op: Op, snap: &Snapshot, live: Option<u8>) -> Op {
     let with = |pred: fn(ChunkState) -> bool| -> Vec<u8> {
         (0..KEYS)
             .filter(|&k| snap.chunks[usize::from(k)].is_some_and(|(_, s)| pred(s)))
@@ -121,13 +122,23 @@ fn steer(op: Op, snap: &Snapshot) -> Op {
             .map(|&k| pool[usize::from(k) % pool.len()])
             .collect()
     };
+    let to_live = |slot: u8| live.unwrap_or(slot);
     match op {
+        Op::PrepareStore {
+            slot,
+            keys,
+            positions,
+        } => Op::PrepareStore {
+            slot: to_live(slot),
+            keys,
+            positions,
+        },
         Op::PrepareLoad {
             slot,
             keys,
             positions,
         } => Op::PrepareLoad {
-            slot,
+            slot: to_live(slot),
             keys: pick(keys, &with(|s| s != ChunkState::Pending)),
             positions,
         },
@@ -139,6 +150,19 @@ fn steer(op: Op, snap: &Snapshot) -> Op {
             success,
         },
         other => other,
+    }
+}
+
+/// The slot of the latest request created and not yet finished or dropped, after `op`.
+fn track_live(live: Option<u8>, op: &Op, got: &Outcome) -> Option<u8> {
+    match (op, got) {
+        (Op::NewRequest { slot }, Outcome::Request(Ok(()))) => Some(*slot),
+        (Op::Finish { slot } | Op::Drop { slot }, Outcome::Request(Ok(())))
+            if live == Some(*slot) =>
+        {
+            None
+        }
+        _ => live,
     }
 }
 
@@ -180,11 +204,17 @@ fn check_state(real: &Real, snap: &Snapshot, cap: u32) -> Result<(), TestCaseErr
 fn run_lru(cfg: Config, ops: Vec<(Op, bool)>) -> Result<(), TestCaseError> {
     let mut model = Model::new(cfg);
     let mut real = Real::new(&cfg).expect("valid config");
+    let mut live = None;
     for (step, (op, steered)) in ops.into_iter().enumerate() {
         let before = real.snapshot();
-        let op = if steered { steer(op, &before) } else { op };
+        let op = if steered {
+            steer(op, &before, live)
+        } else {
+            op
+        };
         let want = model.apply(&op);
         let got = real.apply(&op);
+        live = track_live(live, &op, &got);
         prop_assert_eq!(&got, &want, "step {}: {:?}", step, op);
         let snap = real.snapshot();
         check_state(&real, &snap, cfg.capacity)?;
@@ -268,10 +298,16 @@ fn check_arc_store(
 
 fn run_arc(cfg: Config, ops: Vec<(Op, bool)>) -> Result<(), TestCaseError> {
     let mut real = Real::new(&cfg).expect("valid config");
+    let mut live = None;
     for (step, (op, steered)) in ops.into_iter().enumerate() {
         let before = real.snapshot();
-        let op = if steered { steer(op, &before) } else { op };
+        let op = if steered {
+            steer(op, &before, live)
+        } else {
+            op
+        };
         let got = real.apply(&op);
+        live = track_live(live, &op, &got);
         let snap = real.snapshot();
         check_state(&real, &snap, cfg.capacity)?;
         if got.is_failure() {
