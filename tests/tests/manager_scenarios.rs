@@ -293,7 +293,7 @@ fn config_info_series() {
     cfg.info = Some(CpuTierInfo {
         num_chunks: 8,
         blocks_per_chunk: 1,
-        kv_cache_size_bytes: 8 * 4096,
+        kv_cache_size_bytes: Some(8 * 4096),
         kv_cache_size_tokens: None,
     });
     let m: OffloadManager = OffloadManager::new(cfg).unwrap();

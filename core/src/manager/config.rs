@@ -65,8 +65,8 @@ pub struct CpuTierInfo {
     pub num_chunks: u64,
     /// `cpu_blocks_per_chunk`.
     pub blocks_per_chunk: u64,
-    /// `cpu_kv_cache_size_bytes` (padding included).
-    pub kv_cache_size_bytes: u64,
+    /// `cpu_kv_cache_size_bytes` (padding included); `None` when unknown (a replay).
+    pub kv_cache_size_bytes: Option<u64>,
     /// `cpu_kv_cache_size_tokens`; `None` where vLLM reports `None`.
     pub kv_cache_size_tokens: Option<u64>,
 }

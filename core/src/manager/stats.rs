@@ -95,7 +95,10 @@ impl CpuTierInfo {
         // Four labels fit any series.
         let _ = s.insert("cpu_num_chunks", int(self.num_chunks));
         let _ = s.insert("cpu_blocks_per_chunk", int(self.blocks_per_chunk));
-        let _ = s.insert("cpu_kv_cache_size_bytes", int(self.kv_cache_size_bytes));
+        let _ = s.insert(
+            "cpu_kv_cache_size_bytes",
+            self.kv_cache_size_bytes.map_or(InfoValue::None, int),
+        );
         let _ = s.insert(
             "cpu_kv_cache_size_tokens",
             self.kv_cache_size_tokens.map_or(InfoValue::None, int),

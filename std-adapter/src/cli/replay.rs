@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
+use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager, PolicyKind};
+use kvtier_core::stats::{Payload, catalogue};
+
+use crate::exposition::{EngineLabels, ExpositionOptions, render};
 
 use crate::replay::{ReplayCounts, Replayer};
 use crate::trace::{Generator, GeneratorConfig, RecordSource, TraceReader};
@@ -43,6 +46,13 @@ pub struct ReplayArgs {
     /// Print one JSON object instead of the report.
     #[arg(long)]
     pub json: bool,
+    /// Also print the manager's final stats in the Prometheus text format, under the names a
+    /// vLLM server exposes.
+    #[arg(long)]
+    pub metrics: bool,
+    /// The `model_name` label of `--metrics`.
+    #[arg(long, default_value = "kvtier-replay", value_name = "NAME")]
+    pub model_name: String,
 }
 
 /// The policies on the command line.
@@ -85,6 +95,11 @@ pub struct ReplayReport {
     pub wall_s: f64,
     /// `request_blocks / wall_s`.
     pub request_blocks_per_s: f64,
+    /// The manager's stats over the whole run, as vLLM's payload: the usage gauges at the
+    /// end, every allocation-size sample, `stores_skipped` and `allocation_failure` totals,
+    /// and the tier's info series.
+    #[serde(skip)]
+    pub payload: Payload,
 }
 
 /// Runs `kvtier replay`.
@@ -94,13 +109,22 @@ pub struct ReplayReport {
 pub fn run(args: &ReplayArgs) -> Result<(), String> {
     let report = replay(args, std::io::stderr().is_terminal())?;
     let mut out = std::io::stdout().lock();
-    let text = if args.json {
+    let mut text = if args.json {
         let mut s = serde_json::to_string(&json_value(&report)).map_err(|e| e.to_string())?;
         s.push('\n');
         s
     } else {
         human(&report)
     };
+    if args.metrics {
+        let engine = EngineLabels::new(&args.model_name, "0");
+        let exposition = render(&report.payload, &engine, &ExpositionOptions::default())
+            .map_err(|e| format!("rendering the metrics: {e}"))?;
+        if !args.json {
+            text.push('\n');
+        }
+        text.push_str(&exposition);
+    }
     out.write_all(text.as_bytes())
         .map_err(|e| format!("writing the report: {e}"))
 }
@@ -184,6 +208,12 @@ where
     };
     let block_tokens = args.block_tokens.unwrap_or(header.block_tokens);
     let mut cfg = ManagerConfig::new(capacity);
+    cfg.info = Some(CpuTierInfo {
+        num_chunks: u64::from(capacity),
+        blocks_per_chunk: 1,
+        kv_cache_size_bytes: None,
+        kv_cache_size_tokens: None,
+    });
     cfg.policy = args.policy.into();
     cfg.store_threshold = args.store_threshold;
     cfg.max_tracker_size = args.max_tracker_size;
@@ -208,6 +238,10 @@ where
     }
     let wall = start.elapsed().as_secs_f64();
     let counts = replayer.counts();
+    let mut payload = replayer.drain_stats().to_payload();
+    // Catalogue counters and one info series fit any payload.
+    let _ = payload.increase_counter(catalogue::ALLOCATION_FAILURE, &[], counts.store_failures);
+    let _ = payload.set_info(vec![replayer.manager().config_info()]);
     #[expect(clippy::cast_precision_loss, reason = "a rate for people")]
     let rate = if wall > 0.0 {
         counts.request_blocks as f64 / wall
@@ -224,6 +258,7 @@ where
         store_threshold: args.store_threshold,
         wall_s: wall,
         request_blocks_per_s: rate,
+        payload,
     })
 }
 

@@ -1,0 +1,144 @@
+//! `kvtier replay` end to end through its library entry points: arguments parsed by clap, the
+//! JSON object's fields, the metrics exposition, and errors that name the line.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::path::PathBuf;
+
+use clap::Parser;
+use kvtier::cli::replay::{ReplayArgs, json_value, replay};
+use kvtier::cli::{Cli, Command};
+
+fn data(name: &str) -> String {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("data")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+fn args(extra: &[&str]) -> ReplayArgs {
+    let mut argv = vec!["kvtier", "replay"];
+    argv.extend_from_slice(extra);
+    match Cli::try_parse_from(argv).unwrap().command {
+        Command::Replay(a) => a,
+        other => panic!("parsed {other:?}"),
+    }
+}
+
+#[test]
+fn json_has_every_field_with_vllm_values() {
+    let trace = data("small-a.kvtrace");
+    let a = args(&[
+        "--trace",
+        &trace,
+        "--policy",
+        "arc",
+        "--capacity",
+        "256",
+        "--store-threshold",
+        "2",
+        "--json",
+    ]);
+    let r = replay(&a, false).unwrap();
+    let v = json_value(&r);
+    let o = v.as_object().unwrap();
+    for field in [
+        "requests",
+        "request_blocks",
+        "hit_blocks",
+        "hit_requests",
+        "stored_blocks",
+        "evicted_blocks",
+        "store_failures",
+        "stopped_at_pending",
+        "resident_blocks",
+        "stores_skipped",
+        "digest",
+        "policy",
+        "capacity",
+        "store_threshold",
+        "wall_s",
+        "request_blocks_per_s",
+    ] {
+        assert!(o.contains_key(field), "missing {field}");
+    }
+    // expected.tsv: small-a arc 256 2 → 4878 hits, 86 failures, 9832 skipped, d4d2dbd421043f88.
+    assert_eq!(o["hit_blocks"], 4878);
+    assert_eq!(o["store_failures"], 86);
+    assert_eq!(o["stores_skipped"], 9832);
+    assert_eq!(o["digest"], "d4d2dbd421043f88");
+    assert_eq!(o["policy"], "arc");
+    assert_eq!(o["resident_blocks"], 256);
+    let compact = serde_json::to_string(&v).unwrap();
+    assert!(!compact.contains('\n'));
+}
+
+#[test]
+fn no_filter_means_null_stores_skipped_and_header_capacity_is_the_default() {
+    let trace = data("small-a.kvtrace");
+    let r = replay(&args(&["--trace", &trace]), false).unwrap();
+    let v = json_value(&r);
+    assert!(v["stores_skipped"].is_null());
+    assert_eq!(v["capacity"], 1024, "from the trace header");
+    assert_eq!(v["digest"], "bcfa623160a0a602");
+}
+
+#[test]
+fn metrics_payload_carries_the_run() {
+    let trace = data("small-a.kvtrace");
+    let r = replay(
+        &args(&["--trace", &trace, "--capacity", "256", "--metrics"]),
+        false,
+    )
+    .unwrap();
+    let p = &r.payload;
+    use kvtier_core::stats::catalogue;
+    assert_eq!(p.counter(catalogue::ALLOCATION_FAILURE, &[]), Some(312));
+    let h = p.histogram(catalogue::CPU_ALLOCATION_SIZE, &[]).unwrap();
+    assert_eq!(
+        h.sum(),
+        11_966,
+        "every stored block was one allocation sample's worth"
+    );
+    let text = kvtier::exposition::render(
+        p,
+        &kvtier::exposition::EngineLabels::new("m", "0"),
+        &kvtier::exposition::ExpositionOptions::default(),
+    )
+    .unwrap();
+    assert!(
+        text.contains(
+            "vllm:kv_offload_allocation_failure_total{model_name=\"m\",engine=\"0\"} 312.0"
+        )
+    );
+    assert!(text.contains("cpu_num_chunks=\"256\""));
+}
+
+#[test]
+fn builtin_workload_is_deterministic() {
+    let a = replay(&args(&["--requests", "2000", "--seed", "5"]), false).unwrap();
+    let b = replay(&args(&["--requests", "2000", "--seed", "5"]), false).unwrap();
+    let c = replay(&args(&["--requests", "2000", "--seed", "6"]), false).unwrap();
+    assert_eq!(a.counts, b.counts);
+    assert_ne!(a.counts.digest, c.counts.digest);
+    assert_eq!(a.counts.requests, 2000);
+    assert!(a.counts.hit_blocks > 0 && a.counts.evicted_blocks > 0);
+}
+
+#[test]
+fn malformed_trace_is_an_error_naming_the_line() {
+    let dir = std::env::temp_dir().join(format!("kvtier-replay-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("bad.kvtrace");
+    std::fs::write(&path, "# format=kvtrace v1\nL 0 1 00000000000000zz\n").unwrap();
+    let p = path.display().to_string();
+    let err = replay(&args(&["--trace", &p]), false).unwrap_err();
+    assert!(err.contains("line 2"), "{err}");
+    let missing = replay(&args(&["--trace", "/nonexistent/x.kvtrace"]), false).unwrap_err();
+    assert!(missing.contains("/nonexistent/x.kvtrace"), "{missing}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
