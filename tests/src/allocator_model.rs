@@ -14,6 +14,7 @@ use kvtier_core::allocator::{FreeQueue, PopError, PushError, RemoveError, SlotEr
 
 /// One operation on a [`SlotPool`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum SlotOp {
     /// `alloc()`.
     Alloc,
@@ -126,6 +127,7 @@ pub fn apply_slot(pool: &mut SlotPool, op: &SlotOp) -> SlotOutcome {
 
 /// One operation on a [`FreeQueue`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum QueueOp {
     /// `pop_front()`.
     PopFront,

@@ -47,6 +47,44 @@ pub enum PoolOp {
     TakeEvents,
 }
 
+/// Decodes a [`PoolOp`] from fuzzer bytes: block ids and counts as `u8` (fuzzed pools are
+/// small), keys from a universe of four hashes in two groups (so keys collide and share
+/// blocks), any token count per block. Hand-written because `BlockKey`, a core type, has no
+/// `Arbitrary` impl (the core depends on nothing that would give it one).
+#[cfg(feature = "arbitrary")]
+impl<'a> arbitrary::Arbitrary<'a> for PoolOp {
+    fn arbitrary(u: &mut arbitrary::Unstructured<'a>) -> arbitrary::Result<Self> {
+        fn ids(u: &mut arbitrary::Unstructured<'_>) -> arbitrary::Result<Vec<u32>> {
+            let raw: Vec<u8> = u.arbitrary()?;
+            Ok(raw.into_iter().map(u32::from).collect())
+        }
+        Ok(match u.int_in_range(0u8..=6)? {
+            0 => PoolOp::GetNew(u32::from(u.arbitrary::<u8>()?)),
+            1 => PoolOp::Touch(ids(u)?),
+            2 => PoolOp::Free(ids(u)?),
+            3 => {
+                let blocks = ids(u)?;
+                let raw: Vec<u8> = u.arbitrary()?;
+                let keys = raw
+                    .into_iter()
+                    .map(|k| BlockKey::new(u64::from(k % 4), u32::from(k / 4 % 2)))
+                    .collect();
+                PoolOp::CacheFull {
+                    blocks,
+                    keys,
+                    num_cached: u32::from(u.arbitrary::<u8>()?),
+                    num_full: u32::from(u.arbitrary::<u8>()?),
+                    block_size: u.arbitrary()?,
+                    mask: u.arbitrary()?,
+                }
+            }
+            4 => PoolOp::Evict(ids(u)?),
+            5 => PoolOp::Reset,
+            _ => PoolOp::TakeEvents,
+        })
+    }
+}
+
 /// What a successful op returned.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PoolOutput {

@@ -89,6 +89,7 @@ impl Config {
 
 /// One manager call. Key ids are taken modulo [`KEYS`], slots modulo [`SLOTS`].
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum Op {
     /// `on_new_request`; the handle goes into `slot` (replacing, not finishing, its old one).
     NewRequest {

@@ -34,6 +34,7 @@ pub struct ModelPayload {
 
 /// One update applied to both the payload and the model.
 #[derive(Clone, Debug)]
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 pub enum StatsOp {
     /// `increase_counter(name, labels, by)`.
     Counter(String, Vec<String>, u64),
