@@ -133,7 +133,7 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
         } = self.slots[block as usize];
         let entry = entry?;
         // A head is the one block whose `prev` (the tail) does not point back at it.
-        if self.first(&entry.key) == Some(p) {
+        if self.slots[p as usize].next != block {
             // Its successor (if any) becomes the head, in its place in the bucket list.
             let replacement = if n == NIL {
                 self.keys -= 1;
