@@ -55,6 +55,15 @@ impl<K: OffloadKey> Chunks<K> {
             .copied()
     }
 
+    /// The slot of `key`, trying the hint `slot` first (a slot that still holds `key`).
+    #[inline]
+    pub(crate) fn find_hinted(&self, key: &K, slot: u32) -> Option<u32> {
+        match self.ref_cnt.get(slot as usize) {
+            Some(&r) if r != ABSENT && self.keys[slot as usize] == *key => Some(slot),
+            _ => self.find(key),
+        }
+    }
+
     #[inline]
     pub(crate) fn key(&self, slot: u32) -> K {
         self.keys[slot as usize]

@@ -130,7 +130,8 @@ pub struct OffloadManager<K: OffloadKey = BlockKey> {
     s_class: Vec<u8>,
     s_slot: Vec<u32>,
     s_count: Vec<u32>,
-    s_new: Vec<u32>,
+    s_new: Vec<(u32, u32)>,
+    s_rslot: Vec<u32>,
     s_order: Vec<u32>,
     out_keys: Vec<K>,
     out_slots: Vec<u32>,
@@ -178,6 +179,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             s_slot: Vec::new(),
             s_count: Vec::new(),
             s_new: Vec::new(),
+            s_rslot: Vec::new(),
             s_order: Vec::new(),
             out_keys: Vec::new(),
             out_slots: Vec::new(),
@@ -218,8 +220,8 @@ impl<K: OffloadKey> OffloadManager<K> {
             match &mut self.policy {
                 Policy::Lru(lru) => {
                     for &e in self.s_order.iter().rev() {
-                        let key = st.entries[e as usize].key;
-                        if let Some(slot) = self.chunks.find(&key) {
+                        let entry = &st.entries[e as usize];
+                        if let Some(slot) = self.chunks.find_hinted(&entry.key, entry.slot) {
                             lru.refresh(slot);
                         }
                     }
@@ -228,7 +230,7 @@ impl<K: OffloadKey> OffloadManager<K> {
                 Policy::Arc(arc) => {
                     for &e in self.s_order.iter().rev() {
                         let entry = &st.entries[e as usize];
-                        if let Some(slot) = self.chunks.find(&entry.key) {
+                        if let Some(slot) = self.chunks.find_hinted(&entry.key, entry.slot) {
                             let reused = entry.flags & REUSED != 0;
                             let inserted_only = entry.flags & INSERTED != 0 && !reused;
                             arc.on_finished(slot, inserted_only, reused);
@@ -329,7 +331,10 @@ impl<K: OffloadKey> OffloadManager<K> {
         record_access(
             st,
             Requests::<K>::index(req),
-            self.s_entry.iter().map(|&e| (e, true)),
+            self.s_entry
+                .iter()
+                .zip(&self.s_slot)
+                .map(|(&e, &s)| (e, true, s)),
             &mut self.policy,
             &self.chunks,
             &mut self.s_new,
@@ -458,11 +463,14 @@ impl<K: OffloadKey> OffloadManager<K> {
             self.call_stamp = 1;
         }
         self.s_class.clear();
+        self.s_rslot.clear();
         self.out_keys.clear();
         let mut candidates = 0usize;
         let mut skipped = 0u64;
         for (i, key) in keys.iter().enumerate() {
-            let class = match self.chunks.find(key) {
+            let found = self.chunks.find(key);
+            self.s_rslot.push(found.unwrap_or(links::NIL));
+            let class = match found {
                 None => {
                     let admitted = match &self.tracker {
                         Some(_) => self.s_count[i] >= self.cfg.store_threshold,
@@ -512,8 +520,9 @@ impl<K: OffloadKey> OffloadManager<K> {
             self.s_entry
                 .iter()
                 .zip(classes)
-                .filter(|(_, c)| **c <= READY)
-                .map(|(&e, &c)| (e, c == READY)),
+                .zip(&self.s_rslot)
+                .filter(|((_, c), _)| **c <= READY)
+                .map(|((&e, &c), &slot)| (e, c == READY, slot)),
             &mut self.policy,
             &self.chunks,
             &mut self.s_new,
@@ -582,6 +591,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             self.chunks.insert(*key, slot);
             let entry = &mut st.entries[self.s_entry[i] as usize];
             entry.flags |= INSERTED;
+            entry.slot = slot;
             let pos = entry.pos;
             match &mut self.policy {
                 Policy::Lru(lru) => lru.insert(slot, pos, &mut st.rank, ri, self.chunks.keys()),
@@ -910,34 +920,35 @@ fn check_positions(keys: usize, end_tokens: Option<&[u64]>) -> Result<(), Positi
 
 /// vLLM's `_record_request_cache_access`: marks the entries seen (in order), marks those
 /// flagged `reused` as reused unless this request inserted them, then tells the policy about
-/// the newly seen ones.
+/// the newly seen ones. Each item carries the key's slot when resident (`NIL` when absent),
+/// which the caller has just looked up.
 fn record_access<K: OffloadKey>(
     st: &mut RequestState<K>,
     req_index: u32,
-    items: impl Iterator<Item = (u32, bool)>,
+    items: impl Iterator<Item = (u32, bool, u32)>,
     policy: &mut Policy<K>,
     chunks: &Chunks<K>,
-    s_new: &mut Vec<u32>,
+    s_new: &mut Vec<(u32, u32)>,
 ) {
     s_new.clear();
-    for (e, reused) in items {
+    for (e, reused, slot) in items {
         if st.observe(e) {
-            s_new.push(e);
+            s_new.push((e, slot));
         }
-        if reused {
-            let entry = &mut st.entries[e as usize];
-            if entry.flags & INSERTED == 0 {
-                entry.flags |= REUSED;
-            }
+        let entry = &mut st.entries[e as usize];
+        if slot != links::NIL {
+            entry.slot = slot;
+        }
+        if reused && entry.flags & INSERTED == 0 {
+            entry.flags |= REUSED;
         }
     }
     if !s_new.is_empty()
         && let Policy::Lru(lru) = policy
     {
         let major = lru.begin_access(&mut st.rank, req_index);
-        for &e in s_new.iter() {
-            let entry = &st.entries[e as usize];
-            if let (Some(p), Some(slot)) = (entry.pos, chunks.find(&entry.key)) {
+        for &(e, slot) in s_new.iter() {
+            if let (Some(p), true) = (st.entries[e as usize].pos, slot != links::NIL) {
                 lru.on_access(slot, p, major, req_index, chunks.keys());
             }
         }
@@ -962,7 +973,16 @@ fn order_keys<K: OffloadKey>(st: &RequestState<K>, order: &mut Vec<u32>) {
     let all_pos = order.iter().all(|&i| es[i as usize].pos.is_some());
     if all_pos {
         // Per-group position sort, then groups in order, then a stable sort by position:
-        // (position, group, observation order).
+        // (position, group, observation order). A scheduler usually offers blocks head to
+        // tail, so the observation order is often already that order.
+        let sort_key = |i: &u32| {
+            let e = &es[*i as usize];
+            (e.pos, e.key.group(), e.seq)
+        };
+        // `entries` is in creation order, not observation order: compare by the full key.
+        if order.is_sorted_by_key(sort_key) {
+            return;
+        }
         order.sort_unstable_by_key(|&i| {
             let e = &es[i as usize];
             (e.pos, e.key.group(), e.seq)

@@ -67,6 +67,9 @@ pub(crate) struct Entry<K> {
     pub(crate) flags: u8,
     /// The last store call that offered the key (duplicate detection).
     pub(crate) offer: u64,
+    /// The slot the key was last seen in (a hint: valid only while that slot still holds
+    /// the key; `u32::MAX` when unknown).
+    pub(crate) slot: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -130,6 +133,7 @@ impl<K: OffloadKey> RequestState<K> {
             seq: u32::MAX,
             flags: 0,
             offer: 0,
+            slot: u32::MAX,
         });
         let entries = &self.entries;
         self.index
