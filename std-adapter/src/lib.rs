@@ -6,8 +6,10 @@
 
 pub mod cli;
 pub mod exposition;
+pub mod export;
 pub mod layout;
 pub mod replay;
+pub mod shared;
 pub mod trace;
 
 /// The README's Rust examples, compiled and run as doctests so they cannot rot.
