@@ -8,7 +8,10 @@
 use core::fmt;
 
 /// A block hash (64 bits) plus the KV-cache group it belongs to.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+///
+/// Hashing feeds one 64-bit word (the hash with the group folded in), so a lookup costs one
+/// mixing round: the block hash is already uniformly distributed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct BlockKey {
     /// The block's hash (for example the low 64 bits of vLLM's chained block hash).
     pub hash: u64,
@@ -40,6 +43,14 @@ impl BlockKey {
             hash,
             group: u32::from_be_bytes(g),
         })
+    }
+}
+
+impl core::hash::Hash for BlockKey {
+    #[inline]
+    fn hash<H: core::hash::Hasher>(&self, state: &mut H) {
+        // Equal keys give equal words; distinct groups of one hash differ in the top bits.
+        state.write_u64(self.hash ^ u64::from(self.group).rotate_right(7));
     }
 }
 

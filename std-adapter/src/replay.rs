@@ -8,10 +8,10 @@
 //! request finishes. Key of block `i`: its hash in group 0, end-token position
 //! `(i + 1) · block_tokens`.
 
-use std::collections::HashMap;
 use std::fmt;
 
 use kvtier_core::BlockKey;
+use kvtier_core::hashing::Map;
 use kvtier_core::manager::{
     LoadError, LookupResult, ManagerStats, OffloadManager, RequestError, StoreError,
 };
@@ -118,7 +118,7 @@ struct Open {
 pub struct Replayer {
     manager: OffloadManager<BlockKey>,
     block_tokens: u64,
-    open: HashMap<u64, Open>,
+    open: Map<u64, Open>,
     spare: Vec<Open>,
     counts: ReplayCounts,
     skipped_total: u64,
@@ -132,7 +132,7 @@ impl Replayer {
         Replayer {
             manager,
             block_tokens,
-            open: HashMap::new(),
+            open: Map::default(),
             spare: Vec::new(),
             counts: ReplayCounts {
                 stores_skipped: filter.then_some(0),
