@@ -5,7 +5,9 @@
 //! all around [`kvtier_core`].
 
 pub mod cli;
+pub mod error;
 pub mod exposition;
+pub mod http;
 pub mod export;
 pub mod layout;
 pub mod replay;

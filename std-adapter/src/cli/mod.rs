@@ -1,7 +1,8 @@
-//! The `kvtier` command line: `replay`, `capacity`.
+//! The `kvtier` command line: `replay`, `capacity`, `serve`.
 
 pub mod capacity;
 pub mod replay;
+pub mod serve;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -22,6 +23,8 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// How many KV blocks, tokens and concurrent requests fit in a memory budget.
     Capacity(capacity::CapacityArgs),
+    /// Replay while serving `/metrics` for Prometheus, then keep serving until interrupted.
+    Serve(serve::ServeArgs),
 }
 
 /// Parses the command line, runs it and maps errors to a non-zero exit code.
@@ -30,6 +33,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Replay(args) => replay::run(&args),
         Command::Capacity(args) => capacity::run(&args),
+        Command::Serve(args) => serve::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,7 +1,17 @@
-//! Threaded access to managers and stats: [`SharedManager`] (one manager behind a lock),
-//! [`ShardedManager`] (one per engine), and [`StatsCollector`] (drains, aggregates, exports).
+//! Threaded access to managers and stats.
 //!
-//! Locks come from the [`sync`] facade, whose poisoning policy is to recover the value: every
-//! manager call validates before it mutates, so the value is consistent at any panic.
+//! | module | holds |
+//! |---|---|
+//! | [`manager`] | [`SharedManager`] (one manager behind a lock, atomic lookup-then-pin) and [`ShardedManager`] (one per engine) |
+//! | [`collector`] | [`StatsCollector`]: drains managers, aggregates payloads from threads and processes, feeds the exporter |
+//! | [`sync`] | the lock facade and its poisoning policy (recover the value) |
 
+pub mod collector;
+pub mod manager;
 pub mod sync;
+
+pub use collector::{
+    CollectorClosed, CollectorConfig, CollectorReport, FrameError, PayloadSender, StatsCollector,
+    read_frame, write_frame,
+};
+pub use manager::{Pinned, ShardedManager, SharedManager};

@@ -10,15 +10,15 @@
 //! therefore recovers the value from a poisoned mutex (and clears the poison) instead of
 //! panicking in every later caller; [`lock_reporting`] does the same and says whether it had to.
 
-pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
+pub use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Locks `m`, recovering the value if a panicking thread poisoned it (see the module docs).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     lock_reporting(m).0
 }
 
 /// [`lock`], plus whether the mutex was poisoned (the poison is cleared).
-pub(crate) fn lock_reporting<T>(m: &Mutex<T>) -> (MutexGuard<'_, T>, bool) {
+pub fn lock_reporting<T>(m: &Mutex<T>) -> (MutexGuard<'_, T>, bool) {
     match m.lock() {
         Ok(g) => (g, false),
         Err(poisoned) => {

@@ -1,0 +1,309 @@
+//! `kvtier serve`: replays a kvtrace (or the built-in workload) while serving `/metrics`, then
+//! keeps serving until interrupted.
+//!
+//! The replay runs on its own thread and sends the manager's drained stats (plus the
+//! `allocation_failure` increments and, once, the tier's `config_info`) to a
+//! [`StatsCollector`], which feeds an [`OffloadExporter`] on a private registry; the
+//! [`MetricsServer`] encodes that registry on every scrape.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager};
+use kvtier_core::stats::catalogue;
+use prometheus::Registry;
+
+use super::replay::ReplayArgs;
+use crate::error::Error;
+use crate::export::{ExporterConfig, OffloadExporter, encode_text};
+use crate::http::{MetricsServer, ServerConfig};
+use crate::replay::{ReplayCounts, Replayer};
+use crate::shared::sync::Arc;
+use crate::shared::{CollectorConfig, PayloadSender, StatsCollector};
+use crate::trace::{Generator, GeneratorConfig, Record, RecordSource, TraceReader};
+
+/// Requests between two stats drains of the replay.
+const DRAIN_EVERY_REQUESTS: u64 = 256;
+/// The longest time between two stats drains of the replay.
+const DRAIN_EVERY: Duration = Duration::from_millis(100);
+
+/// Options of `kvtier serve`: every `replay` option, plus where to listen and how fast to go.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServeArgs {
+    /// The replay.
+    #[command(flatten)]
+    pub replay: ReplayArgs,
+    /// Where `/metrics` listens (loopback unless told otherwise).
+    #[arg(long, default_value = "127.0.0.1:8000", value_name = "ADDR")]
+    pub listen: String,
+    /// Requests per second of the replay (default: as fast as it goes).
+    #[arg(long, value_name = "R")]
+    pub rate: Option<f64>,
+    /// Milliseconds between two exports of the collected stats.
+    #[arg(long, default_value_t = 200, value_name = "MS")]
+    pub export_interval_ms: u64,
+}
+
+/// What the replay of `kvtier serve` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeSummary {
+    /// The replay's counts.
+    pub counts: ReplayCounts,
+    /// The tier size in chunks.
+    pub capacity: u32,
+}
+
+/// A running `kvtier serve`: the endpoint, the collector and the replay thread.
+#[derive(Debug)]
+pub struct Serving {
+    server: MetricsServer,
+    collector: StatsCollector,
+    replay: Option<JoinHandle<Result<ServeSummary, String>>>,
+    stop: Arc<AtomicBool>,
+    registry: Registry,
+}
+
+impl Serving {
+    /// The address `/metrics` is served on.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// The registry the endpoint encodes.
+    #[must_use]
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Waits for the replay to end, then exports everything it reported.
+    ///
+    /// # Errors
+    /// The replay's error, or a stopped collector.
+    pub fn wait_replay(&mut self) -> Result<ServeSummary, Error> {
+        let handle = self
+            .replay
+            .take()
+            .ok_or_else(|| Error::Other("the replay was already waited for".into()))?;
+        let summary = handle
+            .join()
+            .map_err(|_| Error::Other("the replay thread panicked".into()))??;
+        self.collector.flush()?;
+        Ok(summary)
+    }
+
+    /// Stops the replay (if still running), the collector and the endpoint.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.replay.take() {
+            let _ = h.join();
+        }
+        let _ = self.collector.shutdown();
+        self.server.stop();
+    }
+}
+
+fn manager_for(
+    args: &ReplayArgs,
+    header_capacity: Option<u64>,
+) -> Result<(OffloadManager, u32), String> {
+    let capacity = match args.capacity {
+        Some(c) => c,
+        None => match header_capacity {
+            Some(c) => u32::try_from(c)
+                .map_err(|_| format!("trace header capacity {c} does not fit in u32"))?,
+            None => 1024,
+        },
+    };
+    let mut cfg = ManagerConfig::new(capacity);
+    cfg.info = Some(CpuTierInfo {
+        num_chunks: u64::from(capacity),
+        blocks_per_chunk: 1,
+        kv_cache_size_bytes: None,
+        kv_cache_size_tokens: None,
+    });
+    cfg.policy = args.policy.into();
+    cfg.store_threshold = args.store_threshold;
+    cfg.max_tracker_size = args.max_tracker_size;
+    Ok((
+        OffloadManager::new(cfg).map_err(|e| e.to_string())?,
+        capacity,
+    ))
+}
+
+struct Drive<'a> {
+    sender: &'a PayloadSender,
+    replayer: Replayer,
+    failures_sent: u64,
+    info_sent: bool,
+}
+
+impl Drive<'_> {
+    fn drain(&mut self) -> Result<(), String> {
+        let mut payload = self.replayer.drain_stats().to_payload();
+        let failures = self.replayer.counts().store_failures;
+        let delta = failures.saturating_sub(self.failures_sent);
+        if delta > 0 {
+            payload
+                .increase_counter(catalogue::ALLOCATION_FAILURE, &[], delta)
+                .map_err(|e| e.to_string())?;
+        }
+        self.failures_sent = failures;
+        if !self.info_sent {
+            payload
+                .set_info(vec![self.replayer.manager().config_info()])
+                .map_err(|e| e.to_string())?;
+            self.info_sent = true;
+        }
+        self.sender.send(0, payload).map_err(|e| e.to_string())
+    }
+}
+
+fn drive<S: RecordSource>(
+    args: &ReplayArgs,
+    mut source: S,
+    rate: Option<f64>,
+    sender: &PayloadSender,
+    stop: &AtomicBool,
+) -> Result<ServeSummary, String>
+where
+    S::Error: std::fmt::Display,
+{
+    let header = source.header().clone();
+    let (manager, capacity) = manager_for(args, header.capacity)?;
+    let block_tokens = args.block_tokens.unwrap_or(header.block_tokens);
+    let mut d = Drive {
+        sender,
+        replayer: Replayer::new(manager, u64::from(block_tokens)),
+        failures_sent: 0,
+        info_sent: false,
+    };
+    let start = Instant::now();
+    let mut last_drain = Instant::now();
+    let mut requests = 0u64;
+    let mut n = 0u64;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let rec = match source.next_record() {
+            Ok(Some(rec)) => rec,
+            Ok(None) => break,
+            Err(e) => return Err(e.to_string()),
+        };
+        let is_load = matches!(rec, Record::Load { .. });
+        n += 1;
+        d.replayer
+            .apply(rec)
+            .map_err(|e| format!("record {n}: {e}"))?;
+        if !is_load {
+            continue;
+        }
+        requests += 1;
+        if let Some(r) = rate {
+            #[expect(clippy::cast_precision_loss, reason = "a pace, not a count")]
+            let due = Duration::from_secs_f64(requests as f64 / r);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                thread::sleep(wait);
+            }
+        }
+        if requests.is_multiple_of(DRAIN_EVERY_REQUESTS) || last_drain.elapsed() >= DRAIN_EVERY {
+            d.drain()?;
+            last_drain = Instant::now();
+        }
+    }
+    d.drain()?;
+    Ok(ServeSummary {
+        counts: d.replayer.counts(),
+        capacity,
+    })
+}
+
+fn replay_thread(
+    args: &ReplayArgs,
+    rate: Option<f64>,
+    sender: &PayloadSender,
+    stop: &AtomicBool,
+) -> Result<ServeSummary, String> {
+    match &args.trace {
+        Some(path) => {
+            let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let reader = TraceReader::new(BufReader::with_capacity(1 << 16, file))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            drive(args, reader, rate, sender, stop).map_err(|e| format!("{}: {e}", path.display()))
+        }
+        None => {
+            let generator = Generator::new(GeneratorConfig::new(args.seed, args.requests))
+                .map_err(|e| e.to_string())?;
+            drive(args, generator, rate, sender, stop)
+        }
+    }
+}
+
+/// Starts serving as `args` say: binds `/metrics`, starts the collector and the replay.
+///
+/// # Errors
+/// [`Error`] for a bad `--rate`, an address that cannot be bound, or a thread that cannot be
+/// spawned.
+pub fn start(args: &ServeArgs) -> Result<Serving, Error> {
+    let rate = match args.rate {
+        Some(r) if !(r.is_finite() && r > 0.0) => {
+            return Err(Error::Other(format!(
+                "--rate must be a positive number, not {r}"
+            )));
+        }
+        r => r,
+    };
+    let registry = Registry::new();
+    let exporter =
+        OffloadExporter::register(&registry, ExporterConfig::new(&args.replay.model_name, 1))?;
+    let collector = StatsCollector::spawn::<kvtier_core::BlockKey>(
+        exporter,
+        Vec::new(),
+        CollectorConfig::new(Duration::from_millis(args.export_interval_ms)),
+    )?;
+    let scrape = registry.clone();
+    let server = MetricsServer::bind(args.listen.as_str(), ServerConfig::default(), move || {
+        encode_text(&scrape).map_err(|e| e.to_string())
+    })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = collector.sender();
+    let replay_args = args.replay.clone();
+    let stop_flag = Arc::clone(&stop);
+    let replay = thread::Builder::new()
+        .name("kvtier-replay".into())
+        .spawn(move || replay_thread(&replay_args, rate, &sender, &stop_flag))?;
+    Ok(Serving {
+        server,
+        collector,
+        replay: Some(replay),
+        stop,
+        registry,
+    })
+}
+
+/// Runs `kvtier serve`: serves until the process is interrupted.
+///
+/// # Errors
+/// Any error of starting or of the replay, as text.
+pub fn run(args: &ServeArgs) -> Result<(), String> {
+    let mut serving = start(args).map_err(|e| e.to_string())?;
+    eprintln!(
+        "kvtier serve: metrics at http://{}/metrics",
+        serving.local_addr()
+    );
+    let summary = serving.wait_replay().map_err(|e| e.to_string())?;
+    let c = summary.counts;
+    eprintln!(
+        "kvtier serve: replay done ({} requests, {} hit blocks of {}, {} stored, {} evicted); \
+         serving until interrupted",
+        c.requests, c.hit_blocks, c.request_blocks, c.stored_blocks, c.evicted_blocks
+    );
+    loop {
+        thread::park();
+    }
+}
