@@ -53,6 +53,10 @@ pub struct ReplayArgs {
     /// The `model_name` label of `--metrics`.
     #[arg(long, default_value = "kvtier-replay", value_name = "NAME")]
     pub model_name: String,
+    /// Every N requests, print vLLM's `KV Transfer metrics: k=v, …` line (from the stats
+    /// drained since the previous line) on stderr.
+    #[arg(long, value_name = "N")]
+    pub log_interval: Option<u64>,
 }
 
 /// The policies on the command line.
@@ -219,6 +223,14 @@ where
     cfg.max_tracker_size = args.max_tracker_size;
     let manager = OffloadManager::new(cfg).map_err(|e| e.to_string())?;
     let mut replayer = Replayer::new(manager, u64::from(block_tokens));
+    let log_every = args.log_interval.filter(|n| *n > 0);
+    // With a log interval, drains happen during the run: `total` keeps every drain for the
+    // report, `interval` what the next log line covers (reset after each line, as vLLM's
+    // KVConnectorLogging does).
+    let mut total = Payload::new();
+    let mut interval = Payload::new();
+    let mut failures_logged = 0u64;
+    let mut requests = 0u64;
     let start = Instant::now();
     let mut n: u64 = 0;
     loop {
@@ -235,12 +247,42 @@ where
         if count_requests && is_load && n.is_multiple_of(4096) {
             bar.set_position(replayer.counts().requests);
         }
+        if is_load {
+            requests += 1;
+            if let Some(every) = log_every
+                && requests.is_multiple_of(every)
+            {
+                let mut drained = replayer.drain_stats().to_payload();
+                let failures = replayer.counts().store_failures;
+                if failures > failures_logged {
+                    drained
+                        .increase_counter(
+                            catalogue::ALLOCATION_FAILURE,
+                            &[],
+                            failures - failures_logged,
+                        )
+                        .map_err(|e| e.to_string())?;
+                    failures_logged = failures;
+                }
+                total.aggregate(&drained).map_err(|e| e.to_string())?;
+                interval.aggregate(&drained).map_err(|e| e.to_string())?;
+                if let Some(line) = crate::export::log_line(&interval) {
+                    bar.suspend(|| eprintln!("{line}"));
+                }
+                interval = Payload::new();
+            }
+        }
     }
     let wall = start.elapsed().as_secs_f64();
     let counts = replayer.counts();
-    let mut payload = replayer.drain_stats().to_payload();
+    let mut payload = total;
+    payload
+        .aggregate(&replayer.drain_stats().to_payload())
+        .map_err(|e| e.to_string())?;
+    // Without a log interval nothing was drained before, so this is the whole run's count.
+    let counts_failures = counts.store_failures.saturating_sub(failures_logged);
     // Catalogue counters and one info series fit any payload.
-    let _ = payload.increase_counter(catalogue::ALLOCATION_FAILURE, &[], counts.store_failures);
+    let _ = payload.increase_counter(catalogue::ALLOCATION_FAILURE, &[], counts_failures);
     let _ = payload.set_info(vec![replayer.manager().config_info()]);
     #[expect(clippy::cast_precision_loss, reason = "a rate for people")]
     let rate = if wall > 0.0 {
