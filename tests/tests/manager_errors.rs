@@ -1,0 +1,197 @@
+//! Where vLLM asserts, kvtier returns a typed error and changes nothing.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use kvtier_core::BlockKey;
+use kvtier_core::manager::{
+    ChunkState, CompleteLoadError, ConfigError, LoadError, ManagerConfig, OffloadManager,
+    PolicyKind, PositionError, RequestError, RequestId, StoreError,
+};
+
+fn k(i: u64) -> BlockKey {
+    BlockKey::new(i, 0)
+}
+
+/// Everything observable about keys 0..16 and the counters.
+fn snapshot(m: &OffloadManager) -> Vec<String> {
+    let mut v: Vec<String> = (0..16).map(|i| format!("{:?}", m.chunk(&k(i)))).collect();
+    v.push(format!(
+        "{} {} {} {} {:?}",
+        m.allocated(),
+        m.free_chunks(),
+        m.evictable(),
+        m.write_pending(),
+        m.eviction_order()
+    ));
+    v
+}
+
+fn setup(policy: PolicyKind) -> (OffloadManager, RequestId) {
+    let mut cfg = ManagerConfig::new(4);
+    cfg.policy = policy;
+    cfg.max_requests = 2;
+    let mut m = OffloadManager::new(cfg).unwrap();
+    let r = m.on_new_request().unwrap();
+    // 1, 2 readable; 3 pending.
+    m.prepare_store(r, &[k(1), k(2)], None).unwrap().unwrap();
+    m.complete_store(&[k(1), k(2)], true);
+    m.prepare_store(r, &[k(3)], None).unwrap().unwrap();
+    (m, r)
+}
+
+#[test]
+fn load_errors_change_nothing() {
+    for policy in [PolicyKind::Lru, PolicyKind::Arc] {
+        let (mut m, r) = setup(policy);
+        let before = snapshot(&m);
+        assert_eq!(
+            m.prepare_load(r, &[k(1), k(9)], None).unwrap_err(),
+            LoadError::NotPresent { index: 1 }
+        );
+        assert_eq!(
+            m.prepare_load(r, &[k(2), k(3)], None).unwrap_err(),
+            LoadError::NotReady { index: 1 }
+        );
+        assert_eq!(
+            m.prepare_load(r, &[k(1)], Some(&[16, 32])).unwrap_err(),
+            LoadError::Positions(PositionError::LengthMismatch {
+                keys: 1,
+                positions: 2
+            })
+        );
+        assert_eq!(
+            m.prepare_load(r, &[k(1)], Some(&[u64::MAX])).unwrap_err(),
+            LoadError::Positions(PositionError::TooLarge { index: 0 })
+        );
+        assert_eq!(snapshot(&m), before, "{policy}");
+        m.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn complete_load_counts_repeats_and_changes_nothing_on_error() {
+    let (mut m, r) = setup(PolicyKind::Lru);
+    m.prepare_load(r, &[k(1)], None).unwrap();
+    let before = snapshot(&m);
+    // One pin on 1, but the call names it twice.
+    assert_eq!(
+        m.complete_load(&[k(1), k(1)]).unwrap_err(),
+        CompleteLoadError::NotPinned { index: 1 }
+    );
+    assert_eq!(
+        m.complete_load(&[k(2)]).unwrap_err(),
+        CompleteLoadError::NotPinned { index: 0 }
+    );
+    assert_eq!(
+        m.complete_load(&[k(1), k(7)]).unwrap_err(),
+        CompleteLoadError::NotPresent { index: 1 }
+    );
+    assert_eq!(snapshot(&m), before);
+    // Two pins, released in one call: evictable counts the chunk once.
+    m.prepare_load(r, &[k(1)], None).unwrap();
+    assert_eq!(m.chunk(&k(1)).unwrap().1, ChunkState::Pinned(2));
+    let ev = m.evictable();
+    m.complete_load(&[k(1), k(1)]).unwrap();
+    assert_eq!(
+        (m.chunk(&k(1)).unwrap().1, m.evictable()),
+        (ChunkState::Idle, ev + 1)
+    );
+    m.check_invariants().unwrap();
+}
+
+#[test]
+fn store_errors_change_nothing() {
+    let mut cfg = ManagerConfig::new(4);
+    cfg.store_threshold = 2;
+    let mut m: OffloadManager = OffloadManager::new(cfg).unwrap();
+    let r = m.on_new_request().unwrap();
+    let before = snapshot(&m);
+    assert_eq!(
+        m.prepare_store(r, &[k(1), k(2), k(1)], None).unwrap_err(),
+        StoreError::DuplicateKey { index: 2 }
+    );
+    assert_eq!(m.tracker_count(&k(1)), 0, "a rejected offer is not counted");
+    assert_eq!(m.stores_skipped_undrained(), 0);
+    assert_eq!(snapshot(&m), before);
+}
+
+#[test]
+fn stale_and_exhausted_requests() {
+    let (mut m, r) = setup(PolicyKind::Lru);
+    let r2 = m.on_new_request().unwrap();
+    assert_eq!(
+        m.on_new_request().unwrap_err(),
+        RequestError::TooManyRequests { max_requests: 2 }
+    );
+    m.on_request_finished(r2).unwrap();
+    let before = snapshot(&m);
+    assert_eq!(
+        m.on_request_finished(r2).unwrap_err(),
+        RequestError::Unknown(r2)
+    );
+    assert_eq!(m.drop_request(r2).unwrap_err(), RequestError::Unknown(r2));
+    assert_eq!(
+        m.prepare_load(r2, &[k(1)], None).unwrap_err(),
+        LoadError::Request(RequestError::Unknown(r2))
+    );
+    assert_eq!(
+        m.prepare_store(r2, &[k(5)], None).unwrap_err(),
+        StoreError::Request(RequestError::Unknown(r2))
+    );
+    // A forged handle from raw bits is just unknown.
+    let forged = RequestId::from_u64(0xdead_beef_0000_0007);
+    assert!(matches!(
+        m.prepare_load(forged, &[k(1)], None),
+        Err(LoadError::Request(_))
+    ));
+    assert_eq!(snapshot(&m), before);
+    // The slot is reused with a new generation; the old handle stays stale.
+    let r3 = m.on_new_request().unwrap();
+    assert_ne!(r3, r2);
+    assert_eq!(RequestId::from_u64(r3.to_u64()), r3);
+    m.on_request_finished(r).unwrap();
+}
+
+#[test]
+fn config_errors() {
+    let mut cfg = ManagerConfig::new(8);
+    cfg.max_requests = 0;
+    assert_eq!(
+        OffloadManager::<BlockKey>::new(cfg).unwrap_err(),
+        ConfigError::ZeroMaxRequests
+    );
+    let mut cfg = ManagerConfig::new(u32::MAX - 10);
+    cfg.max_requests = 100;
+    assert!(matches!(
+        OffloadManager::<BlockKey>::new(cfg),
+        Err(ConfigError::TooLarge { .. })
+    ));
+    assert_eq!(
+        PolicyKind::from_name("lfu").unwrap_err().to_string(),
+        "unknown cache policy: expected \"lru\" or \"arc\""
+    );
+    assert_eq!(
+        StoreError::DuplicateKey { index: 2 }.to_string(),
+        "prepare_store: key at index 2 repeats an earlier key of the same offer"
+    );
+}
+
+#[test]
+fn events_overflow_is_counted_not_half_applied() {
+    let mut cfg = ManagerConfig::new(8);
+    cfg.enable_events = true;
+    cfg.max_event_keys = 3;
+    let mut m: OffloadManager = OffloadManager::new(cfg).unwrap();
+    let r = m.on_new_request().unwrap();
+    m.prepare_store(r, &[k(1), k(2)], None).unwrap();
+    m.complete_store(&[k(1), k(2)], true); // 2 keys queued
+    m.prepare_store(r, &[k(3), k(4)], None).unwrap();
+    m.complete_store(&[k(3), k(4)], true); // would make 4: dropped whole
+    assert_eq!(m.events_dropped(), (1, 2));
+    let ev = m.take_events();
+    assert_eq!(ev.len(), 1);
+    assert_eq!(ev[0].1, vec![k(1), k(2)]);
+}
