@@ -24,7 +24,7 @@ use prometheus_text::sample;
 /// Finds samples in a text exposition.
 mod prometheus_text {
     /// The value of the sample `name{…}` whose label set contains every `labels` pair.
-    pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    pub(crate) fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
         text.lines()
             .filter(|l| !l.starts_with('#'))
             .find_map(|line| {
