@@ -88,7 +88,7 @@ fn child_processes_totals_equal_the_sum_of_their_increments() {
     listener.set_nonblocking(true).unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut readers = Vec::new();
-    while readers.len() < CHILDREN as usize {
+    while (readers.len() as u64) < CHILDREN {
         assert!(
             Instant::now() < deadline,
             "children did not connect in time"
