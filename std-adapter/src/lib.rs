@@ -6,9 +6,9 @@
 
 pub mod cli;
 pub mod error;
+pub mod export;
 pub mod exposition;
 pub mod http;
-pub mod export;
 pub mod layout;
 pub mod replay;
 pub mod shared;

@@ -54,7 +54,12 @@ pub struct Histogram {
 /// A histogram with no finite bounds (every observation lands in `+Inf`).
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram { bounds: heapless::Vec::new(), counts: [0; MAX_BOUNDS + 1], count: 0, sum: 0 }
+        Histogram {
+            bounds: heapless::Vec::new(),
+            counts: [0; MAX_BOUNDS + 1],
+            count: 0,
+            sum: 0,
+        }
     }
 }
 
