@@ -32,7 +32,7 @@
 //! exporter.observe(&p, 0)?;
 //! exporter.observe(&p, 0)?;
 //! let text = encode_text(&registry)?;
-//! assert!(text.contains("vllm:kv_offload_stores_skipped_total{engine=\"0\",model_name=\"m\"} 6\n"));
+//! assert!(text.contains("vllm:kv_offload_stores_skipped_total{model_name=\"m\",engine=\"0\"} 6\n"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
@@ -40,7 +40,7 @@ mod cache_config;
 mod families;
 mod log_line;
 
-pub use cache_config::CacheConfigInfo;
+pub use cache_config::{CacheConfigInfo, UnknownAttribute};
 pub use log_line::{log_line, python_float_str};
 
 use std::collections::{BTreeSet, HashMap};

@@ -2,7 +2,7 @@
 //! other threads or processes (as wire bytes), and feeds an [`OffloadExporter`].
 //!
 //! Other processes write length-prefixed frames ([`write_frame`]: a `u32` little-endian length,
-//! then [`wire`](kvtier_core::stats::wire) bytes) to a pipe or socket; the collector reads them
+//! then [`wire`] bytes) to a pipe or socket; the collector reads them
 //! with [`StatsCollector::ingest`].
 //!
 //! Per engine, payloads are aggregated (counters sum, gauges keep the latest, histograms merge)
