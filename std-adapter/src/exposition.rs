@@ -37,7 +37,7 @@ use std::fmt::{self, Write as _};
 use kvtier_core::stats::catalogue::{
     self, CONFIG_INFO, CPU_CONFIG_INFO_LABELS, DEPRECATED_SIZE, DEPRECATED_TOTAL_BYTES,
     DEPRECATED_TOTAL_TIME, LOAD_BYTES, LOAD_SIZE, LOAD_TIME, MetricDef, STORE_BYTES, STORE_SIZE,
-    STORE_TIME, TRANSFER_TYPES,
+    STORE_TIME, SeriesMismatch, TRANSFER_TYPES,
 };
 use kvtier_core::stats::{Histogram, InfoSeries, MetricKind, Payload, Series, Value};
 
@@ -83,53 +83,14 @@ impl Default for ExpositionOptions<'_> {
 /// Why a payload could not be rendered (nothing is written then).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExpositionError {
-    /// The catalogue has no family of that name.
-    UnknownMetric(String),
-    /// The payload's kind differs from the catalogue's.
-    KindMismatch {
-        /// The metric name.
-        name: String,
-        /// The catalogue's kind.
-        expected: MetricKind,
-        /// The payload's kind.
-        found: MetricKind,
-    },
-    /// A series has a different number of labels than the family declares.
-    LabelCount {
-        /// The metric name.
-        name: String,
-        /// Labels the family declares.
-        expected: usize,
-        /// Labels the series has.
-        got: usize,
-    },
-    /// A histogram's bounds differ from the catalogue's.
-    BoundsMismatch(String),
+    /// A series does not fit its catalogue family.
+    Series(SeriesMismatch),
 }
 
 impl fmt::Display for ExpositionError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ExpositionError::UnknownMetric(n) => write!(f, "unknown offloading stats key: {n}"),
-            ExpositionError::KindMismatch {
-                name,
-                expected,
-                found,
-            } => write!(
-                f,
-                "metric {name} is a {expected}, the payload has a {found}"
-            ),
-            ExpositionError::LabelCount {
-                name,
-                expected,
-                got,
-            } => write!(f, "metric {name} expects {expected} labels, got {got}"),
-            ExpositionError::BoundsMismatch(n) => {
-                write!(
-                    f,
-                    "histogram {n} has other bucket bounds than the catalogue"
-                )
-            }
+            ExpositionError::Series(e) => write!(f, "{e}"),
         }
     }
 }
@@ -291,28 +252,9 @@ fn write_value(
 }
 
 fn check(s: &Series) -> Result<(), ExpositionError> {
-    let name = || s.name().to_owned();
-    let def = catalogue::lookup(s.name()).ok_or_else(|| ExpositionError::UnknownMetric(name()))?;
-    if def.kind != s.kind() {
-        return Err(ExpositionError::KindMismatch {
-            name: name(),
-            expected: def.kind,
-            found: s.kind(),
-        });
-    }
-    if def.labels.len() != s.labels().len() {
-        return Err(ExpositionError::LabelCount {
-            name: name(),
-            expected: def.labels.len(),
-            got: s.labels().len(),
-        });
-    }
-    if let Value::Histogram(h) = s.value()
-        && h.bounds() != def.bounds
-    {
-        return Err(ExpositionError::BoundsMismatch(name()));
-    }
-    Ok(())
+    catalogue::check_series(s)
+        .map(|_| ())
+        .map_err(ExpositionError::Series)
 }
 
 /// The deprecated mirror of a family, when enabled: `(transfer_type, value)` pairs.

@@ -18,6 +18,7 @@ use kvtier_core::capacity::{
     GroupedLayout, LayerKind, LayerSpec, PoolLayout, Workload, gpu_capacity,
 };
 use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager};
+use kvtier_core::stats::catalogue::SeriesMismatch;
 use kvtier_core::stats::{Gauge, Histogram, MetricKind, Payload, catalogue};
 use prometheus_text::sample;
 
@@ -208,7 +209,9 @@ fn observe_checks_the_whole_payload_before_applying_anything() {
         .unwrap();
     assert_eq!(
         ex.observe(&unknown, 0),
-        Err(ObserveError::UnknownMetric("vllm:no_such_metric".into()))
+        Err(ObserveError::Series(SeriesMismatch::UnknownMetric(
+            "vllm:no_such_metric".into()
+        )))
     );
 
     let mut labels = good.clone();
@@ -218,11 +221,11 @@ fn observe_checks_the_whole_payload_before_applying_anything() {
     let err = ex.observe(&labels, 0).unwrap_err();
     assert_eq!(
         err,
-        ObserveError::LabelCount {
+        ObserveError::Series(SeriesMismatch::LabelCount {
             name: catalogue::SIMPLE_SAVE_OUTCOMES.into(),
             expected: 1,
             got: 0
-        }
+        })
     );
     assert_eq!(
         err.to_string(),
@@ -234,11 +237,11 @@ fn observe_checks_the_whole_payload_before_applying_anything() {
         .unwrap();
     assert_eq!(
         ex.observe(&kind, 0),
-        Err(ObserveError::KindMismatch {
+        Err(ObserveError::Series(SeriesMismatch::KindMismatch {
             name: catalogue::STORES_SKIPPED.into(),
             expected: MetricKind::Counter,
             found: MetricKind::Gauge,
-        })
+        }))
     );
 
     let mut bounds = good.clone();
@@ -248,7 +251,9 @@ fn observe_checks_the_whole_payload_before_applying_anything() {
         .unwrap();
     assert_eq!(
         ex.observe(&bounds, 0),
-        Err(ObserveError::BoundsMismatch(catalogue::LOAD_SIZE.into()))
+        Err(ObserveError::Series(SeriesMismatch::BoundsMismatch(
+            catalogue::LOAD_SIZE.into()
+        )))
     );
     assert_eq!(ex.observe(&good, 1), Err(ObserveError::UnknownEngine(1)));
 

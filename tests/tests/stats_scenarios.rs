@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use kvtier::exposition::{EngineLabels, ExpositionError, ExpositionOptions, render};
+use kvtier_core::stats::catalogue::SeriesMismatch;
 use kvtier_core::stats::catalogue::*;
 use kvtier_core::stats::simple_offload::{SaveOutcome, SimpleOffloadConfig, SimpleOffloadStats};
 use kvtier_core::stats::{AggregateError, Gauge, InfoSeries, InfoValue, MetricKind, Payload};
@@ -294,7 +295,12 @@ fn exposition_of_a_native_payload() {
         &ExpositionOptions::default(),
     );
     // `x` is not a vLLM family: rejected before anything is written.
-    assert_eq!(text, Err(ExpositionError::UnknownMetric("x".into())));
+    assert_eq!(
+        text,
+        Err(ExpositionError::Series(SeriesMismatch::UnknownMetric(
+            "x".into()
+        )))
+    );
     p.clear();
     p.set_info(cpu_info()).unwrap();
     p.increase_counter(LOAD_BYTES, &[], 100).unwrap();

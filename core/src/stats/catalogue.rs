@@ -485,3 +485,95 @@ mod tests {
         assert_eq!(lookup(LOAD_TIME).unwrap().export_divisor(), 1_000_000_000);
     }
 }
+
+/// Why a payload series does not fit the catalogue (checked before anything is applied by an
+/// exporter or a renderer).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SeriesMismatch {
+    /// The catalogue has no family of that name.
+    UnknownMetric(alloc::string::String),
+    /// The payload's kind differs from the catalogue's.
+    KindMismatch {
+        /// The metric name.
+        name: alloc::string::String,
+        /// The catalogue's kind.
+        expected: MetricKind,
+        /// The payload's kind.
+        found: MetricKind,
+    },
+    /// A series has a different number of labels than the family declares.
+    LabelCount {
+        /// The metric name.
+        name: alloc::string::String,
+        /// Labels the family declares.
+        expected: usize,
+        /// Labels the series has.
+        got: usize,
+    },
+    /// A histogram's bounds differ from the catalogue's.
+    BoundsMismatch(alloc::string::String),
+}
+
+impl fmt::Display for SeriesMismatch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SeriesMismatch::UnknownMetric(n) => write!(f, "unknown offloading stats key: {n}"),
+            SeriesMismatch::KindMismatch {
+                name,
+                expected,
+                found,
+            } => {
+                write!(
+                    f,
+                    "metric {name} is a {expected}, the payload has a {found}"
+                )
+            }
+            SeriesMismatch::LabelCount {
+                name,
+                expected,
+                got,
+            } => {
+                write!(f, "metric {name} expects {expected} labels, got {got}")
+            }
+            SeriesMismatch::BoundsMismatch(n) => {
+                write!(
+                    f,
+                    "histogram {n} has other bucket bounds than the catalogue"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for SeriesMismatch {}
+
+/// Checks one payload series against its catalogue family (name, kind, label count, histogram
+/// bounds) and returns the family.
+///
+/// # Errors
+/// [`SeriesMismatch`] saying what does not fit.
+pub fn check_series(s: &super::Series) -> Result<&'static MetricDef, SeriesMismatch> {
+    use alloc::borrow::ToOwned;
+    let name = || s.name().to_owned();
+    let def = lookup(s.name()).ok_or_else(|| SeriesMismatch::UnknownMetric(name()))?;
+    if def.kind != s.kind() {
+        return Err(SeriesMismatch::KindMismatch {
+            name: name(),
+            expected: def.kind,
+            found: s.kind(),
+        });
+    }
+    if def.labels.len() != s.labels().len() {
+        return Err(SeriesMismatch::LabelCount {
+            name: name(),
+            expected: def.labels.len(),
+            got: s.labels().len(),
+        });
+    }
+    if let super::Value::Histogram(h) = s.value()
+        && h.bounds() != def.bounds
+    {
+        return Err(SeriesMismatch::BoundsMismatch(name()));
+    }
+    Ok(def)
+}

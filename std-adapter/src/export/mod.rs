@@ -48,9 +48,9 @@ use std::fmt;
 
 use kvtier_core::stats::catalogue::{
     self, CACHE_CONFIG_INFO, CACHE_CONFIG_INFO_LABELS, CONFIG_INFO, CPU_CONFIG_INFO_LABELS,
-    DEPRECATED_SIZE, DEPRECATED_TOTAL_BYTES, DEPRECATED_TOTAL_TIME, MetricKind,
+    DEPRECATED_SIZE, DEPRECATED_TOTAL_BYTES, DEPRECATED_TOTAL_TIME, MetricKind, SeriesMismatch,
 };
-use kvtier_core::stats::{AggregateError, Payload, Series, Value};
+use kvtier_core::stats::{AggregateError, Payload, Series};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 use prometheus::{Encoder as _, Registry, TextEncoder};
@@ -151,28 +151,8 @@ impl std::error::Error for ExporterError {}
 pub enum ObserveError {
     /// No engine has this index.
     UnknownEngine(usize),
-    /// The catalogue has no family of that name.
-    UnknownMetric(String),
-    /// The payload's kind differs from the catalogue's.
-    KindMismatch {
-        /// The metric name.
-        name: String,
-        /// The catalogue's kind.
-        expected: MetricKind,
-        /// The payload's kind.
-        found: MetricKind,
-    },
-    /// A series has a different number of labels than the family declares.
-    LabelCount {
-        /// The metric name.
-        name: String,
-        /// Labels the family declares.
-        expected: usize,
-        /// Labels the series has.
-        got: usize,
-    },
-    /// A histogram's bounds differ from the catalogue's.
-    BoundsMismatch(String),
+    /// A series does not fit its catalogue family.
+    Series(SeriesMismatch),
     /// The engine's totals would exceed a payload's series limit.
     TooManySeries,
     /// The engine would keep more than [`MAX_INFO_SERIES_PER_ENGINE`] info series.
@@ -183,26 +163,7 @@ impl fmt::Display for ObserveError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ObserveError::UnknownEngine(i) => write!(f, "no engine has index {i}"),
-            ObserveError::UnknownMetric(n) => write!(f, "unknown offloading stats key: {n}"),
-            ObserveError::KindMismatch {
-                name,
-                expected,
-                found,
-            } => write!(
-                f,
-                "metric {name} is a {expected}, the payload has a {found}"
-            ),
-            ObserveError::LabelCount {
-                name,
-                expected,
-                got,
-            } => write!(f, "metric {name} expects {expected} labels, got {got}"),
-            ObserveError::BoundsMismatch(n) => {
-                write!(
-                    f,
-                    "histogram {n} has other bucket bounds than the catalogue"
-                )
-            }
+            ObserveError::Series(e) => write!(f, "{e}"),
             ObserveError::TooManySeries => {
                 write!(
                     f,
@@ -320,28 +281,9 @@ fn is_deprecated(name: &str) -> bool {
 }
 
 fn check(s: &Series) -> Result<(), ObserveError> {
-    let name = || s.name().to_owned();
-    let def = catalogue::lookup(s.name()).ok_or_else(|| ObserveError::UnknownMetric(name()))?;
-    if def.kind != s.kind() {
-        return Err(ObserveError::KindMismatch {
-            name: name(),
-            expected: def.kind,
-            found: s.kind(),
-        });
-    }
-    if def.labels.len() != s.labels().len() {
-        return Err(ObserveError::LabelCount {
-            name: name(),
-            expected: def.labels.len(),
-            got: s.labels().len(),
-        });
-    }
-    if let Value::Histogram(h) = s.value()
-        && h.bounds() != def.bounds
-    {
-        return Err(ObserveError::BoundsMismatch(name()));
-    }
-    Ok(())
+    catalogue::check_series(s)
+        .map(|_| ())
+        .map_err(ObserveError::Series)
 }
 
 impl OffloadExporter {
@@ -445,7 +387,7 @@ impl OffloadExporter {
             // Both are excluded by the catalogue check above (one kind and one set of bounds
             // per name), so only the series limit can be hit.
             AggregateError::KindConflict { name, .. } | AggregateError::BoundsMismatch { name } => {
-                ObserveError::BoundsMismatch(name.into_owned())
+                ObserveError::Series(SeriesMismatch::BoundsMismatch(name.into_owned()))
             }
             AggregateError::TooManySeries => ObserveError::TooManySeries,
         })?;
