@@ -202,26 +202,8 @@ where
     S::Error: std::fmt::Display,
 {
     let header = source.header().clone();
-    let capacity = match args.capacity {
-        Some(c) => c,
-        None => match header.capacity {
-            Some(c) => u32::try_from(c)
-                .map_err(|_| format!("trace header capacity {c} does not fit in u32"))?,
-            None => 1024,
-        },
-    };
+    let (manager, capacity) = args.manager(header.capacity)?;
     let block_tokens = args.block_tokens.unwrap_or(header.block_tokens);
-    let mut cfg = ManagerConfig::new(capacity);
-    cfg.info = Some(CpuTierInfo {
-        num_chunks: u64::from(capacity),
-        blocks_per_chunk: 1,
-        kv_cache_size_bytes: None,
-        kv_cache_size_tokens: None,
-    });
-    cfg.policy = args.policy.into();
-    cfg.store_threshold = args.store_threshold;
-    cfg.max_tracker_size = args.max_tracker_size;
-    let manager = OffloadManager::new(cfg).map_err(|e| e.to_string())?;
     let mut replayer = Replayer::new(manager, u64::from(block_tokens));
     let log_every = args.log_interval.filter(|n| *n > 0);
     // With a log interval, drains happen during the run: `total` keeps every drain for the
@@ -307,6 +289,37 @@ where
 impl ReplayArgs {
     fn policy_kind(&self) -> PolicyKind {
         self.policy.into()
+    }
+
+    /// The manager these options describe, and its capacity: `--capacity`, else the trace
+    /// header's `capacity`, else 1024 chunks. Its `config_info` reports the capacity and
+    /// `None` for the sizes a replay cannot know.
+    ///
+    /// # Errors
+    /// A header capacity that does not fit in `u32`, or a rejected manager configuration.
+    pub fn manager(&self, header_capacity: Option<u64>) -> Result<(OffloadManager, u32), String> {
+        let capacity = match self.capacity {
+            Some(c) => c,
+            None => match header_capacity {
+                Some(c) => u32::try_from(c)
+                    .map_err(|_| format!("trace header capacity {c} does not fit in u32"))?,
+                None => 1024,
+            },
+        };
+        let mut cfg = ManagerConfig::new(capacity);
+        cfg.info = Some(CpuTierInfo {
+            num_chunks: u64::from(capacity),
+            blocks_per_chunk: 1,
+            kv_cache_size_bytes: None,
+            kv_cache_size_tokens: None,
+        });
+        cfg.policy = self.policy_kind();
+        cfg.store_threshold = self.store_threshold;
+        cfg.max_tracker_size = self.max_tracker_size;
+        Ok((
+            OffloadManager::new(cfg).map_err(|e| e.to_string())?,
+            capacity,
+        ))
     }
 }
 

@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager};
 use kvtier_core::stats::catalogue;
 use prometheus::Registry;
 
@@ -107,34 +106,6 @@ impl Serving {
     }
 }
 
-fn manager_for(
-    args: &ReplayArgs,
-    header_capacity: Option<u64>,
-) -> Result<(OffloadManager, u32), String> {
-    let capacity = match args.capacity {
-        Some(c) => c,
-        None => match header_capacity {
-            Some(c) => u32::try_from(c)
-                .map_err(|_| format!("trace header capacity {c} does not fit in u32"))?,
-            None => 1024,
-        },
-    };
-    let mut cfg = ManagerConfig::new(capacity);
-    cfg.info = Some(CpuTierInfo {
-        num_chunks: u64::from(capacity),
-        blocks_per_chunk: 1,
-        kv_cache_size_bytes: None,
-        kv_cache_size_tokens: None,
-    });
-    cfg.policy = args.policy.into();
-    cfg.store_threshold = args.store_threshold;
-    cfg.max_tracker_size = args.max_tracker_size;
-    Ok((
-        OffloadManager::new(cfg).map_err(|e| e.to_string())?,
-        capacity,
-    ))
-}
-
 struct Drive<'a> {
     sender: &'a PayloadSender,
     replayer: Replayer,
@@ -174,7 +145,7 @@ where
     S::Error: std::fmt::Display,
 {
     let header = source.header().clone();
-    let (manager, capacity) = manager_for(args, header.capacity)?;
+    let (manager, capacity) = args.manager(header.capacity)?;
     let block_tokens = args.block_tokens.unwrap_or(header.block_tokens);
     let mut d = Drive {
         sender,
