@@ -145,3 +145,15 @@ fn malformed_trace_is_an_error_naming_the_line() {
     assert!(missing.contains("/nonexistent/x.kvtrace"), "{missing}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn too_many_open_requests_is_an_error_naming_the_record() {
+    let trace = data("small-a.kvtrace");
+    // small-a keeps up to 33 requests open.
+    let err = replay(&args(&["--trace", &trace, "--max-requests", "8"]), false).unwrap_err();
+    assert!(
+        err.contains("record") && err.contains("8 request slots"),
+        "{err}"
+    );
+    assert!(replay(&args(&["--trace", &trace, "--max-requests", "33"]), false).is_ok());
+}

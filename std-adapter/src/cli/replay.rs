@@ -40,6 +40,10 @@ pub struct ReplayArgs {
     /// Size of the reuse tracker.
     #[arg(long, default_value_t = 64_000, value_name = "M")]
     pub max_tracker_size: u32,
+    /// Requests in flight the manager can hold at once (a trace with more open requests is an
+    /// error naming the record).
+    #[arg(long, default_value_t = 65_536, value_name = "N")]
+    pub max_requests: u32,
     /// Tokens per block (default: the trace header's `block_tokens`).
     #[arg(long, value_name = "N")]
     pub block_tokens: Option<u32>,
@@ -316,6 +320,7 @@ impl ReplayArgs {
         cfg.policy = self.policy_kind();
         cfg.store_threshold = self.store_threshold;
         cfg.max_tracker_size = self.max_tracker_size;
+        cfg.max_requests = self.max_requests;
         Ok((
             OffloadManager::new(cfg).map_err(|e| e.to_string())?,
             capacity,
