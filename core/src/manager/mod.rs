@@ -132,6 +132,7 @@ pub struct OffloadManager<K: OffloadKey = BlockKey> {
     s_count: Vec<u32>,
     s_new: Vec<(u32, u32)>,
     s_rslot: Vec<u32>,
+    s_zero: Vec<u32>,
     s_order: Vec<u32>,
     out_keys: Vec<K>,
     out_slots: Vec<u32>,
@@ -180,6 +181,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             s_count: Vec::new(),
             s_new: Vec::new(),
             s_rslot: Vec::new(),
+            s_zero: Vec::new(),
             s_order: Vec::new(),
             out_keys: Vec::new(),
             out_slots: Vec::new(),
@@ -367,6 +369,7 @@ impl<K: OffloadKey> OffloadManager<K> {
     /// call); nothing changes then.
     pub fn complete_load(&mut self, keys: &[K]) -> Result<(), CompleteLoadError> {
         self.s_slot.clear();
+        self.s_zero.clear();
         for (index, key) in keys.iter().enumerate() {
             let Some(s) = self.chunks.find(key) else {
                 self.undo_unpins();
@@ -379,20 +382,15 @@ impl<K: OffloadKey> OffloadManager<K> {
             }
             self.chunks.set_ref_cnt(s, r - 1);
             self.s_slot.push(s);
-        }
-        // Count each chunk that reached 0 once, even if named several times.
-        for &s in &self.s_slot {
-            if self.chunks.ref_cnt(s) == 0 && self.chunks.stamps()[s as usize] != u32::MAX {
-                self.evictable += 1;
-                self.chunks.set_stamp(s, u32::MAX);
-                if let Policy::Lru(lru) = &mut self.policy {
-                    lru.on_evictable(s, self.chunks.keys());
-                }
+            // A chunk reaches 0 at most once per call: a further unpin of it fails above.
+            if r == 1 {
+                self.s_zero.push(s);
             }
         }
-        for &s in &self.s_slot {
-            if self.chunks.stamps()[s as usize] == u32::MAX {
-                self.chunks.set_stamp(s, 0);
+        for &s in &self.s_zero {
+            self.evictable += 1;
+            if let Policy::Lru(lru) = &mut self.policy {
+                lru.on_evictable(s, self.chunks.keys());
             }
         }
         Ok(())
