@@ -268,8 +268,11 @@ fuzz_target!(|input: Input| {
         return;
     };
     let mut model = (cfg.policy == PolicyKind::Lru).then(|| Model::new(cfg));
+    // Every run starts with a live request in slot 0, so stores and loads can succeed from the
+    // first op (the fuzzer can still finish or drop it).
+    let first = (Op::NewRequest { slot: 0 }, false);
     let mut live = None;
-    for (step, (op, steered)) in input.ops.into_iter().enumerate() {
+    for (step, (op, steered)) in core::iter::once(first).chain(input.ops).enumerate() {
         let before = real.snapshot();
         let clone = real.manager.clone();
         let op = if steered {
