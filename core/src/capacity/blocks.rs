@@ -174,7 +174,11 @@ pub fn max_fitting_len(
         let mid = left + (right - left) / 2;
         if fits(mid)? {
             result = mid;
-            left = mid + 1;
+            // mid == u64::MAX fits: nothing longer exists.
+            let Some(next) = mid.checked_add(1) else {
+                break;
+            };
+            left = next;
         } else {
             right = mid - 1;
         }

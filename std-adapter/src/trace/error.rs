@@ -33,7 +33,8 @@ pub enum TraceErrorKind {
     WrongFirstHeader,
     /// The `format` header names another format or version than `kvtrace v1`.
     UnsupportedFormat,
-    /// A line starting with `#` is not of the form `# key=value` with a non-empty key.
+    /// A line starting with `#` is not of the form `# key=value` with a non-empty key, or it
+    /// holds a carriage return.
     MalformedHeader,
     /// A header key appears twice.
     DuplicateHeaderKey,

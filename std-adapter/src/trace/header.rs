@@ -132,6 +132,11 @@ pub(crate) enum HeaderLineError {
 /// Splits `# key=value` into its key and value.
 pub(crate) fn split_header_line(line: &str) -> Result<(&str, &str), HeaderLineError> {
     let body = line.strip_prefix("# ").ok_or(HeaderLineError::Malformed)?;
+    // A carriage return could not be written back by `TraceWriter` (and a trailing one would
+    // not survive a round trip): kvtrace lines end in `\n` alone.
+    if body.contains('\r') {
+        return Err(HeaderLineError::Malformed);
+    }
     let (key, value) = body.split_once('=').ok_or(HeaderLineError::Malformed)?;
     if key.is_empty() || key.bytes().any(|b| b.is_ascii_whitespace()) {
         return Err(HeaderLineError::Malformed);
