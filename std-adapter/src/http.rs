@@ -30,7 +30,8 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use crate::export::CONTENT_TYPE;
-use crate::shared::sync::Arc;
+// Real sockets and OS threads: never modelled by loom, so std's Arc, not the facade.
+use std::sync::Arc;
 
 /// The longest request head (request line and headers) read, in bytes.
 pub const MAX_REQUEST_HEAD: usize = 8192;

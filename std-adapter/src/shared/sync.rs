@@ -1,5 +1,6 @@
-//! The one place the adapter takes its synchronisation primitives from, so a model checker
-//! (loom) can be swapped in later without touching the users.
+//! The one place the adapter takes its synchronisation primitives from: `std`'s, or loom's
+//! when built with `RUSTFLAGS="--cfg loom"`, so the model checker explores every interleaving
+//! of the same code (`std-adapter/tests/loom_shared.rs`).
 //!
 //! # Poisoning policy
 //!
@@ -10,6 +11,9 @@
 //! therefore recovers the value from a poisoned mutex (and clears the poison) instead of
 //! panicking in every later caller; [`lock_reporting`] does the same and says whether it had to.
 
+#[cfg(loom)]
+pub use loom::sync::{Arc, Mutex, MutexGuard};
+#[cfg(not(loom))]
 pub use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Locks `m`, recovering the value if a panicking thread poisoned it (see the module docs).
@@ -22,6 +26,8 @@ pub fn lock_reporting<T>(m: &Mutex<T>) -> (MutexGuard<'_, T>, bool) {
     match m.lock() {
         Ok(g) => (g, false),
         Err(poisoned) => {
+            // loom's mutex has no poison to clear: it never poisons in a model.
+            #[cfg(not(loom))]
             m.clear_poison();
             (poisoned.into_inner(), true)
         }
