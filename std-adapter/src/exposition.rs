@@ -107,7 +107,7 @@ pub fn format_float(v: f64) -> String {
     if v.is_infinite() {
         return if v > 0.0 { "+Inf" } else { "-Inf" }.to_owned();
     }
-    let s = python_float_repr(v);
+    let s = crate::export::python_float_str(v);
     match s.find('.') {
         Some(dot) if v > 0.0 && dot > 6 => {
             let digits: String = s.chars().filter(|c| *c != '.').collect();
@@ -117,36 +117,6 @@ pub fn format_float(v: f64) -> String {
             format!("{mantissa}e+0{}", dot - 1)
         }
         _ => s,
-    }
-}
-
-/// Python's `repr(float)` for a finite value: shortest round-trip digits, fixed notation for
-/// decimal exponents −4…15 (with `.0` when integral), else `d.ddde±XX`.
-fn python_float_repr(v: f64) -> String {
-    let sci = format!("{v:e}");
-    let (mantissa, exp) = sci.split_once('e').unwrap_or((sci.as_str(), "0"));
-    let exp: i32 = exp.parse().unwrap_or(0);
-    let (sign, mantissa) = match mantissa.strip_prefix('-') {
-        Some(m) => ("-", m),
-        None => ("", mantissa),
-    };
-    let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
-    if !(-4..16).contains(&exp) {
-        let (first, rest) = digits.split_at(1.min(digits.len()));
-        let dot = if rest.is_empty() { "" } else { "." };
-        let esign = if exp < 0 { '-' } else { '+' };
-        return format!("{sign}{first}{dot}{rest}e{esign}{:02}", exp.unsigned_abs());
-    }
-    let point = usize::try_from(exp + 1).unwrap_or(0);
-    if exp < 0 {
-        let zeros = "0".repeat(exp.unsigned_abs() as usize - 1);
-        format!("{sign}0.{zeros}{digits}")
-    } else if digits.len() <= point {
-        let zeros = "0".repeat(point - digits.len());
-        format!("{sign}{digits}{zeros}.0")
-    } else {
-        let (int, frac) = digits.split_at(point);
-        format!("{sign}{int}.{frac}")
     }
 }
 
