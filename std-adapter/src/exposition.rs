@@ -35,9 +35,7 @@
 use std::fmt::{self, Write as _};
 
 use kvtier_core::stats::catalogue::{
-    self, CONFIG_INFO, CPU_CONFIG_INFO_LABELS, DEPRECATED_SIZE, DEPRECATED_TOTAL_BYTES,
-    DEPRECATED_TOTAL_TIME, LOAD_BYTES, LOAD_SIZE, LOAD_TIME, MetricDef, STORE_BYTES, STORE_SIZE,
-    STORE_TIME, SeriesMismatch, TRANSFER_TYPES,
+    self, CONFIG_INFO, CPU_CONFIG_INFO_LABELS, MetricDef, SeriesMismatch,
 };
 use kvtier_core::stats::{Histogram, InfoSeries, MetricKind, Payload, Series, Value};
 
@@ -227,30 +225,6 @@ fn check(s: &Series) -> Result<(), ExpositionError> {
         .map_err(ExpositionError::Series)
 }
 
-/// The deprecated mirror of a family, when enabled: `(transfer_type, value)` pairs.
-fn deprecated_values(payload: &Payload, def: &MetricDef) -> Option<[(&'static str, Value); 2]> {
-    let counter = |name: &str| Value::Counter(payload.counter(name, &[]).unwrap_or(0));
-    let histogram = |name: &str| {
-        payload
-            .histogram(name, &[])
-            .cloned()
-            .or_else(|| Histogram::new(def.bounds).ok())
-            .map(|h| Value::Histogram(Box::new(h)))
-    };
-    let [load, store] = TRANSFER_TYPES;
-    match def.name {
-        DEPRECATED_TOTAL_BYTES => {
-            Some([(load, counter(LOAD_BYTES)), (store, counter(STORE_BYTES))])
-        }
-        DEPRECATED_TOTAL_TIME => Some([(load, counter(LOAD_TIME)), (store, counter(STORE_TIME))]),
-        DEPRECATED_SIZE => Some([
-            (load, histogram(LOAD_SIZE)?),
-            (store, histogram(STORE_SIZE)?),
-        ]),
-        _ => None,
-    }
-}
-
 fn info_sample(
     out: &mut String,
     engine: &EngineLabels<'_>,
@@ -290,7 +264,7 @@ pub fn render(
             None
         };
         let mirrored = if options.deprecated_transfer_series {
-            deprecated_values(payload, def)
+            catalogue::deprecated_mirror(payload, def)
         } else {
             None
         };
@@ -355,8 +329,8 @@ mod tests {
         for (v, s) in cases {
             assert_eq!(format_float(v), s, "{v}");
         }
-        assert_eq!(python_float_repr(1e-7), "1e-07");
-        assert_eq!(python_float_repr(1.25e-7), "1.25e-07");
-        assert_eq!(python_float_repr(1e22), "1e+22");
+        assert_eq!(crate::export::python_float_str(1e-7), "1e-07");
+        assert_eq!(crate::export::python_float_str(1.25e-7), "1.25e-07");
+        assert_eq!(crate::export::python_float_str(1e22), "1e+22");
     }
 }

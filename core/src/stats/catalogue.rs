@@ -577,3 +577,31 @@ pub fn check_series(s: &super::Series) -> Result<&'static MetricDef, SeriesMisma
     }
     Ok(def)
 }
+
+/// The values a deprecated `transfer_type` family (`DEPRECATED_TOTAL_BYTES`,
+/// `DEPRECATED_TOTAL_TIME`, `DEPRECATED_SIZE`) mirrors from `payload`'s unlabeled load and store
+/// series, as `(transfer_type, value)` for `CPU_to_GPU` then `GPU_to_CPU`; absent series read
+/// as zero (an empty histogram). `None` for any other family.
+#[must_use]
+pub fn deprecated_mirror(
+    payload: &super::Payload,
+    def: &MetricDef,
+) -> Option<[(&'static str, super::Value); 2]> {
+    use super::Value;
+    let counter = |name: &str| Value::Counter(payload.counter(name, &[]).unwrap_or(0));
+    let histogram = |name: &str| {
+        let h = payload.histogram(name, &[]).cloned();
+        // The catalogue's bounds are valid, so the empty fallback never needs `default`.
+        let h = h.unwrap_or_else(|| super::Histogram::new(def.bounds).unwrap_or_default());
+        Value::Histogram(alloc::boxed::Box::new(h))
+    };
+    let [load, store] = TRANSFER_TYPES;
+    match def.name {
+        DEPRECATED_TOTAL_BYTES => {
+            Some([(load, counter(LOAD_BYTES)), (store, counter(STORE_BYTES))])
+        }
+        DEPRECATED_TOTAL_TIME => Some([(load, counter(LOAD_TIME)), (store, counter(STORE_TIME))]),
+        DEPRECATED_SIZE => Some([(load, histogram(LOAD_SIZE)), (store, histogram(STORE_SIZE))]),
+        _ => None,
+    }
+}

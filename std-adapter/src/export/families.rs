@@ -1,9 +1,7 @@
 //! Builds the `prometheus` metric families from a copy of the exporter's per-engine state.
 
 use kvtier_core::stats::catalogue::{
-    self, CACHE_CONFIG_INFO, CACHE_CONFIG_INFO_LABELS, CONFIG_INFO, DEPRECATED_SIZE,
-    DEPRECATED_TOTAL_BYTES, DEPRECATED_TOTAL_TIME, LOAD_BYTES, LOAD_SIZE, LOAD_TIME, MetricDef,
-    MetricKind, STORE_BYTES, STORE_SIZE, STORE_TIME, TRANSFER_TYPES,
+    self, CACHE_CONFIG_INFO, CACHE_CONFIG_INFO_LABELS, CONFIG_INFO, MetricDef, MetricKind,
 };
 use kvtier_core::stats::{Histogram, Payload, Value};
 use prometheus::proto::{self, LabelPair, Metric, MetricFamily, MetricType};
@@ -94,24 +92,9 @@ fn value_metric(def: &MetricDef, labels: Vec<LabelPair>, value: &Value) -> Metri
 
 /// The deprecated `transfer_type` mirror of one engine: `(transfer_type, value)` pairs.
 fn deprecated_values(totals: &Payload, def: &MetricDef) -> Vec<(&'static str, Value)> {
-    let counter = |name: &str| Value::Counter(totals.counter(name, &[]).unwrap_or(0));
-    let histogram = |name: &str| {
-        totals
-            .histogram(name, &[])
-            .cloned()
-            .or_else(|| Histogram::new(def.bounds).ok())
-            .map(|h| Value::Histogram(Box::new(h)))
-    };
-    let [load, store] = TRANSFER_TYPES;
-    match def.name {
-        DEPRECATED_TOTAL_BYTES => vec![(load, counter(LOAD_BYTES)), (store, counter(STORE_BYTES))],
-        DEPRECATED_TOTAL_TIME => vec![(load, counter(LOAD_TIME)), (store, counter(STORE_TIME))],
-        DEPRECATED_SIZE => [(load, histogram(LOAD_SIZE)), (store, histogram(STORE_SIZE))]
-            .into_iter()
-            .filter_map(|(t, v)| v.map(|v| (t, v)))
-            .collect(),
-        _ => Vec::new(),
-    }
+    catalogue::deprecated_mirror(totals, def)
+        .map(Vec::from)
+        .unwrap_or_default()
 }
 
 fn family_metrics(
