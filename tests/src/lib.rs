@@ -4,5 +4,6 @@
 
 pub mod allocator_model;
 pub mod block_pool_model;
+pub mod manager_checks;
 pub mod manager_model;
 pub mod stats_model;

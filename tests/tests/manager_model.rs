@@ -16,8 +16,9 @@
 //! 256 cases per test by default; run more with `PROPTEST_CASES=10000 cargo test -p
 //! kvtier-tests --release --test manager_model`.
 
-use kvtier_core::manager::{ChunkState, PolicyKind};
-use kvtier_tests::manager_model::{Config, KEYS, Model, Op, Outcome, Real, SLOTS, Snapshot};
+use kvtier_core::manager::PolicyKind;
+use kvtier_tests::manager_checks::run_ops;
+use kvtier_tests::manager_model::{Config, KEYS, Op, SLOTS};
 use proptest::prelude::*;
 
 fn config(policy: PolicyKind) -> impl Strategy<Value = Config> {
@@ -104,234 +105,10 @@ fn ops() -> impl Strategy<Value = Vec<(Op, bool)>> {
     prop::collection::vec((op(), prop::bool::weighted(0.7)), 0..60)
 }
 
-/// Sends a request op to `live` (the slot of the latest request created and not yet ended),
-/// maps a load's keys onto readable keys, a completion's onto pinned keys, a store
-/// completion's onto pending keys (key id `k` becomes the `k mod n`-th such key), so those
-/// calls succeed often. Unchanged when no key is in that state.
-fn steer(op: Op, snap: &Snapshot, live: Option<u8>) -> Op {
-    let with = |pred: fn(ChunkState) -> bool| -> Vec<u8> {
-        (0..KEYS)
-            .filter(|&k| snap.chunks[usize::from(k)].is_some_and(|(_, s)| pred(s)))
-            .collect()
-    };
-    let pick = |keys: Vec<u8>, pool: &[u8]| -> Vec<u8> {
-        if pool.is_empty() {
-            return keys;
-        }
-        keys.iter()
-            .map(|&k| pool[usize::from(k) % pool.len()])
-            .collect()
-    };
-    let to_live = |slot: u8| live.unwrap_or(slot);
-    match op {
-        Op::PrepareStore {
-            slot,
-            keys,
-            positions,
-        } => Op::PrepareStore {
-            slot: to_live(slot),
-            keys,
-            positions,
-        },
-        Op::PrepareLoad {
-            slot,
-            keys,
-            positions,
-        } => Op::PrepareLoad {
-            slot: to_live(slot),
-            keys: pick(keys, &with(|s| s != ChunkState::Pending)),
-            positions,
-        },
-        Op::CompleteLoad { keys } => Op::CompleteLoad {
-            keys: pick(keys, &with(|s| matches!(s, ChunkState::Pinned(_)))),
-        },
-        Op::CompleteStore { keys, success } => Op::CompleteStore {
-            keys: pick(keys, &with(|s| s == ChunkState::Pending)),
-            success,
-        },
-        other => other,
-    }
-}
-
-/// The slot of the latest request created and not yet finished or dropped, after `op`.
-fn track_live(live: Option<u8>, op: &Op, got: &Outcome) -> Option<u8> {
-    match (op, got) {
-        (Op::NewRequest { slot }, Outcome::Request(Ok(()))) => Some(*slot),
-        (Op::Finish { slot } | Op::Drop { slot }, Outcome::Request(Ok(())))
-            if live == Some(*slot) =>
-        {
-            None
-        }
-        _ => live,
-    }
-}
-
-/// Checks that hold for any policy after every step.
-fn check_state(real: &Real, snap: &Snapshot, cap: u32) -> Result<(), TestCaseError> {
-    if let Err(e) = real.manager.check_invariants() {
-        return Err(TestCaseError::fail(format!("check_invariants: {e}")));
-    }
-    let mut slots = Vec::new();
-    let (mut pending, mut idle, mut pinned) = (0u32, 0u32, 0u32);
-    for &(s, state) in snap.chunks.iter().flatten() {
-        prop_assert!(s < cap, "slot {s} out of range {cap}");
-        slots.push(s);
-        match state {
-            ChunkState::Pending => pending += 1,
-            ChunkState::Idle => idle += 1,
-            ChunkState::Pinned(n) => {
-                prop_assert!(n > 0);
-                pinned += 1;
-            }
-        }
-    }
-    let resident = slots.len();
-    slots.sort_unstable();
-    slots.dedup();
-    prop_assert_eq!(slots.len(), resident, "a slot is held by two keys");
-    prop_assert_eq!(snap.allocated, pending + idle + pinned);
-    prop_assert_eq!(
-        snap.allocated,
-        snap.write_pending + pinned + snap.evictable,
-        "allocated − free != write_pending + pinned + evictable"
-    );
-    prop_assert_eq!(snap.write_pending, pending);
-    prop_assert_eq!(snap.evictable, idle);
-    prop_assert_eq!(snap.allocated + snap.free, cap);
-    Ok(())
-}
-
-fn run_lru(cfg: Config, ops: Vec<(Op, bool)>) -> Result<(), TestCaseError> {
-    let mut model = Model::new(cfg);
-    let mut real = Real::new(&cfg).expect("valid config");
-    let mut live = None;
-    for (step, (op, steered)) in ops.into_iter().enumerate() {
-        let before = real.snapshot();
-        let op = if steered {
-            steer(op, &before, live)
-        } else {
-            op
-        };
-        let want = model.apply(&op);
-        let got = real.apply(&op);
-        live = track_live(live, &op, &got);
-        prop_assert_eq!(&got, &want, "step {}: {:?}", step, op);
-        let snap = real.snapshot();
-        check_state(&real, &snap, cfg.capacity)?;
-        if got.is_failure() {
-            prop_assert_eq!(
-                &snap,
-                &before,
-                "step {}: {:?} failed but changed state",
-                step,
-                op
-            );
-        }
-        prop_assert_eq!(&snap, &model.snapshot(), "step {}: {:?}", step, op);
-    }
-    Ok(())
-}
-
-/// The legality of one ARC `prepare_store`, judged from the states before and after.
-fn check_arc_store(
-    cfg: &Config,
-    offered: &[u8],
-    got: &Outcome,
-    before: &Snapshot,
-    after: &Snapshot,
-) -> Result<(), TestCaseError> {
-    let Outcome::Store(Ok(decision)) = got else {
-        return Ok(());
-    };
-    let absent: Vec<u8> = offered
-        .iter()
-        .copied()
-        .filter(|&k| before.chunks[usize::from(k)].is_none())
-        .collect();
-    let admitted: Vec<u8> = absent
-        .iter()
-        .copied()
-        .filter(|&k| {
-            cfg.store_threshold < 2 || after.tracker_counts[usize::from(k)] >= cfg.store_threshold
-        })
-        .collect();
-    let eligible = (0..KEYS)
-        .filter(|k| {
-            !offered.contains(k)
-                && matches!(before.chunks[usize::from(*k)], Some((_, ChunkState::Idle)))
-        })
-        .count();
-    let need = admitted.len().saturating_sub(before.free as usize);
-    match decision {
-        None => {
-            prop_assert!(
-                need > 0 && eligible < need,
-                "None with {eligible} eligible for {need}"
-            );
-            prop_assert_eq!(&after.chunks, &before.chunks);
-        }
-        Some(d) => {
-            prop_assert_eq!(&d.keys, &admitted);
-            prop_assert_eq!(d.evicted.len(), need);
-            let mut victims = d.evicted.clone();
-            victims.sort_unstable();
-            victims.dedup();
-            prop_assert_eq!(victims.len(), need, "a key evicted twice");
-            for &v in &d.evicted {
-                prop_assert!(!offered.contains(&v), "evicted offered key {v}");
-                prop_assert!(
-                    matches!(before.chunks[usize::from(v)], Some((_, ChunkState::Idle))),
-                    "evicted non-idle key {v}"
-                );
-                prop_assert!(after.chunks[usize::from(v)].is_none());
-            }
-            for (k, s) in d.keys.iter().zip(&d.slots) {
-                prop_assert_eq!(
-                    after.chunks[usize::from(*k)],
-                    Some((*s, ChunkState::Pending))
-                );
-            }
-        }
-    }
-    Ok(())
-}
-
-fn run_arc(cfg: Config, ops: Vec<(Op, bool)>) -> Result<(), TestCaseError> {
-    let mut real = Real::new(&cfg).expect("valid config");
-    let mut live = None;
-    for (step, (op, steered)) in ops.into_iter().enumerate() {
-        let before = real.snapshot();
-        let op = if steered {
-            steer(op, &before, live)
-        } else {
-            op
-        };
-        let got = real.apply(&op);
-        live = track_live(live, &op, &got);
-        let snap = real.snapshot();
-        check_state(&real, &snap, cfg.capacity)?;
-        if got.is_failure() {
-            prop_assert_eq!(
-                &snap,
-                &before,
-                "step {}: {:?} failed but changed state",
-                step,
-                op
-            );
-        }
-        if let Op::PrepareStore { keys, .. } = &op {
-            let offered: Vec<u8> = keys.iter().map(|&k| k % KEYS).collect();
-            check_arc_store(&cfg, &offered, &got, &before, &snap)
-                .map_err(|e| TestCaseError::fail(format!("step {step}: {op:?}: {e}")))?;
-        }
-    }
-    Ok(())
-}
-
 proptest! {
     #[test]
     fn lru_manager_matches_the_model(cfg in config(PolicyKind::Lru), ops in ops()) {
-        run_lru(cfg, ops)?;
+        run_ops(cfg, ops).map_err(TestCaseError::fail)?;
     }
 
     #[test]
@@ -339,7 +116,7 @@ proptest! {
         cfg in config(PolicyKind::Arc),
         ops in ops(),
     ) {
-        run_arc(cfg, ops)?;
+        run_ops(cfg, ops).map_err(TestCaseError::fail)?;
     }
 }
 
