@@ -5,12 +5,12 @@
 //! decides victims and matching vLLM's victims exactly matters more than integer purity (the
 //! one float in the core's decisions; IEEE arithmetic makes it identical on every target).
 
-use alloc::vec;
 use alloc::vec::Vec;
 use core::hash::BuildHasher;
 use hashbrown::HashTable;
 
 use super::links::{Links, List, NIL};
+use super::reserve::{OutOfMemory, descending, filled, table};
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
 
@@ -30,16 +30,16 @@ pub(crate) struct Arc<K> {
 }
 
 impl<K: OffloadKey> Arc<K> {
-    pub(crate) fn new(n: u32, filler: K, hasher: FixedState) -> Self {
-        Arc {
-            links: Links::new(n as usize),
-            which: vec![NONE; n as usize],
+    pub(crate) fn new(n: u32, filler: K, hasher: FixedState) -> Result<Self, OutOfMemory> {
+        Ok(Arc {
+            links: Links::new(n as usize)?,
+            which: filled(n as usize, NONE)?,
             t1: List::EMPTY,
             t2: List::EMPTY,
-            ghosts: Ghosts::new(n, filler, hasher),
+            ghosts: Ghosts::new(n, filler, hasher)?,
             target: 0.0,
             capacity: n,
-        }
+        })
     }
 
     /// The adaptive target size of T1.
@@ -253,19 +253,19 @@ struct Ghosts<K> {
 }
 
 impl<K: OffloadKey> Ghosts<K> {
-    fn new(capacity: u32, filler: K, hasher: FixedState) -> Self {
+    fn new(capacity: u32, filler: K, hasher: FixedState) -> Result<Self, OutOfMemory> {
         let n = 2 * capacity as usize;
-        Ghosts {
-            links: Links::new(n),
-            keys: vec![filler; n],
-            which: vec![NONE; n],
-            free: (0..u32::try_from(n).unwrap_or(u32::MAX)).rev().collect(),
-            index: HashTable::with_capacity(n),
+        Ok(Ghosts {
+            links: Links::new(n)?,
+            keys: filled(n, filler)?,
+            which: filled(n, NONE)?,
+            free: descending(u32::try_from(n).map_err(|_| OutOfMemory)?)?,
+            index: table(n)?,
             hasher,
             b1: List::EMPTY,
             b2: List::EMPTY,
             capacity,
-        }
+        })
     }
 
     fn find(&self, key: &K) -> Option<u32> {

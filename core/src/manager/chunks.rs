@@ -1,10 +1,10 @@
 //! The chunk table: which key holds which slot, each chunk's reference count, and the slot pool.
 
-use alloc::vec;
 use alloc::vec::Vec;
 use core::hash::BuildHasher;
 use hashbrown::HashTable;
 
+use super::reserve::{OutOfMemory, filled, table};
 use crate::allocator::SlotPool;
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
@@ -29,16 +29,16 @@ pub(crate) struct Chunks<K> {
 }
 
 impl<K: OffloadKey> Chunks<K> {
-    pub(crate) fn new(capacity: u32, filler: K, hasher: FixedState) -> Self {
+    pub(crate) fn new(capacity: u32, filler: K, hasher: FixedState) -> Result<Self, OutOfMemory> {
         let n = capacity as usize;
-        Chunks {
-            keys: vec![filler; n],
-            ref_cnt: vec![ABSENT; n],
-            stamp: vec![0; n],
-            index: HashTable::with_capacity(n),
+        Ok(Chunks {
+            keys: filled(n, filler)?,
+            ref_cnt: filled(n, ABSENT)?,
+            stamp: filled(n, 0)?,
+            index: table(n)?,
             hasher,
-            pool: SlotPool::new(capacity),
-        }
+            pool: SlotPool::try_new(capacity).ok_or(OutOfMemory)?,
+        })
     }
 
     #[inline]

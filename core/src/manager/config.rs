@@ -157,6 +157,9 @@ impl ManagerConfig {
 pub enum ConfigError {
     /// `max_requests` is 0: no request could ever be served.
     ZeroMaxRequests,
+    /// The manager's fixed arrays for this configuration (about 62 bytes per chunk under LRU,
+    /// 125 under ARC, plus the tracker and the event queue) could not be allocated.
+    OutOfMemory,
     /// `num_chunks + max_requests` (or `2 · num_chunks` for ARC) does not fit the u32 index
     /// space.
     TooLarge {
@@ -171,6 +174,10 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::ZeroMaxRequests => f.write_str("max_requests must be at least 1"),
+            ConfigError::OutOfMemory => f.write_str(
+                "cannot allocate the manager's arrays for this many chunks, tracker entries or \
+                 event keys: out of memory",
+            ),
             ConfigError::TooLarge {
                 num_chunks,
                 max_requests,

@@ -2,6 +2,8 @@
 
 use alloc::vec::Vec;
 
+use super::reserve::{OutOfMemory, with_capacity};
+
 /// What an [`OffloadEvent`] announces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum EventKind {
@@ -57,14 +59,14 @@ pub(crate) struct EventQueue<K> {
 }
 
 impl<K: Copy> EventQueue<K> {
-    pub(crate) fn new(max_keys: u32) -> Self {
-        EventQueue {
-            keys: Vec::with_capacity(max_keys as usize),
-            headers: Vec::with_capacity(max_keys as usize),
+    pub(crate) fn new(max_keys: u32) -> Result<Self, OutOfMemory> {
+        Ok(EventQueue {
+            keys: with_capacity(max_keys as usize)?,
+            headers: with_capacity(max_keys as usize)?,
             max_keys,
             dropped_events: 0,
             dropped_keys: 0,
-        }
+        })
     }
 
     /// Queues one event for `keys` (nothing when `keys` is empty).

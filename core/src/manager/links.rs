@@ -4,8 +4,9 @@
 //! `prev`/`next` indices sized once. A node is in at most one list of a table at a time. All
 //! operations are O(1) and allocate nothing.
 
-use alloc::vec;
 use alloc::vec::Vec;
+
+use super::reserve::{OutOfMemory, filled};
 
 /// The "no node" index.
 pub(crate) const NIL: u32 = u32::MAX;
@@ -34,11 +35,11 @@ impl List {
 }
 
 impl Links {
-    pub(crate) fn new(n: usize) -> Self {
-        Links {
-            prev: vec![NIL; n],
-            next: vec![NIL; n],
-        }
+    pub(crate) fn new(n: usize) -> Result<Self, OutOfMemory> {
+        Ok(Links {
+            prev: filled(n, NIL)?,
+            next: filled(n, NIL)?,
+        })
     }
 
     #[inline]
@@ -137,7 +138,7 @@ mod tests {
 
     #[test]
     fn push_insert_unlink_move() {
-        let mut l = Links::new(6);
+        let mut l = Links::new(6).unwrap();
         let mut a = List::EMPTY;
         let mut b = List::EMPTY;
         for i in [0, 1, 2] {

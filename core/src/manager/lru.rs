@@ -15,10 +15,10 @@
 //! the first idle (`ref_cnt == 0`), unprotected chunks: exactly the heap's pop order
 //! restricted to evictable chunks, so the victims are vLLM's.
 
-use alloc::vec;
 use alloc::vec::Vec;
 
 use super::links::{Links, List, NIL};
+use super::reserve::{OutOfMemory, filled};
 use crate::key::OffloadKey;
 
 /// The rank state of a request, kept in the request's own state.
@@ -46,18 +46,18 @@ pub(crate) struct Lru {
 }
 
 impl Lru {
-    pub(crate) fn new(n: u32, max_requests: u32) -> Self {
+    pub(crate) fn new(n: u32, max_requests: u32) -> Result<Self, OutOfMemory> {
         let total = n as usize + max_requests as usize;
-        Lru {
-            links: Links::new(total),
+        Ok(Lru {
+            links: Links::new(total)?,
             order: List::EMPTY,
-            major: vec![0; total],
-            minor: vec![0; total],
+            major: filled(total, 0)?,
+            minor: filled(total, 0)?,
             n,
             next_rank: 0,
             generation: 0,
             hint: NIL,
-        }
+        })
     }
 
     /// Unlinks node `i`, moving the scan hint back to its predecessor if it pointed at `i`.

@@ -39,6 +39,7 @@ mod events;
 mod links;
 mod lru;
 mod request;
+mod reserve;
 mod stats;
 mod tracker;
 
@@ -144,34 +145,41 @@ impl<K: OffloadKey> OffloadManager<K> {
     /// Builds a manager; all of its memory is allocated here.
     ///
     /// # Errors
-    /// [`ConfigError`] when the configuration is out of range.
+    /// [`ConfigError`] when the configuration is out of range, or
+    /// [`ConfigError::OutOfMemory`] when its arrays cannot be allocated.
     pub fn new(cfg: ManagerConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
+        let oom = |_| ConfigError::OutOfMemory;
         let n = cfg.num_chunks;
         let policy = match cfg.policy {
-            PolicyKind::Lru => Policy::Lru(Lru::new(n, cfg.max_requests)),
-            PolicyKind::Arc => Policy::Arc(Arc::new(n, K::default(), cfg.hasher)),
+            PolicyKind::Lru => Policy::Lru(Lru::new(n, cfg.max_requests).map_err(oom)?),
+            PolicyKind::Arc => Policy::Arc(Arc::new(n, K::default(), cfg.hasher).map_err(oom)?),
         };
-        let tracker = cfg
-            .filter_enabled()
-            .then(|| Tracker::new(cfg.max_tracker_size, K::default(), cfg.hasher));
+        let tracker = match cfg.filter_enabled() {
+            true => {
+                Some(Tracker::new(cfg.max_tracker_size, K::default(), cfg.hasher).map_err(oom)?)
+            }
+            false => None,
+        };
+        let events = match cfg.enable_events {
+            true => Some(EventQueue::new(cfg.max_event_keys).map_err(oom)?),
+            false => None,
+        };
         let bounds = crate::stats::catalogue::lookup(crate::stats::catalogue::CPU_ALLOCATION_SIZE)
             .map_or(&[][..], |d| d.bounds);
         // The catalogue's bounds are valid (its tests check every family), so the fallback to
         // a bound-less histogram never happens.
         let alloc_sizes = Histogram::new(bounds).unwrap_or_default();
         Ok(OffloadManager {
-            chunks: Chunks::new(n, K::default(), cfg.hasher),
+            chunks: Chunks::new(n, K::default(), cfg.hasher).map_err(oom)?,
             policy,
             evictable: 0,
             write_pending: 0,
             tracker,
             stores_skipped: 0,
             alloc_sizes,
-            events: cfg
-                .enable_events
-                .then(|| EventQueue::new(cfg.max_event_keys)),
-            requests: Requests::new(cfg.max_requests),
+            events,
+            requests: Requests::new(cfg.max_requests).map_err(oom)?,
             cache_generation: 0,
             call_stamp: 0,
             offer_stamp: 0,

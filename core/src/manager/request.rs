@@ -8,6 +8,7 @@ use core::hash::BuildHasher;
 use hashbrown::HashTable;
 
 use super::lru::RequestRank;
+use super::reserve::{OutOfMemory, with_capacity};
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
 
@@ -193,12 +194,12 @@ pub(crate) struct Requests<K> {
 }
 
 impl<K: OffloadKey> Requests<K> {
-    pub(crate) fn new(max: u32) -> Self {
-        Requests {
+    pub(crate) fn new(max: u32) -> Result<Self, OutOfMemory> {
+        Ok(Requests {
             states: Vec::new(),
-            free: Vec::with_capacity(max as usize),
+            free: with_capacity(max as usize)?,
             max,
-        }
+        })
     }
 
     pub(crate) fn alloc(&mut self, cache_gen: u64) -> Result<RequestId, RequestError> {

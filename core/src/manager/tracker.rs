@@ -1,12 +1,12 @@
 //! The reuse (store-threshold) tracker of vLLM 0.33.0: an LRU-ordered, size-bounded map from key
 //! to the number of store offers that named it.
 
-use alloc::vec;
 use alloc::vec::Vec;
 use core::hash::BuildHasher;
 use hashbrown::HashTable;
 
 use super::links::{Links, List};
+use super::reserve::{OutOfMemory, descending, filled, table};
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
 
@@ -23,18 +23,18 @@ pub(crate) struct Tracker<K> {
 }
 
 impl<K: OffloadKey> Tracker<K> {
-    pub(crate) fn new(max: u32, filler: K, hasher: FixedState) -> Self {
+    pub(crate) fn new(max: u32, filler: K, hasher: FixedState) -> Result<Self, OutOfMemory> {
         let n = max as usize;
-        Tracker {
-            links: Links::new(n),
-            keys: vec![filler; n],
-            counts: vec![0; n],
-            free: (0..max).rev().collect(),
-            index: HashTable::with_capacity(n),
+        Ok(Tracker {
+            links: Links::new(n)?,
+            keys: filled(n, filler)?,
+            counts: filled(n, 0)?,
+            free: descending(max)?,
+            index: table(n)?,
             hasher,
             lru: List::EMPTY,
             max,
-        }
+        })
     }
 
     fn find(&self, key: &K) -> Option<u32> {
