@@ -6,9 +6,10 @@
 //! evictable` (i.e. `allocated = pending + pinned + idle`, `allocated + free = capacity`), no
 //! slot holds two keys, the three usage gauges are within [0, 1]; an op that returned a typed
 //! error left the manager as a clone taken before it (snapshot, pending events, stats drain);
-//! under LRU the outcome and the snapshot equal the reference model's (vLLM 0.33.0's manager);
-//! under ARC every `prepare_store` is legal (stored = absent admitted offered keys in order,
-//! exactly the victims needed, each idle and not offered).
+//! the outcome and the snapshot (slots, states, counters, tracker, the policy's eviction order)
+//! equal the reference model's (vLLM 0.33.0's manager with its LRU or ARC policy); under ARC
+//! every `prepare_store` is also checked for legality on its own (stored = absent admitted
+//! offered keys in order, exactly the victims needed, each idle and not offered).
 
 use kvtier_core::manager::{ChunkState, OffloadManager, PolicyKind};
 use kvtier_core::stats::Gauge;
@@ -49,7 +50,7 @@ pub fn run_ops(cfg: Config, ops: impl IntoIterator<Item = (Op, bool)>) -> Result
     let Ok(mut real) = Real::new(&cfg) else {
         return Ok(());
     };
-    let mut model = (cfg.policy == PolicyKind::Lru).then(|| Model::new(cfg));
+    let mut model = Model::new(cfg);
     let mut live = None;
     for (step, (op, steered)) in ops.into_iter().enumerate() {
         let before = real.snapshot();
@@ -67,18 +68,14 @@ pub fn run_ops(cfg: Config, ops: impl IntoIterator<Item = (Op, bool)>) -> Result
         if got.is_failure() {
             check_unchanged(&op, &real, &snap, &before, &clone).map_err(at)?;
         }
-        match &mut model {
-            Some(model) => {
-                let want = model.apply(&op);
-                ensure_eq!(got, want, "step {step}: {op:?}: outcome");
-                ensure_eq!(snap, model.snapshot(), "step {step}: {op:?}: snapshot");
-            }
-            None => {
-                if let Op::PrepareStore { keys, .. } = &op {
-                    let offered: Vec<u8> = keys.iter().map(|&k| k % KEYS).collect();
-                    check_arc_store(&cfg, &offered, &got, &before, &snap).map_err(at)?;
-                }
-            }
+        let want = model.apply(&op);
+        ensure_eq!(got, want, "step {step}: {op:?}: outcome");
+        ensure_eq!(snap, model.snapshot(), "step {step}: {op:?}: snapshot");
+        if cfg.policy == PolicyKind::Arc
+            && let Op::PrepareStore { keys, .. } = &op
+        {
+            let offered: Vec<u8> = keys.iter().map(|&k| k % KEYS).collect();
+            check_arc_store(&cfg, &offered, &got, &before, &snap).map_err(at)?;
         }
     }
     Ok(())

@@ -4,9 +4,10 @@
 //! * [`Op`] covers every manager call over a small universe: keys `0..KEYS` (key `i` is
 //!   `BlockKey::new(i, i % 2)`, so two KV-cache groups take part) and request handle slots
 //!   `0..SLOTS`. Out-of-range indices wrap, so any decoded bytes make a valid op.
-//! * [`Model`] is vLLM 0.33.0's `CPUOffloadingManager` with its LRU policy and reuse tracker,
-//!   written for obviousness: `BTreeMap`s, `Vec`s and linear scans. Ranks are `(major, minor)`
-//!   pairs in a map; eviction sorts every idle, unprotected key by `(rank, key)`.
+//! * [`Model`] is vLLM 0.33.0's `CPUOffloadingManager` with its LRU or ARC policy and the reuse
+//!   tracker, written for obviousness: `BTreeMap`s, `Vec`s and linear scans. LRU ranks are
+//!   `(major, minor)` pairs in a map and eviction sorts every idle, unprotected key by
+//!   `(rank, key)`; ARC keeps T1, T2, B1, B2 as vectors and its target as vLLM's `f64`.
 //! * [`Real`] drives an actual `OffloadManager<BlockKey>` with the same ops and returns the same
 //!   [`Outcome`] type, so a driver compares the two with `assert_eq!`; [`Snapshot`] is the
 //!   observable state of either, compared after every step.
@@ -344,8 +345,10 @@ pub struct Snapshot {
     pub stores_skipped: u64,
     /// `events_dropped()`.
     pub events_dropped: (u64, u64),
-    /// `eviction_order()` as key ids (LRU only; empty for ARC).
+    /// `eviction_order()` as key ids (LRU: rank order; ARC: T1 then T2, least recent first).
     pub eviction_order: Vec<u8>,
+    /// ARC only: the adaptive target's bits and the ghost lists' lengths `(|B1|, |B2|)`.
+    pub arc: Option<(u64, u32, u32)>,
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -469,7 +472,6 @@ impl Real {
     #[must_use]
     pub fn snapshot(&self) -> Snapshot {
         let m = &self.manager;
-        let lru = m.config().policy == PolicyKind::Lru;
         Snapshot {
             chunks: (0..KEYS).map(|i| m.chunk(&key(i))).collect(),
             allocated: m.allocated(),
@@ -481,11 +483,11 @@ impl Real {
             tracker_len: m.tracker_len(),
             stores_skipped: m.stores_skipped_undrained(),
             events_dropped: m.events_dropped(),
-            eviction_order: if lru {
-                m.eviction_order().iter().map(id).collect()
-            } else {
-                Vec::new()
-            },
+            eviction_order: m.eviction_order().iter().map(id).collect(),
+            arc: m
+                .arc_target()
+                .zip(m.arc_sizes())
+                .map(|(t, (_, _, b1, b2))| (t.to_bits(), b1, b2)),
         }
     }
 }
@@ -532,6 +534,8 @@ pub struct Model {
     chunks: BTreeMap<u8, Chunk>,
     /// LRU ranks of resident keys.
     ranks: BTreeMap<u8, (u64, i64)>,
+    /// ARC's lists when the policy is ARC (the LRU ranks are then kept but unused).
+    arc: Option<ArcModel>,
     next_rank: u64,
     cache_generation: u64,
     /// Reuse tracker, least recently offered first.
@@ -545,7 +549,7 @@ pub struct Model {
 }
 
 impl Model {
-    /// An empty manager built from `cfg` (LRU semantics whatever `cfg.policy` says).
+    /// An empty manager built from `cfg`, with vLLM's LRU or ARC policy as `cfg.policy` says.
     #[must_use]
     pub fn new(cfg: Config) -> Self {
         Model {
@@ -554,6 +558,7 @@ impl Model {
             free: Vec::new(),
             chunks: BTreeMap::new(),
             ranks: BTreeMap::new(),
+            arc: (cfg.policy == PolicyKind::Arc).then(|| ArcModel::new(cfg.capacity)),
             next_rank: 0,
             cache_generation: 0,
             tracker: Vec::new(),
@@ -575,8 +580,14 @@ impl Model {
                 .find(|(t, _)| *t == k)
                 .map_or(0, |&(_, c)| c)
         };
-        let mut order: Vec<u8> = self.ranks.keys().copied().collect();
-        order.sort_by_key(|k| (self.ranks[k], *k));
+        let order: Vec<u8> = match &self.arc {
+            Some(arc) => arc.t1.iter().chain(&arc.t2).copied().collect(),
+            None => {
+                let mut order: Vec<u8> = self.ranks.keys().copied().collect();
+                order.sort_by_key(|k| (self.ranks[k], *k));
+                order
+            }
+        };
         Snapshot {
             chunks: (0..KEYS)
                 .map(|k| {
@@ -600,6 +611,10 @@ impl Model {
             stores_skipped: self.stores_skipped,
             events_dropped: self.events_dropped,
             eviction_order: order,
+            arc: self.arc.as_ref().map(|a| {
+                let len = |v: &Vec<u8>| u32::try_from(v.len()).unwrap_or(u32::MAX);
+                (a.target.to_bits(), len(&a.b1), len(&a.b2))
+            }),
         }
     }
 
@@ -670,8 +685,15 @@ impl Model {
         }
     }
 
-    /// `need` victims: the smallest `(rank, key)` among idle keys not in `protected`.
-    fn evict(&self, need: usize, protected: &[u8]) -> Option<Vec<u8>> {
+    /// `need` victims (ARC: its scanners, moving them to the ghost lists); LRU: the smallest
+    /// `(rank, key)` among idle keys not in `protected`.
+    fn evict(&mut self, need: usize, protected: &[u8]) -> Option<Vec<u8>> {
+        if let Some(arc) = &mut self.arc {
+            let chunks = &self.chunks;
+            let eligible =
+                |k: u8| chunks.get(&k).is_some_and(|c| c.ref_cnt == 0) && !protected.contains(&k);
+            return arc.evict(need, eligible);
+        }
         let mut idle: Vec<u8> = self
             .chunks
             .iter()
@@ -800,9 +822,19 @@ impl Model {
             candidates.retain(|k| tracker.iter().any(|&(t, c)| t == *k && c >= threshold));
             self.stores_skipped += (before - candidates.len()) as u64;
         }
-        // 4. Store misses (only ARC reacts; LRU ignores them).
+        // 4. Store misses this request has not reported yet (only ARC reacts: ghost hits).
         let a = self.access(r);
+        let new_misses: Vec<u8> = candidates
+            .iter()
+            .copied()
+            .filter(|k| !a.store_miss.contains(k))
+            .collect();
         a.store_miss.extend(candidates.iter().copied());
+        if let Some(arc) = &mut self.arc {
+            for &k in new_misses.iter().rev() {
+                arc.adapt(k);
+            }
+        }
         // 5. The request's access, in offer order.
         let recorded: Vec<u8> = keys
             .iter()
@@ -857,6 +889,9 @@ impl Model {
                 Some(&p) => (self.request_rank(r), -i64::try_from(p).unwrap_or(i64::MAX)),
             };
             self.ranks.insert(k, rank);
+            if let Some(arc) = &mut self.arc {
+                arc.insert(k);
+            }
             self.access(r).inserted.insert(k);
             slots.push(s);
         }
@@ -882,6 +917,9 @@ impl Model {
                 let s = c.slot;
                 self.chunks.remove(&k);
                 self.ranks.remove(&k);
+                if let Some(arc) = &mut self.arc {
+                    arc.remove(k);
+                }
                 self.free.push(s);
             }
             done.push(k);
@@ -971,8 +1009,20 @@ impl Model {
     fn finish(&mut self, slot: u8) -> Result<(), Failure> {
         let r = self.live(slot).ok_or(Failure::UnknownRequest)?;
         if self.requests[r].access.generation == self.cache_generation {
-            for k in self.request_order(r).into_iter().rev() {
-                self.refresh(k);
+            let order = self.request_order(r);
+            let a = &self.requests[r].access;
+            match &mut self.arc {
+                Some(arc) => {
+                    for k in order.into_iter().rev() {
+                        let reused = a.reused.contains(&k);
+                        arc.on_finished(k, a.inserted.contains(&k) && !reused, reused);
+                    }
+                }
+                None => {
+                    for k in order.into_iter().rev() {
+                        self.refresh(k);
+                    }
+                }
             }
         }
         self.requests[r].live = false;
@@ -1031,13 +1081,22 @@ impl Model {
             Op::CompleteLoad { keys } => Outcome::CompleteLoad(self.complete_load(&norm(keys))),
             Op::Touch { keys } => {
                 for k in norm(keys).into_iter().rev() {
-                    self.refresh(k);
+                    match &mut self.arc {
+                        Some(arc) => {
+                            let ready = self.chunks.get(&k).map(|c| c.ref_cnt >= 0);
+                            arc.touch(k, ready);
+                        }
+                        None => self.refresh(k),
+                    }
                 }
                 Outcome::Done
             }
             Op::ResetCache => {
                 self.chunks.clear();
                 self.ranks.clear();
+                if let Some(arc) = &mut self.arc {
+                    *arc = ArcModel::new(self.cfg.capacity);
+                }
                 self.next_rank = 0;
                 self.cache_generation += 1;
                 self.fresh = 0;
@@ -1088,5 +1147,147 @@ impl Model {
             size_sum: samples.iter().sum(),
             stores_skipped: self.cfg.filter().then_some(skipped),
         }
+    }
+}
+
+/// vLLM 0.33.0's ARC policy, written plainly: T1, T2, B1, B2 as vectors (least recent first)
+/// and the adaptive target as an `f64` updated with vLLM's operations in vLLM's order.
+#[derive(Clone, Debug, PartialEq)]
+struct ArcModel {
+    t1: Vec<u8>,
+    t2: Vec<u8>,
+    b1: Vec<u8>,
+    b2: Vec<u8>,
+    target: f64,
+    capacity: usize,
+}
+
+impl Eq for ArcModel {}
+
+fn remove_from(list: &mut Vec<u8>, k: u8) -> bool {
+    match list.iter().position(|&x| x == k) {
+        Some(i) => {
+            list.remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+impl ArcModel {
+    fn new(capacity: u32) -> Self {
+        ArcModel {
+            t1: Vec::new(),
+            t2: Vec::new(),
+            b1: Vec::new(),
+            b2: Vec::new(),
+            target: 0.0,
+            capacity: capacity as usize,
+        }
+    }
+
+    fn insert(&mut self, k: u8) {
+        self.t1.push(k);
+        remove_from(&mut self.b1, k);
+        remove_from(&mut self.b2, k);
+    }
+
+    fn remove(&mut self, k: u8) {
+        if !remove_from(&mut self.t1, k) {
+            remove_from(&mut self.t2, k);
+        }
+    }
+
+    /// Python's `max(1, x)`.
+    fn max_one(x: f64) -> f64 {
+        if x > 1.0 { x } else { 1.0 }
+    }
+
+    fn adapt(&mut self, k: u8) {
+        #[allow(clippy::cast_precision_loss, reason = "small lengths")]
+        let (b1, b2, cap) = (
+            self.b1.len() as f64,
+            self.b2.len() as f64,
+            self.capacity as f64,
+        );
+        if remove_from(&mut self.b1, k) {
+            let t = self.target + Self::max_one(b2 / b1);
+            self.target = if t <= cap { t } else { cap };
+            self.b1.push(k);
+        } else if remove_from(&mut self.b2, k) {
+            let t = self.target - Self::max_one(b1 / b2);
+            self.target = if t >= 0.0 { t } else { 0.0 };
+            self.b2.push(k);
+        }
+    }
+
+    /// `ready`: `None` when `k` is not resident.
+    fn touch(&mut self, k: u8, ready: Option<bool>) {
+        if remove_from(&mut self.t1, k) {
+            if ready == Some(true) {
+                self.t2.push(k);
+            } else {
+                self.t1.push(k);
+            }
+        } else if remove_from(&mut self.t2, k) {
+            self.t2.push(k);
+        } else {
+            self.adapt(k);
+        }
+    }
+
+    fn on_finished(&mut self, k: u8, insertion_only: bool, reused: bool) {
+        if insertion_only {
+            if remove_from(&mut self.t1, k) {
+                self.t1.push(k);
+            } else if remove_from(&mut self.t2, k) {
+                self.t2.push(k);
+            }
+        } else if reused && (remove_from(&mut self.t1, k) || remove_from(&mut self.t2, k)) {
+            self.t2.push(k);
+        }
+    }
+
+    fn evict(&mut self, need: usize, eligible: impl Fn(u8) -> bool) -> Option<Vec<u8>> {
+        let mut c1 = self.t1.iter().copied().filter(|&k| eligible(k));
+        let mut c2 = self.t2.iter().copied().filter(|&k| eligible(k));
+        #[allow(clippy::cast_precision_loss, reason = "small lengths")]
+        let mut virtual_t1 = self.t1.len() as f64;
+        let floor_target = self.target.floor();
+        let mut picks: Vec<(u8, bool)> = Vec::new();
+        for _ in 0..need {
+            let mut pick = None;
+            if virtual_t1 >= floor_target
+                && let Some(k) = c1.next()
+            {
+                pick = Some((k, true));
+                virtual_t1 -= 1.0;
+            }
+            if pick.is_none() {
+                pick = c2.next().map(|k| (k, false));
+            }
+            if pick.is_none()
+                && let Some(k) = c1.next()
+            {
+                pick = Some((k, true));
+                virtual_t1 -= 1.0;
+            }
+            picks.push(pick?);
+        }
+        for &(k, from_t1) in &picks {
+            if from_t1 {
+                remove_from(&mut self.t1, k);
+                self.b1.push(k);
+            } else {
+                remove_from(&mut self.t2, k);
+                self.b2.push(k);
+            }
+        }
+        for ghost in [&mut self.b1, &mut self.b2] {
+            while ghost.len() > self.capacity {
+                ghost.remove(0);
+            }
+        }
+        Some(picks.into_iter().map(|(k, _)| k).collect())
     }
 }

@@ -5,13 +5,15 @@
 //! * `check_invariants()` holds and `allocated − free` bookkeeping adds up
 //!   (`allocated = write_pending + pinned + evictable`, `allocated + free = capacity`),
 //! * no slot is held by two keys,
-//! * every key's slot and state, the tracker, the counters and (LRU) `eviction_order()` equal
-//!   the model's,
-//! * an op that returned a typed error changed nothing.
+//! * every key's slot and state, the tracker, the counters and `eviction_order()` (LRU: rank
+//!   order; ARC: T1 then T2, plus ARC's target and ghost-list lengths) equal the model's,
+//! * an op that returned a typed error changed nothing,
+//! * under ARC, each `prepare_store` is also legal on its own (stored keys = absent admitted
+//!   offered keys in order; exactly `need` victims, each idle and not offered; `None` only when
+//!   fewer than `need` were eligible).
 //!
-//! ARC has no model here: the same ops run and each step is checked for invariants and for the
-//! legality of `prepare_store` (stored keys = absent admitted offered keys in order; exactly
-//! `need` victims, each idle and not offered; `None` only when fewer than `need` were eligible).
+//! The per-step driver and checks are `kvtier_tests::manager_checks::run_ops`, shared with the
+//! `manager_ops` fuzz target.
 //!
 //! 256 cases per test by default; run more with `PROPTEST_CASES=10000 cargo test -p
 //! kvtier-tests --release --test manager_model`.
@@ -112,7 +114,7 @@ proptest! {
     }
 
     #[test]
-    fn arc_manager_keeps_invariants_and_stores_legally(
+    fn arc_manager_matches_the_model(
         cfg in config(PolicyKind::Arc),
         ops in ops(),
     ) {
