@@ -13,7 +13,8 @@ use std::fmt;
 use kvtier_core::BlockKey;
 use kvtier_core::hashing::Map;
 use kvtier_core::manager::{
-    LoadError, LookupResult, ManagerStats, OffloadManager, RequestError, StoreError,
+    CompleteLoadError, LoadError, LookupResult, ManagerStats, OffloadManager, RequestError,
+    StoreError,
 };
 
 use crate::trace::Record;
@@ -84,6 +85,8 @@ pub enum ReplayError {
     Request(RequestError),
     /// The manager refused a load (a bug: the keys were just looked up).
     Load(LoadError),
+    /// The manager refused to complete a load (a bug: the keys were pinned by this request).
+    CompleteLoad(CompleteLoadError),
     /// The manager refused a store (e.g. a request that repeats a block hash).
     Store(StoreError),
 }
@@ -96,6 +99,7 @@ impl fmt::Display for ReplayError {
             ReplayError::OutOfOrder(r) => write!(f, "request {r}: records out of order"),
             ReplayError::Request(e) => write!(f, "{e}"),
             ReplayError::Load(e) => write!(f, "{e}"),
+            ReplayError::CompleteLoad(e) => write!(f, "{e}"),
             ReplayError::Store(e) => write!(f, "{e}"),
         }
     }
@@ -266,7 +270,7 @@ impl Replayer {
             // Cannot fail: the keys were pinned by this request's prepare_load.
             self.manager
                 .complete_load(&o.keys[..k])
-                .map_err(|_| ReplayError::OutOfOrder(rid))?;
+                .map_err(ReplayError::CompleteLoad)?;
         }
         o.started = true;
         if k < o.keys.len() {

@@ -165,11 +165,10 @@ impl<K: OffloadKey> OffloadManager<K> {
             true => Some(EventQueue::new(cfg.max_event_keys).map_err(oom)?),
             false => None,
         };
-        let bounds = crate::stats::catalogue::lookup(crate::stats::catalogue::CPU_ALLOCATION_SIZE)
-            .map_or(&[][..], |d| d.bounds);
-        // The catalogue's bounds are valid (its tests check every family), so the fallback to
-        // a bound-less histogram never happens.
-        let alloc_sizes = Histogram::new(bounds).unwrap_or_default();
+        // The catalogue's bounds are ascending and fewer than 16 (its tests check every
+        // family), so the bound-less fallback never happens.
+        let alloc_sizes =
+            Histogram::new(&crate::stats::catalogue::ALLOCATION_SIZE_BOUNDS).unwrap_or_default();
         Ok(OffloadManager {
             chunks: Chunks::new(n, K::default(), cfg.hasher).map_err(oom)?,
             policy,
