@@ -226,6 +226,13 @@ impl<K: OffloadKey> Arc<K> {
     pub(crate) fn heap_bytes(&self) -> usize {
         self.which.capacity() * 9 + self.ghosts.heap_bytes()
     }
+
+    /// Passes every key of B1 and B2 to `f`, in no particular order.
+    pub(crate) fn for_each_ghost(&self, mut f: impl FnMut(&K)) {
+        for &g in &self.ghosts.index {
+            f(&self.ghosts.keys[g as usize]);
+        }
+    }
 }
 
 /// Python's `max(1, x)` for a positive float `x`: 1 unless `x` is larger.

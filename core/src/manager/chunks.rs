@@ -139,6 +139,13 @@ impl<K: OffloadKey> Chunks<K> {
         self.index.len()
     }
 
+    /// Passes every resident key to `f`, in no particular order.
+    pub(crate) fn for_each_key(&self, mut f: impl FnMut(&K)) {
+        for &s in &self.index {
+            f(&self.keys[s as usize]);
+        }
+    }
+
     /// Bytes of heap held (for memory accounting).
     pub(crate) fn heap_bytes(&self) -> usize {
         self.keys.capacity() * core::mem::size_of::<K>()

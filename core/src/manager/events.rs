@@ -132,4 +132,9 @@ impl<K: Copy> EventQueue<K> {
     pub(crate) fn heap_bytes(&self) -> usize {
         self.keys.capacity() * core::mem::size_of::<K>() + self.headers.capacity() * 12
     }
+
+    /// Passes every key of the undrained events to `f`.
+    pub(crate) fn for_each_key(&self, f: impl FnMut(&K)) {
+        self.keys.iter().for_each(f);
+    }
 }

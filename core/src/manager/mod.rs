@@ -841,6 +841,40 @@ impl<K: OffloadKey> OffloadManager<K> {
             + self.events.as_ref().map_or(0, EventQueue::heap_bytes)
     }
 
+    /// Passes every key the manager still holds to `f`: resident keys, ARC's ghost keys,
+    /// the reuse tracker's keys, the keys of live requests and of undrained events. A key may
+    /// be passed more than once; the order is unspecified.
+    ///
+    /// A caller that maps large keys to compact ones (for example interned ids) can free the
+    /// mapping of every key this does not pass: the manager will never return it again, and
+    /// a later equal key may get a new compact key.
+    ///
+    /// ```
+    /// use kvtier_core::manager::{ManagerConfig, OffloadManager};
+    ///
+    /// let mut m: OffloadManager<u64> = OffloadManager::new(ManagerConfig::new(1)).unwrap();
+    /// let req = m.on_new_request().unwrap();
+    /// m.prepare_store(req, &[7], None).unwrap();
+    /// let mut held = Vec::new();
+    /// m.for_each_held_key(|k| held.push(*k));
+    /// held.sort_unstable();
+    /// held.dedup();
+    /// assert_eq!(held, [7]);
+    /// ```
+    pub fn for_each_held_key(&self, mut f: impl FnMut(&K)) {
+        self.chunks.for_each_key(&mut f);
+        if let Policy::Arc(a) = &self.policy {
+            a.for_each_ghost(&mut f);
+        }
+        if let Some(t) = &self.tracker {
+            t.for_each_key(&mut f);
+        }
+        self.requests.for_each_key(&mut f);
+        if let Some(ev) = &self.events {
+            ev.for_each_key(&mut f);
+        }
+    }
+
     /// Checks the manager's invariants: `allocated − free` bookkeeping, `evictable` and
     /// `write_pending` equal the chunk states, every resident key has exactly one slot and the
     /// policy holds exactly the resident chunks.

@@ -251,4 +251,13 @@ impl<K: OffloadKey> Requests<K> {
     pub(crate) fn live(&self) -> usize {
         self.states.len() - self.free.len()
     }
+
+    /// Passes every key held by a live request's state to `f`.
+    pub(crate) fn for_each_key(&self, mut f: impl FnMut(&K)) {
+        for s in self.states.iter().filter(|s| s.live) {
+            for e in &s.entries {
+                f(&e.key);
+            }
+        }
+    }
 }

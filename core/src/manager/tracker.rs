@@ -107,6 +107,13 @@ impl<K: OffloadKey> Tracker<K> {
         self.find(key).map_or(0, |i| self.counts[i as usize])
     }
 
+    /// Passes every tracked key to `f`, in no particular order.
+    pub(crate) fn for_each_key(&self, mut f: impl FnMut(&K)) {
+        for &i in &self.index {
+            f(&self.keys[i as usize]);
+        }
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
         self.keys.capacity() * (core::mem::size_of::<K>() + 8 + 4 + 4)
             + self.index.allocation_size()

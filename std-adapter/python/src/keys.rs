@@ -1,0 +1,326 @@
+//! vLLM's offload keys (bytes of any length) as compact manager keys.
+//!
+//! An [`Interner`] gives every distinct byte string a dense `u32` id while the manager may
+//! still hold it, so identity is exact: two keys are equal exactly when their bytes are. The
+//! manager key [`VKey`] carries the id plus the first 16 bytes and the last 4 (the KV group),
+//! which order keys as vLLM's byte comparison does wherever the manager needs an order (ties
+//! of equal LRU rank).
+//!
+//! Ids are recycled by [`Interner::sweep`]: every id the manager no longer holds
+//! ([`OffloadManager::for_each_held_key`](kvtier_core::manager::OffloadManager::for_each_held_key))
+//! is freed. A sweep runs when the interner has doubled since the last one, so memory stays
+//! within twice what the manager holds, at amortised O(1) per new key.
+
+use core::hash::{Hash, Hasher};
+
+use hashbrown::HashTable;
+use kvtier_core::OffloadKey;
+
+/// The id no interned key ever gets: stands for a key the manager cannot hold.
+const ABSENT_ID: u32 = u32::MAX;
+
+/// The fewest live ids at which a sweep runs.
+const MIN_SWEEP: usize = 4096;
+
+/// A vLLM key as the manager sees it: its interned id plus the bytes that order it.
+///
+/// Equality is the id's (the other fields follow from it). The order is `(head, group, id)`:
+/// vLLM's byte order whenever two keys differ in their first 16 bytes, or have equal length
+/// ≤ 20, or differ only in their last 4 bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct VKey {
+    /// Bytes 0..16 of the key, big-endian, zero-padded.
+    head: u128,
+    /// The last 4 bytes, big-endian (vLLM's `get_offload_group_idx`).
+    group: u32,
+    /// The interned id.
+    id: u32,
+}
+
+impl VKey {
+    /// The key for `bytes` under id `id`.
+    fn new(bytes: &[u8], id: u32) -> Self {
+        let mut head = [0u8; 16];
+        let n = bytes.len().min(16);
+        head[..n].copy_from_slice(&bytes[..n]);
+        let tail = &bytes[bytes.len().saturating_sub(4)..];
+        let group = tail.iter().fold(0u32, |acc, &b| (acc << 8) | u32::from(b));
+        VKey {
+            head: u128::from_be_bytes(head),
+            group,
+            id,
+        }
+    }
+
+    /// A key that is never held (for keys the interner does not know).
+    #[must_use]
+    pub(crate) fn absent() -> Self {
+        VKey {
+            head: 0,
+            group: 0,
+            id: ABSENT_ID,
+        }
+    }
+
+    /// The interned id.
+    #[cfg(test)]
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+}
+
+impl Hash for VKey {
+    #[inline]
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u32(self.id);
+    }
+}
+
+impl OffloadKey for VKey {
+    #[inline]
+    fn group(&self) -> u32 {
+        self.group
+    }
+}
+
+#[derive(Debug)]
+struct Slot<V> {
+    bytes: Box<[u8]>,
+    hash: u64,
+    key: VKey,
+    value: Option<V>,
+}
+
+/// Byte strings ↔ dense ids, each id carrying a value `V` (the binding keeps the first Python
+/// object seen for the key, so outputs return vLLM's own key objects).
+#[derive(Debug)]
+pub(crate) struct Interner<V> {
+    index: HashTable<u32>,
+    slots: Vec<Slot<V>>,
+    free: Vec<u32>,
+    next_sweep: usize,
+    marks: Vec<u64>,
+}
+
+impl<V> Default for Interner<V> {
+    fn default() -> Self {
+        Interner {
+            index: HashTable::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            next_sweep: MIN_SWEEP,
+            marks: Vec::new(),
+        }
+    }
+}
+
+/// Why a key could not be interned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub(crate) enum InternError {
+    /// 2^32 − 1 keys are live at once.
+    Full,
+}
+
+impl core::fmt::Display for InternError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("too many distinct offload keys held at once (2^32 - 1)")
+    }
+}
+
+impl core::error::Error for InternError {}
+
+impl<V> Interner<V> {
+    /// The key of `bytes` (whose hash is `hash`), if interned.
+    #[inline]
+    #[must_use]
+    pub(crate) fn find(&self, hash: u64, bytes: &[u8]) -> Option<VKey> {
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&i| *slots[i as usize].bytes == *bytes)
+            .map(|&i| slots[i as usize].key)
+    }
+
+    /// The key of `bytes`, interning it with the value `make()` if it is new.
+    ///
+    /// # Errors
+    /// [`InternError::Full`] when 2^32 − 1 ids are live.
+    pub(crate) fn intern(
+        &mut self,
+        hash: u64,
+        bytes: &[u8],
+        make: impl FnOnce() -> V,
+    ) -> Result<VKey, InternError> {
+        if let Some(k) = self.find(hash, bytes) {
+            return Ok(k);
+        }
+        let id = match self.free.pop() {
+            Some(id) => id,
+            None => {
+                let id = u32::try_from(self.slots.len())
+                    .ok()
+                    .filter(|&id| id != ABSENT_ID)
+                    .ok_or(InternError::Full)?;
+                self.slots.push(Slot {
+                    bytes: Box::default(),
+                    hash: 0,
+                    key: VKey::absent(),
+                    value: None,
+                });
+                id
+            }
+        };
+        let key = VKey::new(bytes, id);
+        self.slots[id as usize] = Slot {
+            bytes: bytes.into(),
+            hash,
+            key,
+            value: Some(make()),
+        };
+        let slots = &self.slots;
+        self.index
+            .insert_unique(hash, id, |&i| slots[i as usize].hash);
+        Ok(key)
+    }
+
+    /// The value of a live key.
+    #[must_use]
+    pub(crate) fn value(&self, key: &VKey) -> Option<&V> {
+        self.slots.get(key.id as usize)?.value.as_ref()
+    }
+
+    /// Live ids.
+    #[must_use]
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Whether no id is live.
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.index.is_empty()
+    }
+
+    /// Whether enough keys were interned since the last sweep for another to pay off.
+    #[must_use]
+    pub(crate) fn sweep_due(&self) -> bool {
+        self.len() >= self.next_sweep
+    }
+
+    /// Frees every id that `held` does not pass (`held` receives a callback to call with
+    /// each key still held). Returns the number of ids freed.
+    pub(crate) fn sweep(&mut self, held: impl FnOnce(&mut dyn FnMut(&VKey))) -> usize {
+        self.marks.clear();
+        self.marks.resize(self.slots.len().div_ceil(64), 0);
+        let marks = &mut self.marks;
+        held(&mut |k: &VKey| {
+            let i = k.id as usize;
+            if let Some(w) = marks.get_mut(i / 64) {
+                *w |= 1 << (i % 64);
+            }
+        });
+        let mut freed = 0;
+        for (i, slot) in self.slots.iter_mut().enumerate() {
+            let marked = self.marks[i / 64] & (1 << (i % 64)) != 0;
+            if marked || slot.value.is_none() {
+                continue;
+            }
+            let id = slot.key.id;
+            if let Ok(e) = self.index.find_entry(slot.hash, |&j| j == id) {
+                e.remove();
+            }
+            slot.value = None;
+            slot.bytes = Box::default();
+            slot.key = VKey::absent();
+            self.free.push(id);
+            freed += 1;
+        }
+        self.next_sweep = MIN_SWEEP.max(2 * self.len());
+        freed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h(b: &[u8]) -> u64 {
+        // Any function of the bytes will do; a weak one exercises the collision path.
+        b.iter().map(|&x| u64::from(x)).sum()
+    }
+
+    #[test]
+    fn equal_bytes_share_an_id_and_distinct_bytes_do_not() {
+        let mut it: Interner<&'static str> = Interner::default();
+        // Equal weak hashes, equal first 16 bytes and group, different middle bytes.
+        let a = [[7u8; 16].as_slice(), &[1, 2], &[0, 0, 0, 3]].concat();
+        let b = [[7u8; 16].as_slice(), &[2, 1], &[0, 0, 0, 3]].concat();
+        let ka = it.intern(h(&a), &a, || "a").unwrap();
+        let kb = it.intern(h(&b), &b, || "b").unwrap();
+        assert_ne!(ka, kb);
+        assert_eq!(it.intern(h(&a), &a, || "again").unwrap(), ka);
+        assert_eq!(it.value(&ka), Some(&"a"));
+        assert_eq!(it.value(&kb), Some(&"b"));
+        assert_eq!(it.find(h(&b), &b), Some(kb));
+        assert_eq!(it.len(), 2);
+        assert_eq!(ka.group(), 3);
+    }
+
+    #[test]
+    fn order_is_byte_order_where_documented() {
+        let mut it: Interner<()> = Interner::default();
+        let mut key = |b: &[u8]| it.intern(h(b), b, || ()).unwrap();
+        // Differ in the first 16 bytes.
+        let lo = key(&[1, 0xff, 0, 0, 0, 9]);
+        let hi = key(&[2, 0, 0, 0, 0, 0]);
+        assert!(lo < hi);
+        // Same hash part, different group (vLLM's keys of two KV groups).
+        let hash = [5u8; 32];
+        let g1 = key(&[hash.as_slice(), &1u32.to_be_bytes()].concat());
+        let g0 = key(&[hash.as_slice(), &0u32.to_be_bytes()].concat());
+        assert!(g0 < g1);
+        // Equal length up to 20 bytes: fully ordered by the bytes.
+        let x = key(&[[9u8; 16].as_slice(), &[0, 1, 0xff]].concat());
+        let y = key(&[[9u8; 16].as_slice(), &[0, 2, 0]].concat());
+        assert!(x < y);
+    }
+
+    #[test]
+    fn sweep_frees_only_what_is_not_held_and_recycles_ids() {
+        let mut it: Interner<u32> = Interner::default();
+        let keys: Vec<VKey> = (0u32..10)
+            .map(|i| {
+                let b = i.to_be_bytes();
+                it.intern(h(&b), &b, || i).unwrap()
+            })
+            .collect();
+        let held = [keys[2], keys[7]];
+        let freed = it.sweep(|f| held.iter().for_each(f));
+        assert_eq!(freed, 8);
+        assert_eq!(it.len(), 2);
+        assert_eq!(it.value(&keys[7]), Some(&7));
+        assert_eq!(it.value(&keys[3]), None);
+        let b = 3u32.to_be_bytes();
+        assert_eq!(it.find(h(&b), &b), None);
+        // A new key takes a freed id; the held ones keep theirs.
+        let n = it.intern(h(b"new"), b"new", || 99).unwrap();
+        assert!(n.id() < 10 && n.id() != 2 && n.id() != 7);
+        assert_eq!(
+            it.find(h(&7u32.to_be_bytes()), &7u32.to_be_bytes()),
+            Some(keys[7])
+        );
+    }
+
+    #[test]
+    fn sweeps_become_due_as_the_interner_doubles() {
+        let mut it: Interner<()> = Interner::default();
+        for i in 0..MIN_SWEEP as u64 - 1 {
+            it.intern(i, &i.to_le_bytes(), || ()).unwrap();
+        }
+        assert!(!it.sweep_due());
+        it.intern(u64::MAX, b"x", || ()).unwrap();
+        assert!(it.sweep_due());
+        it.sweep(|_| {});
+        assert!(it.is_empty() && !it.sweep_due());
+    }
+}

@@ -1,0 +1,626 @@
+//! `kvtier._native.Manager`: the one place that calls kvtier's [`OffloadManager`] from Python.
+//!
+//! It takes vLLM's arguments as vLLM passes them (bytes keys, a `ReqContext`) and answers with
+//! vLLM's own objects, whose classes `kvtier.vllm` hands over at construction. Request state
+//! lives on the `ReqContext` (a [`RequestState`] in its `_state` scratch dict, as vLLM's own
+//! manager keeps its state there); a context dropped without `on_request_finished` releases
+//! its request slot at the manager's next call.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use kvtier_core::manager::{
+    CompleteLoadError, EventKind, LoadError, LookupResult, ManagerConfig, OffloadManager,
+    PolicyKind, RequestError, RequestId, StoreError,
+};
+use numpy::PyArray1;
+use pyo3::exceptions::{PyAssertionError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
+use pyo3::{PyTypeInfo, intern};
+
+use crate::keys::{Interner, VKey};
+
+/// The most request states live at once (contexts between their first call and
+/// `on_request_finished`, or until Python frees them).
+const MAX_REQUESTS: u32 = 262_144;
+
+/// The most allocation-size samples kept between two `take_stats` calls.
+const MAX_SIZE_SAMPLES: usize = 1 << 20;
+
+/// What `take_stats` returns to Python.
+type StatsTuple<'py> = (u64, u64, u64, Bound<'py, PyList>, Option<u64>);
+
+/// Serial numbers telling managers apart (a context may meet several).
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// Request slots whose context Python freed before `on_request_finished`.
+#[derive(Debug, Default)]
+struct Orphans {
+    any: AtomicBool,
+    handles: Mutex<Vec<u64>>,
+}
+
+impl Orphans {
+    fn push(&self, handle: u64) {
+        if let Ok(mut v) = self.handles.lock() {
+            v.push(handle);
+            self.any.store(true, Ordering::Release);
+        }
+    }
+}
+
+/// A request's kvtier state, kept in its `ReqContext`'s scratch dict.
+#[pyclass(module = "kvtier._native", frozen)]
+#[derive(Debug)]
+pub(crate) struct RequestState {
+    owner: u64,
+    handle: u64,
+    /// The cache generation of the request's last call.
+    generation: AtomicU64,
+    finished: AtomicBool,
+    orphans: Arc<Orphans>,
+}
+
+impl Drop for RequestState {
+    fn drop(&mut self) {
+        if !self.finished.load(Ordering::Acquire) {
+            self.orphans.push(self.handle);
+        }
+    }
+}
+
+/// vLLM's classes and constants the manager answers with.
+#[derive(Debug)]
+struct Vocab {
+    miss: Py<PyAny>,
+    hit_pending: Py<PyAny>,
+    hit: Py<PyAny>,
+    load_store_spec: Py<PyType>,
+    prepare_store_output: Py<PyType>,
+    event: Py<PyType>,
+    medium: Py<PyAny>,
+    request_offloading_context: Py<PyAny>,
+}
+
+/// kvtier's offload manager with vLLM's calling conventions (used by
+/// `kvtier.vllm.KvtierOffloadingManager`).
+#[pyclass(module = "kvtier._native")]
+#[derive(Debug)]
+pub(crate) struct Manager {
+    m: OffloadManager<VKey>,
+    keys: Interner<Py<PyBytes>>,
+    vocab: Vocab,
+    serial: u64,
+    generation: u64,
+    orphans: Arc<Orphans>,
+    sizes: Vec<u64>,
+    sizes_dropped: u64,
+    skipped: u64,
+    scratch: Vec<VKey>,
+    positions: Vec<u64>,
+}
+
+/// How a call treats keys the manager has never seen.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unknown {
+    /// Intern them (a store offer).
+    Intern,
+    /// Pass a key the manager cannot hold (it answers as for any absent key).
+    Absent,
+}
+
+fn assertion(e: impl std::fmt::Display) -> PyErr {
+    PyAssertionError::new_err(e.to_string())
+}
+
+fn request_error(e: RequestError) -> PyErr {
+    PyRuntimeError::new_err(e.to_string())
+}
+
+fn clamp_u32(v: i64) -> u32 {
+    u32::try_from(v.max(0)).unwrap_or(u32::MAX)
+}
+
+#[pymethods]
+impl Manager {
+    /// `types` = (LookupResult.MISS, LookupResult.HIT_PENDING, LookupResult.HIT,
+    /// CPULoadStoreSpec, PrepareStoreOutput, OffloadingEvent, Medium.CPU,
+    /// RequestOffloadingContext).
+    #[new]
+    #[pyo3(signature = (num_chunks, cache_policy, store_threshold, max_tracker_size, enable_events, types))]
+    fn new(
+        num_chunks: i64,
+        cache_policy: &str,
+        store_threshold: i64,
+        max_tracker_size: i64,
+        enable_events: bool,
+        types: &Bound<'_, PyTuple>,
+    ) -> PyResult<Self> {
+        let policy = PolicyKind::from_name(cache_policy).map_err(|e| {
+            PyValueError::new_err(format!("Unknown cache policy: {cache_policy:?} ({e})"))
+        })?;
+        let n = u32::try_from(num_chunks).map_err(|_| {
+            PyValueError::new_err(format!(
+                "num_chunks must be between 0 and {} (got {num_chunks})",
+                u32::MAX
+            ))
+        })?;
+        let tracker = u32::try_from(max_tracker_size.max(0)).map_err(|_| {
+            PyValueError::new_err(format!(
+                "max_tracker_size must be at most {} (got {max_tracker_size})",
+                u32::MAX
+            ))
+        })?;
+        let mut cfg = ManagerConfig::new(n);
+        cfg.policy = policy;
+        // vLLM filters only from 2 on; any smaller value (negative included) means no filter.
+        cfg.store_threshold = clamp_u32(store_threshold);
+        cfg.max_tracker_size = tracker;
+        cfg.enable_events = enable_events;
+        cfg.max_requests = MAX_REQUESTS;
+        let m = OffloadManager::new(cfg).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let item = |i: usize| types.get_item(i).map(Bound::unbind);
+        let ty = |i: usize| -> PyResult<Py<PyType>> {
+            Ok(types.get_item(i)?.cast_into::<PyType>()?.unbind())
+        };
+        let vocab = Vocab {
+            miss: item(0)?,
+            hit_pending: item(1)?,
+            hit: item(2)?,
+            load_store_spec: ty(3)?,
+            prepare_store_output: ty(4)?,
+            event: ty(5)?,
+            medium: item(6)?,
+            request_offloading_context: item(7)?,
+        };
+        Ok(Manager {
+            m,
+            keys: Interner::default(),
+            vocab,
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+            generation: 0,
+            orphans: Arc::default(),
+            sizes: Vec::new(),
+            sizes_dropped: 0,
+            skipped: 0,
+            scratch: Vec::new(),
+            positions: Vec::new(),
+        })
+    }
+
+    /// vLLM's `lookup`: MISS, HIT_PENDING or HIT (changes nothing).
+    fn lookup(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        req_context: &Bound<'_, PyAny>,
+    ) -> PyResult<Py<PyAny>> {
+        let _ = req_context;
+        let key = key_bytes(key)?;
+        let r = match self.keys.find(py_hash(key)?, key.as_bytes()) {
+            None => LookupResult::Miss,
+            Some(k) => self.m.lookup(&k),
+        };
+        let v = match r {
+            LookupResult::Miss => &self.vocab.miss,
+            LookupResult::HitPending => &self.vocab.hit_pending,
+            LookupResult::Hit => &self.vocab.hit,
+        };
+        Ok(v.clone_ref(py))
+    }
+
+    /// vLLM's `prepare_load`: pins the keys and returns their chunks.
+    fn prepare_load<'py>(
+        &mut self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+        req_context: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.release_orphans();
+        let req = self.request(py, req_context, true)?;
+        let with_pos = self.collect(keys, Some(req_context), Unknown::Absent)?;
+        let pos = with_pos.then_some(self.positions.as_slice());
+        let slots = match self.m.prepare_load(req, &self.scratch, pos) {
+            Ok(s) => s,
+            Err(LoadError::Request(e)) => return Err(request_error(e)),
+            Err(e @ LoadError::Positions(_)) => return Err(PyValueError::new_err(e.to_string())),
+            Err(e) => return Err(assertion(e)),
+        };
+        spec(py, &self.vocab, slots)
+    }
+
+    /// vLLM's `touch`: marks the keys recently used.
+    fn touch(&mut self, keys: &Bound<'_, PyAny>, req_context: &Bound<'_, PyAny>) -> PyResult<()> {
+        let _ = req_context;
+        self.release_orphans();
+        self.collect(keys, None, Unknown::Absent)?;
+        self.m.touch(&self.scratch);
+        Ok(())
+    }
+
+    /// vLLM's `complete_load`: undoes one pin per key.
+    fn complete_load(
+        &mut self,
+        keys: &Bound<'_, PyAny>,
+        req_context: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let _ = req_context;
+        self.release_orphans();
+        self.collect(keys, None, Unknown::Absent)?;
+        self.m
+            .complete_load(&self.scratch)
+            .map_err(|e: CompleteLoadError| assertion(e))
+    }
+
+    /// vLLM's `prepare_store`: `None` when there is no room, else a `PrepareStoreOutput`.
+    fn prepare_store<'py>(
+        &mut self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+        req_context: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.release_orphans();
+        if self.keys.sweep_due() {
+            let m = &self.m;
+            self.keys.sweep(|f| m.for_each_held_key(f));
+        }
+        let req = self.request(py, req_context, true)?;
+        let with_pos = self.collect(keys, Some(req_context), Unknown::Intern)?;
+        let pos = with_pos.then_some(self.positions.as_slice());
+        let out = match self.m.prepare_store(req, &self.scratch, pos) {
+            Ok(o) => o,
+            Err(StoreError::Request(e)) => return Err(request_error(e)),
+            Err(e) => return Err(PyValueError::new_err(e.to_string())),
+        };
+        let Some(out) = out else {
+            // No room: the offer's allocation size was sampled all the same.
+            let drained = self.m.get_stats();
+            self.skipped += drained.stores_skipped.unwrap_or(0);
+            if drained.allocation_sizes.count() > 0 {
+                push_sample(
+                    &mut self.sizes,
+                    &mut self.sizes_dropped,
+                    drained.allocation_sizes.sum(),
+                );
+            }
+            return Ok(py.None().into_bound(py));
+        };
+        if !out.keys.is_empty() {
+            push_sample(
+                &mut self.sizes,
+                &mut self.sizes_dropped,
+                out.keys.len() as u64,
+            );
+        }
+        let to_store = key_list(py, &self.keys, out.keys)?;
+        let evicted = key_list(py, &self.keys, out.evicted)?;
+        let spec = spec(py, &self.vocab, out.slots)?;
+        self.vocab
+            .prepare_store_output
+            .bind(py)
+            .call1((to_store, spec, evicted))
+    }
+
+    /// vLLM's `complete_store`: on success the pending keys become readable, else they are
+    /// removed.
+    #[pyo3(signature = (keys, req_context, success = true))]
+    fn complete_store(
+        &mut self,
+        keys: &Bound<'_, PyAny>,
+        req_context: &Bound<'_, PyAny>,
+        success: bool,
+    ) -> PyResult<()> {
+        let _ = req_context;
+        self.release_orphans();
+        self.collect(keys, None, Unknown::Absent)?;
+        self.m.complete_store(&self.scratch, success);
+        Ok(())
+    }
+
+    /// vLLM's `on_new_request`: starts the request's state, returns a
+    /// `RequestOffloadingContext()` (chunk-level offloading).
+    fn on_new_request<'py>(
+        &mut self,
+        py: Python<'py>,
+        req_context: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.release_orphans();
+        self.request(py, req_context, false)?;
+        self.vocab.request_offloading_context.bind(py).call0()
+    }
+
+    /// vLLM's `on_request_finished`: commits the request's recency to the policy.
+    fn on_request_finished(
+        &mut self,
+        py: Python<'_>,
+        req_context: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.release_orphans();
+        let Some(state) = self.state_of(py, req_context)? else {
+            return Ok(());
+        };
+        let state = state.get();
+        if state.finished.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let id = RequestId::from_u64(state.handle);
+        // A request untouched since a reset commits nothing (the manager sees its state as
+        // stale, as vLLM does); either way the handle is released.
+        self.m.on_request_finished(id).map_err(request_error)?;
+        state.finished.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    /// vLLM's `take_events`, as a list.
+    fn take_events<'py>(&mut self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let out = PyList::empty(py);
+        let mut failed = None;
+        let (keys, vocab) = (&self.keys, &self.vocab);
+        self.m.drain_events(|e| {
+            if failed.is_some() {
+                return;
+            }
+            let made = key_list(py, keys, e.keys).and_then(|ks| {
+                let kw = PyDict::new(py);
+                kw.set_item(intern!(py, "keys"), ks)?;
+                kw.set_item(intern!(py, "medium"), vocab.medium.bind(py))?;
+                kw.set_item(intern!(py, "removed"), e.kind.removed())?;
+                if e.kind == EventKind::RemovedMetadataOnly {
+                    kw.set_item(intern!(py, "metadata_only"), true)?;
+                }
+                out.append(vocab.event.bind(py).call((), Some(&kw))?)
+            });
+            if let Err(err) = made {
+                failed = Some(err);
+            }
+        });
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// Drains the stats since the last call: `(num_used, write_pending, num_chunks,
+    /// allocation sizes in call order, stores skipped or None without a filter)`.
+    fn take_stats<'py>(&mut self, py: Python<'py>) -> PyResult<StatsTuple<'py>> {
+        let s = self.m.get_stats();
+        let skipped = s
+            .stores_skipped
+            .map(|x| x + std::mem::take(&mut self.skipped));
+        let sizes = PyList::new(py, self.sizes.drain(..))?;
+        self.sizes_dropped = 0;
+        Ok((s.num_used, s.write_pending, s.num_chunks, sizes, skipped))
+    }
+
+    /// vLLM's `reset_cache`: evicts everything; request states from before are stale.
+    fn reset_cache(&mut self) {
+        self.release_orphans();
+        self.m.reset_cache();
+        self.generation += 1;
+    }
+
+    /// Distinct keys interned now (bounded by twice what the manager holds).
+    fn interned_keys(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Request states live in the manager.
+    fn live_requests(&self) -> usize {
+        self.m.live_requests()
+    }
+
+    /// Allocation-size samples dropped since the last `take_stats` (more than 2^20 store
+    /// offers between two drains).
+    fn dropped_size_samples(&self) -> u64 {
+        self.sizes_dropped
+    }
+}
+
+impl Manager {
+    /// Releases the request slots of contexts Python has freed.
+    fn release_orphans(&mut self) {
+        if !self.orphans.any.load(Ordering::Acquire) {
+            return;
+        }
+        let handles = match self.orphans.handles.lock() {
+            Ok(mut v) => {
+                self.orphans.any.store(false, Ordering::Release);
+                std::mem::take(&mut *v)
+            }
+            Err(_) => return,
+        };
+        for h in handles {
+            // A handle finished or dropped already is stale: nothing to release.
+            let _ = self.m.drop_request(RequestId::from_u64(h));
+        }
+    }
+
+    /// This manager's state on `ctx`, if any.
+    fn state_of<'py>(
+        &self,
+        py: Python<'py>,
+        ctx: &Bound<'py, PyAny>,
+    ) -> PyResult<Option<Bound<'py, RequestState>>> {
+        let dict = ctx.getattr(intern!(py, "_state"))?;
+        let dict = dict.cast::<PyDict>()?;
+        let Some(s) = dict.get_item(RequestState::type_object(py))? else {
+            return Ok(None);
+        };
+        let s = s.cast_into::<RequestState>()?;
+        Ok((s.get().owner == self.serial).then_some(s))
+    }
+
+    /// The request handle of `ctx`, creating the request state when it has none from this
+    /// manager or its state is from before a reset and finished. `submit`: a store or load,
+    /// which a finished request may not issue.
+    fn request(
+        &mut self,
+        py: Python<'_>,
+        ctx: &Bound<'_, PyAny>,
+        submit: bool,
+    ) -> PyResult<RequestId> {
+        if let Some(state) = self.state_of(py, ctx)? {
+            let st = state.get();
+            let generation = st.generation.load(Ordering::Acquire);
+            if !st.finished.load(Ordering::Acquire) {
+                st.generation.store(self.generation, Ordering::Release);
+                return Ok(RequestId::from_u64(st.handle));
+            }
+            if generation == self.generation {
+                if submit {
+                    return Err(PyAssertionError::new_err(
+                        "the request has finished: no store or load may follow \
+                         on_request_finished (kvtier keeps no state for it)",
+                    ));
+                }
+                return Ok(RequestId::from_u64(st.handle));
+            }
+        }
+        let id = self.m.on_new_request().map_err(request_error)?;
+        let state = RequestState {
+            owner: self.serial,
+            handle: id.to_u64(),
+            generation: AtomicU64::new(self.generation),
+            finished: AtomicBool::new(false),
+            orphans: Arc::clone(&self.orphans),
+        };
+        let dict = ctx.getattr(intern!(py, "_state"))?;
+        let set = dict
+            .cast::<PyDict>()
+            .map_err(PyErr::from)
+            .and_then(|d| d.set_item(RequestState::type_object(py), Py::new(py, state)?));
+        if let Err(e) = set {
+            let _ = self.m.drop_request(id);
+            return Err(e);
+        }
+        Ok(id)
+    }
+
+    /// Fills `scratch` with the manager keys of `keys` and, if `ctx` is given and every key
+    /// has an end-token position there, `positions`. Returns whether positions were found.
+    fn collect(
+        &mut self,
+        keys: &Bound<'_, PyAny>,
+        ctx: Option<&Bound<'_, PyAny>>,
+        unknown: Unknown,
+    ) -> PyResult<bool> {
+        let py = keys.py();
+        self.scratch.clear();
+        self.positions.clear();
+        let positions = match ctx {
+            Some(c) => {
+                let d = c.getattr(intern!(py, "_offload_key_positions"))?;
+                let d = d.cast_into::<PyDict>()?;
+                (!d.is_empty()).then_some(d)
+            }
+            None => None,
+        };
+        let mut missing = 0usize;
+        let mut one = |obj: Bound<'_, PyAny>| -> PyResult<()> {
+            let b = key_bytes(&obj)?;
+            let h = py_hash(b)?;
+            let k = match unknown {
+                Unknown::Intern => self
+                    .keys
+                    .intern(h, b.as_bytes(), || b.clone().unbind())
+                    .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
+                Unknown::Absent => self.keys.find(h, b.as_bytes()).unwrap_or_else(VKey::absent),
+            };
+            self.scratch.push(k);
+            if let Some(d) = &positions {
+                match d.get_item(&obj)? {
+                    Some(p) => self.positions.push(p.extract::<u64>().map_err(|_| {
+                        PyValueError::new_err(format!(
+                            "end-token position {p} of a key is not an integer in 0..2^63"
+                        ))
+                    })?),
+                    None => missing += 1,
+                }
+            }
+            Ok(())
+        };
+        if let Ok(list) = keys.cast::<PyList>() {
+            for obj in list.iter() {
+                one(obj)?;
+            }
+        } else if let Ok(t) = keys.cast::<PyTuple>() {
+            for obj in t.iter() {
+                one(obj)?;
+            }
+        } else {
+            for obj in keys.try_iter()? {
+                one(obj?)?;
+            }
+        }
+        if positions.is_none() || self.scratch.is_empty() {
+            return Ok(false);
+        }
+        match missing {
+            0 => Ok(true),
+            m if m == self.scratch.len() => {
+                self.positions.clear();
+                Ok(false)
+            }
+            m => Err(PyValueError::new_err(format!(
+                "{m} of {} keys have no end-token position in the request context: kvtier \
+                 needs a position for every key of one call, or for none",
+                self.scratch.len()
+            ))),
+        }
+    }
+}
+
+/// A `CPULoadStoreSpec` over `slots` (an int32 array, as vLLM builds it).
+fn spec<'py>(py: Python<'py>, vocab: &Vocab, slots: &[u32]) -> PyResult<Bound<'py, PyAny>> {
+    let ids: Vec<i32> = slots
+        .iter()
+        .map(|&s| i32::try_from(s).map_err(|_| PyValueError::new_err("chunk id above 2^31")))
+        .collect::<PyResult<_>>()?;
+    let arr = PyArray1::from_vec(py, ids);
+    let cls = vocab.load_store_spec.bind(py);
+    let spec = cls.call_method1(intern!(py, "__new__"), (cls,))?;
+    spec.setattr(intern!(py, "block_ids"), arr)?;
+    Ok(spec)
+}
+
+fn key_bytes<'a, 'py>(obj: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyBytes>> {
+    obj.cast::<PyBytes>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "offload keys are bytes (block hash + 4-byte group), got {}",
+            obj.get_type()
+                .name()
+                .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+        ))
+    })
+}
+
+/// Python's own (cached) hash of a bytes object.
+fn py_hash(b: &Bound<'_, PyBytes>) -> PyResult<u64> {
+    Ok(b.hash()?.cast_unsigned() as u64)
+}
+
+/// The Python key objects of `keys`.
+fn key_list<'py>(
+    py: Python<'py>,
+    interner: &Interner<Py<PyBytes>>,
+    keys: &[VKey],
+) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(
+        py,
+        keys.iter().map(|k| {
+            interner
+                .value(k)
+                .map(|v| v.clone_ref(py).into_any())
+                .unwrap_or_else(|| py.None())
+        }),
+    )
+}
+
+fn push_sample(sizes: &mut Vec<u64>, dropped: &mut u64, v: u64) {
+    if sizes.len() < MAX_SIZE_SAMPLES {
+        sizes.push(v);
+    } else {
+        *dropped += 1;
+    }
+}
