@@ -96,6 +96,8 @@ pub(crate) struct Manager {
     orphans: Arc<Orphans>,
     sizes: Vec<u64>,
     sizes_dropped: u64,
+    /// The sum of the samples the manager's own histogram holds since its last drain.
+    undrained_sum: u64,
     skipped: u64,
     scratch: Vec<VKey>,
     positions: Vec<u64>,
@@ -183,6 +185,7 @@ impl Manager {
             orphans: Arc::default(),
             sizes: Vec::new(),
             sizes_dropped: 0,
+            undrained_sum: 0,
             skipped: 0,
             scratch: Vec::new(),
             positions: Vec::new(),
@@ -274,24 +277,24 @@ impl Manager {
             Err(e) => return Err(PyValueError::new_err(e.to_string())),
         };
         let Some(out) = out else {
-            // No room: the offer's allocation size was sampled all the same.
+            // No room: the offer's allocation size was sampled all the same. The manager's
+            // histogram holds it plus the samples of the offers since its last drain.
             let drained = self.m.get_stats();
             self.skipped += drained.stores_skipped.unwrap_or(0);
+            let undrained = std::mem::take(&mut self.undrained_sum);
             if drained.allocation_sizes.count() > 0 {
                 push_sample(
                     &mut self.sizes,
                     &mut self.sizes_dropped,
-                    drained.allocation_sizes.sum(),
+                    drained.allocation_sizes.sum() - undrained,
                 );
             }
             return Ok(py.None().into_bound(py));
         };
         if !out.keys.is_empty() {
-            push_sample(
-                &mut self.sizes,
-                &mut self.sizes_dropped,
-                out.keys.len() as u64,
-            );
+            let n = out.keys.len() as u64;
+            self.undrained_sum += n;
+            push_sample(&mut self.sizes, &mut self.sizes_dropped, n);
         }
         let to_store = key_list(py, &self.keys, out.keys)?;
         let evicted = key_list(py, &self.keys, out.evicted)?;
@@ -385,6 +388,7 @@ impl Manager {
     /// allocation sizes in call order, stores skipped or None without a filter)`.
     fn take_stats<'py>(&mut self, py: Python<'py>) -> PyResult<StatsTuple<'py>> {
         let s = self.m.get_stats();
+        self.undrained_sum = 0;
         let skipped = s
             .stores_skipped
             .map(|x| x + std::mem::take(&mut self.skipped));
