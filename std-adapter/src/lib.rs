@@ -10,6 +10,7 @@ pub mod export;
 pub mod exposition;
 pub mod http;
 pub mod layout;
+pub mod memory;
 pub mod replay;
 pub mod shared;
 pub mod trace;

@@ -36,10 +36,10 @@ mod chunks;
 mod config;
 mod error;
 mod events;
+mod key_pool;
 mod links;
 mod lru;
 mod request;
-mod reserve;
 mod stats;
 mod tracker;
 
@@ -95,6 +95,10 @@ pub struct StoreOutput<'a, K> {
 }
 
 #[derive(Clone, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per manager, never moved in a hot path"
+)]
 enum Policy<K> {
     Lru(Lru),
     Arc(Arc<K>),
@@ -149,16 +153,26 @@ impl<K: OffloadKey> OffloadManager<K> {
     /// [`ConfigError::OutOfMemory`] when its arrays cannot be allocated.
     pub fn new(cfg: ManagerConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
-        let oom = |_| ConfigError::OutOfMemory;
+        let needed = Self::required_bytes(&cfg);
+        if let Some(limit) = cfg.memory_limit
+            && needed > limit
+        {
+            return Err(ConfigError::OutOfMemory {
+                needed,
+                limit: Some(limit),
+            });
+        }
+        let oom = |_| ConfigError::OutOfMemory {
+            needed,
+            limit: None,
+        };
         let n = cfg.num_chunks;
         let policy = match cfg.policy {
             PolicyKind::Lru => Policy::Lru(Lru::new(n, cfg.max_requests).map_err(oom)?),
-            PolicyKind::Arc => Policy::Arc(Arc::new(n, K::default(), cfg.hasher).map_err(oom)?),
+            PolicyKind::Arc => Policy::Arc(Arc::new(n, cfg.hasher).map_err(oom)?),
         };
         let tracker = match cfg.filter_enabled() {
-            true => {
-                Some(Tracker::new(cfg.max_tracker_size, K::default(), cfg.hasher).map_err(oom)?)
-            }
+            true => Some(Tracker::new(cfg.max_tracker_size, cfg.hasher).map_err(oom)?),
             false => None,
         };
         let events = match cfg.enable_events {
@@ -170,7 +184,7 @@ impl<K: OffloadKey> OffloadManager<K> {
         let alloc_sizes =
             Histogram::new(&crate::stats::catalogue::ALLOCATION_SIZE_BOUNDS).unwrap_or_default();
         Ok(OffloadManager {
-            chunks: Chunks::new(n, K::default(), cfg.hasher).map_err(oom)?,
+            chunks: Chunks::new(n, cfg.hasher).map_err(oom)?,
             policy,
             evictable: 0,
             write_pending: 0,
@@ -196,6 +210,34 @@ impl<K: OffloadKey> OffloadManager<K> {
             victims: Vec::new(),
             cfg,
         })
+    }
+
+    /// The bytes [`new`](Self::new) allocates for `cfg`, computed from the configuration alone
+    /// (exact for 16-byte hash-table groups, as on x86-64; at most a few bytes more than
+    /// needed elsewhere). Per-request state is allocated later, as requests arrive, and is
+    /// not included. [`ManagerConfig::memory_limit`] is checked against this number before
+    /// anything is allocated.
+    #[must_use]
+    pub fn required_bytes(cfg: &ManagerConfig) -> u64 {
+        let n = u64::from(cfg.num_chunks);
+        let requests = u64::from(cfg.max_requests);
+        let policy = match cfg.policy {
+            PolicyKind::Lru => Lru::bytes(n, requests),
+            PolicyKind::Arc => Arc::<K>::bytes(n),
+        };
+        let tracker = match cfg.filter_enabled() {
+            true => Tracker::<K>::bytes(u64::from(cfg.max_tracker_size)),
+            false => 0,
+        };
+        let events = match cfg.enable_events {
+            true => EventQueue::<K>::bytes(u64::from(cfg.max_event_keys)),
+            false => 0,
+        };
+        Chunks::<K>::bytes(n)
+            .saturating_add(policy)
+            .saturating_add(tracker)
+            .saturating_add(events)
+            .saturating_add(Requests::<K>::bytes(requests))
     }
 
     /// The configuration the manager was built with.
@@ -590,10 +632,9 @@ impl<K: OffloadKey> OffloadManager<K> {
             if self.s_class[i] != CANDIDATE {
                 continue;
             }
-            let Ok(slot) = self.chunks.pool.alloc() else {
+            let Some(slot) = self.chunks.insert(*key) else {
                 break;
             };
-            self.chunks.insert(*key, slot);
             let entry = &mut st.entries[self.s_entry[i] as usize];
             entry.flags |= INSERTED;
             entry.slot = slot;
@@ -748,7 +789,7 @@ impl<K: OffloadKey> OffloadManager<K> {
     /// Slots allocated (`A − |F|`): resident chunks.
     #[must_use]
     pub fn allocated(&self) -> u32 {
-        self.chunks.pool.allocated()
+        self.chunks.pool.len()
     }
 
     /// Free slots.
@@ -839,6 +880,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             + policy
             + self.tracker.as_ref().map_or(0, Tracker::heap_bytes)
             + self.events.as_ref().map_or(0, EventQueue::heap_bytes)
+            + self.requests.heap_bytes()
     }
 
     /// Checks the manager's invariants: `allocated − free` bookkeeping, `evictable` and
@@ -852,12 +894,12 @@ impl<K: OffloadKey> OffloadManager<K> {
         for s in 0..self.cfg.num_chunks {
             let r = self.chunks.ref_cnt(s);
             if r == chunks::ABSENT {
-                if self.chunks.pool.is_allocated(s) {
+                if self.chunks.pool.holds(s) {
                     return Err("an allocated slot holds no key");
                 }
                 continue;
             }
-            if !self.chunks.pool.is_allocated(s) {
+            if !self.chunks.pool.holds(s) {
                 return Err("a free slot holds a key");
             }
             if self.chunks.find(&self.chunks.key(s)) != Some(s) {
