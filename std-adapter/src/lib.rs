@@ -15,6 +15,8 @@ pub mod replay;
 pub mod shared;
 pub mod trace;
 
+pub use error::Error;
+
 /// The README's Rust examples, compiled and run as doctests so they cannot rot.
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]

@@ -106,7 +106,7 @@ fn required_bytes_is_what_construction_allocates() {
             got <= need && need - got <= 32,
             "{cfg:?}: required {need}, allocated {got}"
         );
-        assert_eq!(m.heap_bytes() as u64, got, "{cfg:?}");
+        assert_eq!(m.inspect().heap_bytes() as u64, got, "{cfg:?}");
         // u64 keys are half the size: the count follows the key type.
         let need64 = OffloadManager::<u64>::required_bytes(&cfg);
         let (_, got64) = allocated_by(|| OffloadManager::<u64>::new(cfg).unwrap());

@@ -157,6 +157,7 @@ impl<K: OffloadKey> RequestState<K> {
 
 /// Why a request handle could not be used or created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RequestError {
     /// The handle names no live request (finished, dropped, or from another manager).
     Unknown(RequestId),

@@ -283,8 +283,8 @@ where
     Ok(ReplayReport {
         source: name,
         counts,
-        resident_blocks: replayer.manager().allocated(),
-        manager_heap_bytes: replayer.manager().heap_bytes() as u64,
+        resident_blocks: replayer.manager().inspect().allocated(),
+        manager_heap_bytes: replayer.manager().inspect().heap_bytes() as u64,
         policy: args.policy_kind().name(),
         capacity,
         store_threshold: args.store_threshold,
