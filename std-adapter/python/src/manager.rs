@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use kvtier_core::manager::{
     CompleteLoadError, EventKind, LoadError, LookupResult, ManagerConfig, OffloadManager,
-    PolicyKind, RequestError, RequestId, StoreError,
+    PolicyKind, RequestError, RequestId, StoreError, StoreOutcome, StorePlan,
 };
 use numpy::PyArray1;
 use pyo3::exceptions::{PyAssertionError, PyRuntimeError, PyTypeError, PyValueError};
@@ -96,9 +96,7 @@ pub(crate) struct Manager {
     orphans: Arc<Orphans>,
     sizes: Vec<u64>,
     sizes_dropped: u64,
-    /// The sum of the samples the manager's own histogram holds since its last drain.
-    undrained_sum: u64,
-    skipped: u64,
+    plan: StorePlan<VKey>,
     scratch: Vec<VKey>,
     positions: Vec<u64>,
 }
@@ -185,8 +183,7 @@ impl Manager {
             orphans: Arc::default(),
             sizes: Vec::new(),
             sizes_dropped: 0,
-            undrained_sum: 0,
-            skipped: 0,
+            plan: StorePlan::new(),
             scratch: Vec::new(),
             positions: Vec::new(),
         })
@@ -271,34 +268,33 @@ impl Manager {
         let req = self.request(py, req_context, true)?;
         let with_pos = self.collect(keys, Some(req_context), Unknown::Intern)?;
         let pos = with_pos.then_some(self.positions.as_slice());
-        let out = match self.m.prepare_store(req, &self.scratch, pos) {
-            Ok(o) => o,
+        match self
+            .m
+            .prepare_store(req, &self.scratch, pos, &mut self.plan)
+        {
+            Ok(()) => {}
+            Err(StoreError::NoRoom { need, .. }) => {
+                // vLLM samples the allocation size before finding there is no room: the
+                // candidates are the chunks to evict plus the free ones (which the failed
+                // call left as they were).
+                let size = u64::from(need) + u64::from(self.m.inspect().free_chunks());
+                push_sample(&mut self.sizes, &mut self.sizes_dropped, size);
+                return Ok(py.None().into_bound(py));
+            }
             Err(StoreError::Request(e)) => return Err(request_error(e)),
             Err(e) => return Err(PyValueError::new_err(e.to_string())),
-        };
-        let Some(out) = out else {
-            // No room: the offer's allocation size was sampled all the same. The manager's
-            // histogram holds it plus the samples of the offers since its last drain.
-            let drained = self.m.get_stats();
-            self.skipped += drained.stores_skipped.unwrap_or(0);
-            let undrained = std::mem::take(&mut self.undrained_sum);
-            if drained.allocation_sizes.count() > 0 {
-                push_sample(
-                    &mut self.sizes,
-                    &mut self.sizes_dropped,
-                    drained.allocation_sizes.sum() - undrained,
-                );
-            }
-            return Ok(py.None().into_bound(py));
-        };
-        if !out.keys.is_empty() {
-            let n = out.keys.len() as u64;
-            self.undrained_sum += n;
-            push_sample(&mut self.sizes, &mut self.sizes_dropped, n);
         }
-        let to_store = key_list(py, &self.keys, out.keys)?;
-        let evicted = key_list(py, &self.keys, out.evicted)?;
-        let spec = spec(py, &self.vocab, out.slots)?;
+        let out = &self.plan;
+        if !out.keys().is_empty() {
+            push_sample(
+                &mut self.sizes,
+                &mut self.sizes_dropped,
+                out.keys().len() as u64,
+            );
+        }
+        let to_store = key_list(py, &self.keys, out.keys())?;
+        let evicted = key_list(py, &self.keys, out.evicted())?;
+        let spec = spec(py, &self.vocab, out.slots())?;
         self.vocab
             .prepare_store_output
             .bind(py)
@@ -317,7 +313,12 @@ impl Manager {
         let _ = req_context;
         self.release_orphans();
         self.collect(keys, None, Unknown::Absent)?;
-        self.m.complete_store(&self.scratch, success);
+        let outcome = if success {
+            StoreOutcome::Stored
+        } else {
+            StoreOutcome::Failed
+        };
+        self.m.complete_store(&self.scratch, outcome);
         Ok(())
     }
 
@@ -387,11 +388,8 @@ impl Manager {
     /// Drains the stats since the last call: `(num_used, write_pending, num_chunks,
     /// allocation sizes in call order, stores skipped or None without a filter)`.
     fn take_stats<'py>(&mut self, py: Python<'py>) -> PyResult<StatsTuple<'py>> {
-        let s = self.m.get_stats();
-        self.undrained_sum = 0;
-        let skipped = s
-            .stores_skipped
-            .map(|x| x + std::mem::take(&mut self.skipped));
+        let s = self.m.take_stats();
+        let skipped = s.stores_skipped;
         let sizes = PyList::new(py, self.sizes.drain(..))?;
         self.sizes_dropped = 0;
         Ok((s.num_used, s.write_pending, s.num_chunks, sizes, skipped))
