@@ -407,6 +407,11 @@ impl Manager {
         self.keys.len()
     }
 
+    /// Resident chunks (allocated slots).
+    fn resident_chunks(&self) -> u32 {
+        self.m.inspect().allocated()
+    }
+
     /// Request states live in the manager.
     fn live_requests(&self) -> usize {
         self.m.live_requests()

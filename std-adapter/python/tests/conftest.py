@@ -7,9 +7,12 @@ worker-side code paths. A meta-path finder therefore
 
 - loads the heavy *packages* listed in ``_HOLLOW_PACKAGES`` as empty packages (their
   submodules import from the real files; their ``__init__`` does not run), and
-- replaces the modules listed in ``_STUBS`` by stubs whose every attribute is a placeholder.
+- replaces the modules listed in ``_STUBS`` by stubs whose every attribute is a placeholder,
+  except the few answers in ``_ANSWERS``: vLLM's log helpers ask whether this process is the
+  first rank before a once-only log line (the out-of-tree spec warning); a test process is the
+  only rank.
 
-Every use of a stub is recorded. Uses while vLLM's modules are imported are expected; the
+Every use of a placeholder is recorded. Uses while vLLM's modules are imported are expected; the
 autouse fixture below fails any test during which a stub is touched, so no test result can
 rest on a placeholder.
 """
@@ -43,6 +46,12 @@ _STUBS = {
     "vllm.distributed.device_communicators",
     "vllm.v1.kv_offload.cpu.gpu_worker",
     "vllm.v1.kv_offload.cpu.host_register",
+    "vllm.distributed.parallel_state",
+}
+
+_ANSWERS = {
+    "vllm.distributed.parallel_state.is_local_first_rank": lambda: True,
+    "vllm.distributed.parallel_state.is_global_first_rank": lambda: True,
 }
 
 # Stub uses recorded while a test runs (names of the placeholders touched).
@@ -98,6 +107,8 @@ class _StubModule(types.ModuleType):
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
         name = f"{self.__name__}.{attr}"
+        if name in _ANSWERS:
+            return _ANSWERS[name]
         _touch(name)
         return _Placeholder(name)
 
