@@ -209,7 +209,9 @@ def run_worker(which: str, trace: str, policy: str, args) -> dict:
     ]
     if args.capacity:
         cmd += ["--capacity", str(args.capacity)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    # numpy's BLAS threads would spin on the few cores a benchmark box has.
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1")
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
