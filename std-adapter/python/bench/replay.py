@@ -6,7 +6,9 @@ side, plus kvtier's pure-Rust replayer on the same traces.
 For each trace and policy it runs each manager in its own process (so each peak RSS is its
 own), checks that the hit digests (and every count) agree, and prints µs per request,
 request-blocks per second, the kvtier/vLLM ratio and the peak RSS of both, then the same
-trace through ``kvtier replay --trace FILE --json``.
+trace through ``kvtier replay --trace FILE --json``. Times are the process's CPU time over the
+timed loop (wall time is printed too): on a shared machine CPU time is what stays comparable
+between two runs.
 
 The protocol is kvtrace v1's (spec/kvtrace.md): per request a ReqContext with end-token
 positions (i + 1) · block_tokens, on_new_request, lookups while HIT, prepare_load of the hit
@@ -111,8 +113,8 @@ def worker(args) -> None:
     digest = requests = request_blocks = hit_blocks = hit_requests = 0
     stored = evicted = failures = pending = 0
 
-    t0 = time.perf_counter()
-    for op, rid, keys in records:
+    t0, c0 = time.perf_counter(), time.process_time()
+    for op, rid, keys in records if not args.setup_only else ():
         if op == "L":
             ctx = contexts.pop(rid)
             on_new_request(ctx)
@@ -150,7 +152,7 @@ def worker(args) -> None:
             if to_store:
                 complete_store(to_store, ctx)
             on_request_finished(ctx)
-    seconds = time.perf_counter() - t0
+    seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
 
     if args.worker == "kvtier":
         resident = m._native.resident_chunks()
@@ -173,6 +175,7 @@ def worker(args) -> None:
                 "resident_blocks": resident,
                 "digest": f"{digest:016x}",
                 "seconds": seconds,
+                "cpu_seconds": cpu_seconds,
                 "base_rss_kb": base_rss,
                 "peak_rss_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
             }
@@ -229,8 +232,15 @@ def run_rust(trace: str, policy: str, capacity: int, args) -> dict:
         str(args.store_threshold),
         "--json",
     ]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return json.loads(out)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = json.loads(out)
+    # The whole process's CPU time (reading the trace included), for the CPU-time ratio.
+    result["cpu_seconds"] = (after.ru_utime - before.ru_utime) + (
+        after.ru_stime - before.ru_stime
+    )
+    return result
 
 
 def main() -> int:
@@ -254,6 +264,9 @@ def main() -> int:
         "--kvtier-bin", default=os.path.join(ROOT, "target", "release", "kvtier")
     )
     p.add_argument("--worker", choices=["vllm", "kvtier"], help=argparse.SUPPRESS)
+    # With --worker: parse and build the contexts, replay nothing (a baseline for
+    # instruction counts under valgrind --tool=callgrind).
+    p.add_argument("--setup-only", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         worker(args)
@@ -286,17 +299,21 @@ def main() -> int:
                       f"({'identical' if same else 'DIFFERENT'}: vLLM {v['digest']}, "
                       f"kvtier {k['digest']}, Rust {rust['digest']})")
                 for r in (v, k):
-                    print(f"  {r['manager']:>6}: {r['seconds'] * 1e6 / n:8.2f} µs/request, "
-                          f"{blocks / r['seconds'] / 1e6:7.3f} M request-blocks/s, "
+                    print(f"  {r['manager']:>6}: {r['cpu_seconds'] * 1e6 / n:8.2f} µs/request "
+                          f"CPU ({r['seconds'] * 1e6 / n:.2f} wall), "
+                          f"{blocks / r['cpu_seconds'] / 1e6:7.3f} M request-blocks/s, "
                           f"peak RSS {r['peak_rss_kb'] / 1024:7.1f} MiB "
                           f"(+{(r['peak_rss_kb'] - r['base_rss_kb']) / 1024:.1f} MiB "
                           f"over the parsed trace)")
-                print(f"  kvtier/vLLM: {v['seconds'] / k['seconds']:.1f}x per request")
-                print(f"  Rust replay ({rust.get('replay_s') and 'replay_s' or 'wall_s'}):"
-                      f" {rust_s * 1e6 / n:8.2f} µs/request, "
-                      f"{blocks / rust_s / 1e6:7.3f} M request-blocks/s; "
-                      f"Rust/vLLM {v['seconds'] / rust_s:.1f}x, "
-                      f"Rust/kvtier-from-Python {k['seconds'] / rust_s:.1f}x")
+                print(f"  kvtier/vLLM: {v['cpu_seconds'] / k['cpu_seconds']:.1f}x per request "
+                      f"(CPU time; wall {v['seconds'] / k['seconds']:.1f}x)")
+                label = "replay_s" if "replay_s" in rust else "wall_s"
+                print(f"  Rust replay: {label} {rust_s:.3f} s = {rust_s * 1e6 / n:.2f} µs/request, "
+                      f"{blocks / rust_s / 1e6:.3f} M request-blocks/s; process CPU "
+                      f"{rust['cpu_seconds']:.3f} s (trace reading included); "
+                      f"vLLM/Rust {v['cpu_seconds'] / rust['cpu_seconds']:.1f}x, "
+                      f"kvtier-from-Python/Rust {k['cpu_seconds'] / rust['cpu_seconds']:.1f}x "
+                      f"(CPU time)")
                 if not same:
                     print("  MISMATCH:", {c: (v[c], k[c]) for c in COUNTS if v[c] != k[c]})
     finally:
