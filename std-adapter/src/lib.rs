@@ -1,16 +1,16 @@
 //! # kvtier
 //!
 //! The std side of kvtier: the `kvtier` command (trace replay, capacity sizing), the kvtrace
-//! reader and generator, layout readers, and the Prometheus text exposition of stats payloads,
+//! reader and generator, layout readers, and the Prometheus export of stats payloads,
 //! all around [`kvtier_core`].
 
 pub mod cli;
 pub mod error;
 pub mod export;
-pub mod exposition;
 pub mod http;
 pub mod layout;
 pub mod replay;
+pub mod replay_stats;
 pub mod shared;
 pub mod trace;
 

@@ -9,6 +9,7 @@
 //! `(i + 1) · block_tokens`.
 
 use std::fmt;
+use std::time::{Duration, Instant};
 
 use kvtier_core::BlockKey;
 use kvtier_core::hashing::Map;
@@ -126,6 +127,7 @@ pub struct Replayer {
     spare: Vec<Open>,
     counts: ReplayCounts,
     skipped_total: u64,
+    last_lookup: Duration,
 }
 
 impl Replayer {
@@ -143,7 +145,15 @@ impl Replayer {
                 ..ReplayCounts::default()
             },
             skipped_total: 0,
+            last_lookup: Duration::ZERO,
         }
+    }
+
+    /// The wall time of the last `L` record's lookup scan (the `lookup` calls up to the first
+    /// key that is not a HIT), what vLLM's scheduler times as one offload lookup.
+    #[must_use]
+    pub fn last_lookup(&self) -> Duration {
+        self.last_lookup
     }
 
     /// The manager, for inspection.
@@ -223,6 +233,7 @@ impl Replayer {
         o.positions
             .extend((1..=hashes.len() as u64).map(|i| i.saturating_mul(bt)));
         let mut k = 0;
+        let scan = Instant::now();
         for key in &o.keys {
             match self.manager.lookup(key) {
                 LookupResult::Hit => k += 1,
@@ -233,6 +244,7 @@ impl Replayer {
                 LookupResult::Miss => break,
             }
         }
+        self.last_lookup = scan.elapsed();
         if k > 0 {
             if let Err(e) = self
                 .manager

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
+use kvtier::export::{ExporterConfig, OffloadExporter, encode_text, format_float};
 use kvtier::shared::{CollectorConfig, SharedManager, StatsCollector, write_frame};
 use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager};
 use kvtier_core::stats::{Gauge, Payload, catalogue};
@@ -137,8 +137,10 @@ fn child_processes_totals_equal_the_sum_of_their_increments() {
         assert_eq!(totals.counter(catalogue::LOAD_BYTES, &[]), Some(bytes));
         let h = totals.histogram(catalogue::LOAD_SIZE, &[]).unwrap();
         assert_eq!((h.count(), h.sum()), (kids.len() as u64 * FRAMES, sizes));
+        #[expect(clippy::cast_precision_loss, reason = "small test counts")]
+        let value = format_float(skipped as f64);
         let line = format!(
-            "vllm:kv_offload_stores_skipped_total{{model_name=\"m\",engine=\"{engine}\"}} {skipped}\n"
+            "vllm:kv_offload_stores_skipped_total{{engine=\"{engine}\",model_name=\"m\"}} {value}\n"
         );
         assert!(text.contains(&line), "{line} not in\n{text}");
     }
@@ -176,13 +178,14 @@ fn threads_sending_until_shutdown_lose_nothing() {
     for h in handles {
         h.join().unwrap();
     }
-    // One hour between exports: only shutdown hands the payloads over.
+    // One hour between exports: only shutdown hands the payloads over (until then the
+    // counter shows its start value).
     assert_eq!(
         exporter
             .totals(0)
             .unwrap()
             .counter(catalogue::ALLOCATION_FAILURE, &[]),
-        None
+        Some(0)
     );
     let sender = collector.sender();
     sender.send_bytes(0, vec![1, 2, 3]).unwrap();
@@ -234,15 +237,14 @@ fn managers_are_drained_with_their_info_first() {
     let report = collector.shutdown();
     assert_eq!(report.drains, 2);
     let text = encode_text(&registry).unwrap();
-    let e = "{model_name=\"m\",engine=\"0\"}";
+    let e = "{engine=\"0\",model_name=\"m\"}";
     assert!(
-        text.contains(&format!("vllm:kv_offload_stores_skipped_total{e} 3\n")),
+        text.contains(&format!("vllm:kv_offload_stores_skipped_total{e} 3.0\n")),
         "{text}"
     );
     assert!(text.contains(&format!("vllm:kv_offload_cpu_cache_usage_perc{e} 0.75\n")));
     assert!(text.contains(
-        "vllm:kv_offload_config_info{model_name=\"m\",engine=\"0\",cpu_num_chunks=\"4\",\
-         cpu_blocks_per_chunk=\"2\",cpu_kv_cache_size_bytes=\"4096\",\
-         cpu_kv_cache_size_tokens=\"None\"} 1\n"
+        "vllm:kv_offload_config_info{cpu_blocks_per_chunk=\"2\",cpu_kv_cache_size_bytes=\"4096\",\
+         cpu_kv_cache_size_tokens=\"None\",cpu_num_chunks=\"4\",engine=\"0\",model_name=\"m\"} 1.0\n"
     ));
 }

@@ -107,15 +107,10 @@ fn metrics_payload_carries_the_run() {
         .unwrap();
     assert_eq!(full.counts.store_failures, 0);
     assert_eq!(h.sum(), 17_726);
-    let text = kvtier::exposition::render(
-        p,
-        &kvtier::exposition::EngineLabels::new("m", "0"),
-        &kvtier::exposition::ExpositionOptions::default(),
-    )
-    .unwrap();
+    let text = kvtier::export::render(p, kvtier::export::ExporterConfig::new("m", 1)).unwrap();
     assert!(
         text.contains(
-            "vllm:kv_offload_allocation_failure_total{model_name=\"m\",engine=\"0\"} 312.0"
+            "vllm:kv_offload_allocation_failure_total{engine=\"0\",model_name=\"m\"} 312.0"
         )
     );
     assert!(text.contains("cpu_num_chunks=\"256\""));

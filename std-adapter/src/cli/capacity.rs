@@ -517,6 +517,28 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
     })
 }
 
+/// Bytes of one KV block of the whole model (every layer, the pool layout's alignment): the
+/// layout that `--model`, `--layout` or `--hf-config` give, with `--block-size` and `--dtype`
+/// for presets and `config.json`. Memory, lengths and the CPU tier are not needed.
+///
+/// # Errors
+/// [`CapacityCliError`] naming the option or field at fault.
+pub fn bytes_per_block(args: &CapacityArgs) -> Result<u64, CapacityCliError> {
+    if args.block_size == 0 {
+        return Err(opt("--block-size", "must be at least 1"));
+    }
+    let hf = HfOptions {
+        block_size: u64::from(args.block_size),
+        dtype_bytes: args.dtype,
+    };
+    let cap = |e: &dyn std::fmt::Display| CapacityCliError::Capacity(e.to_string());
+    load_layout(args, &hf)?
+        .grouped()
+        .map_err(|e| cap(&e))?
+        .bytes_per_block(args.pool_layout.layout())
+        .map_err(|e| cap(&e))
+}
+
 /// `1234567` → `"1,234,567"` (Python's `{:,}`).
 #[must_use]
 pub fn thousands(n: u64) -> String {

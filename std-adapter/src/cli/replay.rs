@@ -10,9 +10,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager, PolicyKind};
 use kvtier_core::stats::{Payload, catalogue};
 
-use crate::exposition::{EngineLabels, ExpositionOptions, render};
-
 use crate::replay::{ReplayCounts, Replayer};
+use crate::replay_stats::{ReplayStats, TransferArgs};
 use crate::trace::{Generator, GeneratorConfig, RecordSource, TraceReader};
 
 /// Options of `kvtier replay`.
@@ -61,6 +60,9 @@ pub struct ReplayArgs {
     /// drained since the previous line) on stderr.
     #[arg(long, value_name = "N")]
     pub log_interval: Option<u64>,
+    /// The transfer model of the `vllm:kv_offload_load_*` / `_store_*` families.
+    #[command(flatten)]
+    pub transfer: TransferArgs,
 }
 
 /// The policies on the command line.
@@ -125,8 +127,8 @@ pub fn run(args: &ReplayArgs) -> Result<(), String> {
         human(&report)
     };
     if args.metrics {
-        let engine = EngineLabels::new(&args.model_name, "0");
-        let exposition = render(&report.payload, &engine, &ExpositionOptions::default())
+        let config = crate::export::ExporterConfig::new(&args.model_name, 1);
+        let exposition = crate::export::render(&report.payload, config)
             .map_err(|e| format!("rendering the metrics: {e}"))?;
         if !args.json {
             text.push('\n');
@@ -209,6 +211,7 @@ where
     let (manager, capacity) = args.manager(header.capacity)?;
     let block_tokens = args.block_tokens.unwrap_or(header.block_tokens);
     let mut replayer = Replayer::new(manager, u64::from(block_tokens));
+    let mut stats = ReplayStats::new(args.transfer.model(block_tokens)?);
     let log_every = args.log_interval.filter(|n| *n > 0);
     // With a log interval, drains happen during the run: `total` keeps every drain for the
     // report, `interval` what the next log line covers (reset after each line, as vLLM's
@@ -226,8 +229,8 @@ where
             Err(e) => return Err(e.to_string()),
         };
         let is_load = matches!(rec, crate::trace::Record::Load { .. });
-        replayer
-            .apply(rec)
+        stats
+            .apply(&mut replayer, rec)
             .map_err(|e| format!("record {}: {e}", n + 1))?;
         n += 1;
         if count_requests && is_load && n.is_multiple_of(4096) {
@@ -264,6 +267,9 @@ where
     let mut payload = total;
     payload
         .aggregate(&replayer.drain_stats().to_payload())
+        .map_err(|e| e.to_string())?;
+    payload
+        .aggregate(&stats.drain(&replayer))
         .map_err(|e| e.to_string())?;
     // Without a log interval nothing was drained before, so this is the whole run's count.
     let counts_failures = counts.store_failures.saturating_sub(failures_logged);

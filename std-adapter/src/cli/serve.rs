@@ -2,9 +2,11 @@
 //! keeps serving until interrupted.
 //!
 //! The replay runs on its own thread and sends the manager's drained stats (plus the
-//! `allocation_failure` increments and, once, the tier's `config_info`) to a
+//! `allocation_failure` increments, once the tier's `config_info`, and the replay's own stats:
+//! modelled transfers, lookup-scan times, requests running, see [`crate::replay_stats`]) to a
 //! [`StatsCollector`], which feeds an [`OffloadExporter`] on a private registry; the
-//! [`MetricsServer`] encodes that registry on every scrape.
+//! [`MetricsServer`] encodes that registry on every scrape. Every family of the offloading
+//! connector and `vllm:num_requests_running` is served from the first scrape on.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -21,6 +23,7 @@ use crate::error::Error;
 use crate::export::{ExporterConfig, OffloadExporter, encode_text};
 use crate::http::{MetricsServer, ServerConfig};
 use crate::replay::{ReplayCounts, Replayer};
+use crate::replay_stats::ReplayStats;
 use crate::shared::sync::Arc;
 use crate::shared::{CollectorConfig, PayloadSender, StatsCollector};
 use crate::trace::{Generator, GeneratorConfig, Record, RecordSource, TraceReader};
@@ -109,6 +112,7 @@ impl Serving {
 struct Drive<'a> {
     sender: &'a PayloadSender,
     replayer: Replayer,
+    stats: ReplayStats,
     failures_sent: u64,
     info_sent: bool,
 }
@@ -116,6 +120,9 @@ struct Drive<'a> {
 impl Drive<'_> {
     fn drain(&mut self) -> Result<(), String> {
         let mut payload = self.replayer.drain_stats().to_payload();
+        payload
+            .aggregate(&self.stats.drain(&self.replayer))
+            .map_err(|e| e.to_string())?;
         let failures = self.replayer.counts().store_failures;
         let delta = failures.saturating_sub(self.failures_sent);
         if delta > 0 {
@@ -150,6 +157,7 @@ where
     let mut d = Drive {
         sender,
         replayer: Replayer::new(manager, u64::from(block_tokens)),
+        stats: ReplayStats::new(args.transfer.model(block_tokens)?),
         failures_sent: 0,
         info_sent: false,
     };
@@ -168,8 +176,8 @@ where
         };
         let is_load = matches!(rec, Record::Load { .. });
         n += 1;
-        d.replayer
-            .apply(rec)
+        d.stats
+            .apply(&mut d.replayer, rec)
             .map_err(|e| format!("record {n}: {e}"))?;
         if !is_load {
             continue;

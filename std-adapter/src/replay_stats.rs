@@ -1,0 +1,245 @@
+//! The stats a replay reports beside the manager's own, under the offloading connector's
+//! names: the transfers (from a model of their size and speed), the lookup-scan times, and the
+//! requests in flight.
+//!
+//! - **Transfers.** A request whose lookup found `k > 0` leading hits loads `k` blocks (one
+//!   transfer); its `S` record stores the blocks `prepare_store` allocated (one transfer). Each
+//!   adds `blocks × bytes_per_block` to `vllm:kv_offload_load_bytes` / `_store_bytes`, one
+//!   observation of that size to `_load_size` / `_store_size`, and `bytes / bandwidth` to
+//!   `_load_time` / `_store_time`. The bytes per block come from the model's layout (as
+//!   `kvtier capacity` reads it); the time is a model, not a measurement: a fixed bandwidth
+//!   ([`TransferModel`]). Without a layout the transfer families stay at zero.
+//! - **Lookup delay.** Each `L` record's lookup scan is timed (wall clock) and observed in
+//!   `vllm:kv_offload_lookup_sync_delay_seconds`, the call vLLM's scheduler times. A replay never
+//!   defers a lookup, so `_lookup_async_delay_seconds` has no observations.
+//! - **Requests running.** `vllm:num_requests_running` is the number of requests between their
+//!   `L` and `C` records when the stats are drained.
+//!
+//! ```
+//! use kvtier::replay_stats::TransferModel;
+//!
+//! // Llama-3-8B's 2 MiB blocks at 25 GB/s: 8 blocks take 671,089 ns.
+//! let m = TransferModel::new(2 * 1024 * 1024, 25.0).unwrap();
+//! assert_eq!(m.transfer(8), (16_777_216, 671_089));
+//! ```
+
+use std::fmt;
+
+use kvtier_core::stats::catalogue::{
+    LOAD_BYTES, LOAD_SIZE, LOAD_TIME, LOOKUP_SYNC_DELAY_SECONDS, NUM_REQUESTS_RUNNING, STORE_BYTES,
+    STORE_SIZE, STORE_TIME,
+};
+use kvtier_core::stats::{Gauge, Payload};
+
+use crate::cli::capacity::{self, CapacityArgs};
+use crate::replay::{ReplayError, Replayer};
+use crate::trace::Record;
+
+/// The default of `--transfer-gbps`: about what a PCIe 4.0 x16 link moves.
+pub const DEFAULT_TRANSFER_GBPS: f64 = 25.0;
+
+/// A transfer of `blocks` blocks moves `blocks × bytes_per_block` bytes at a fixed bandwidth.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TransferModel {
+    bytes_per_block: u64,
+    gigabytes_per_second: f64,
+}
+
+/// Why a [`TransferModel`] could not be built.
+#[derive(Clone, Copy, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum TransferModelError {
+    /// The bandwidth is not a positive, finite number of GB/s.
+    Bandwidth(f64),
+}
+
+impl fmt::Display for TransferModelError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransferModelError::Bandwidth(g) => {
+                write!(f, "--transfer-gbps must be a positive number, not {g}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for TransferModelError {}
+
+impl TransferModel {
+    /// Blocks of `bytes_per_block` bytes moved at `gigabytes_per_second` GB/s (10^9 bytes per
+    /// second).
+    ///
+    /// # Errors
+    /// [`TransferModelError::Bandwidth`] for a bandwidth that is not positive and finite.
+    pub fn new(
+        bytes_per_block: u64,
+        gigabytes_per_second: f64,
+    ) -> Result<Self, TransferModelError> {
+        if !(gigabytes_per_second.is_finite() && gigabytes_per_second > 0.0) {
+            return Err(TransferModelError::Bandwidth(gigabytes_per_second));
+        }
+        Ok(TransferModel {
+            bytes_per_block,
+            gigabytes_per_second,
+        })
+    }
+
+    /// Bytes of one block.
+    #[must_use]
+    pub fn bytes_per_block(&self) -> u64 {
+        self.bytes_per_block
+    }
+
+    /// `(bytes, nanoseconds)` of one transfer of `blocks` blocks (bytes saturate at `u64::MAX`;
+    /// nanoseconds are rounded to the nearest).
+    #[must_use]
+    #[expect(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        reason = "a modelled time: the float is positive and saturates on the cast"
+    )]
+    pub fn transfer(&self, blocks: u64) -> (u64, u64) {
+        let bytes = blocks.saturating_mul(self.bytes_per_block);
+        // bytes / (G · 10^9 B/s) in ns = bytes / G.
+        let nanos = (bytes as f64 / self.gigabytes_per_second).round() as u64;
+        (bytes, nanos)
+    }
+}
+
+/// The command-line options of the transfer model (`kvtier replay` and `kvtier serve`): the
+/// model's layout as `kvtier capacity` takes it, and the bandwidth.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct TransferArgs {
+    /// The model whose blocks the transfers move: a built-in preset (as `kvtier capacity
+    /// --model`); feeds the `vllm:kv_offload_load_*` / `_store_*` families.
+    #[arg(long, value_name = "NAME", value_parser = boxed_str)]
+    pub model: Option<Box<str>>,
+    /// The model as a JSON layout file (as `kvtier capacity --layout`).
+    #[arg(long, value_name = "FILE.json", value_parser = boxed_str)]
+    pub layout: Option<Box<str>>,
+    /// The model as a Hugging Face config.json (as `kvtier capacity --hf-config`).
+    #[arg(long, value_name = "FILE", value_parser = boxed_str)]
+    pub hf_config: Option<Box<str>>,
+    /// KV-cache dtype for presets and config.json (fp32, bf16, fp16, fp8).
+    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
+    pub dtype: Option<u64>,
+    /// The modelled bandwidth of every transfer, in GB/s (10^9 bytes per second): a transfer's
+    /// time is its bytes divided by this (a model, not a measurement).
+    #[arg(long, default_value_t = DEFAULT_TRANSFER_GBPS, value_name = "GB/S")]
+    pub transfer_gbps: f64,
+}
+
+#[expect(
+    clippy::unnecessary_wraps,
+    reason = "clap value parsers return a Result"
+)]
+fn boxed_str(s: &str) -> Result<Box<str>, String> {
+    Ok(s.into())
+}
+
+fn parse_dtype(s: &str) -> Result<u64, String> {
+    crate::layout::dtype_bytes(s)
+        .ok_or_else(|| format!("unknown dtype \"{s}\" (fp32, bf16, fp16, fp8)"))
+}
+
+impl TransferArgs {
+    /// The transfer model of these options with `block_tokens` tokens per block (for presets
+    /// and config.json), or `None` without a model.
+    ///
+    /// # Errors
+    /// A message naming the option at fault (the layout's, or `--transfer-gbps`).
+    pub fn model(&self, block_tokens: u32) -> Result<Option<TransferModel>, String> {
+        if !(self.transfer_gbps.is_finite() && self.transfer_gbps > 0.0) {
+            return Err(TransferModelError::Bandwidth(self.transfer_gbps).to_string());
+        }
+        if self.model.is_none() && self.layout.is_none() && self.hf_config.is_none() {
+            return Ok(None);
+        }
+        let args = CapacityArgs {
+            model: self.model.clone(),
+            layout: self.layout.clone(),
+            hf_config: self.hf_config.clone(),
+            dtype: self.dtype,
+            block_size: block_tokens,
+            ..CapacityArgs::default()
+        };
+        let bytes = capacity::bytes_per_block(&args).map_err(|e| e.to_string())?;
+        TransferModel::new(bytes, self.transfer_gbps)
+            .map(Some)
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Applies records to a [`Replayer`] and collects the replay's own stats (see the
+/// [module docs](self)) until they are drained.
+#[derive(Debug)]
+pub struct ReplayStats {
+    model: Option<TransferModel>,
+    pending: Payload,
+}
+
+fn nanos(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+impl ReplayStats {
+    /// Stats with this transfer model (`None`: the transfer families stay at zero).
+    #[must_use]
+    pub fn new(model: Option<TransferModel>) -> Self {
+        ReplayStats {
+            model,
+            pending: Payload::new(),
+        }
+    }
+
+    fn transfer(&mut self, blocks: u64, names: [&'static str; 3]) {
+        let [bytes_name, size, time] = names;
+        let Some(model) = self.model.filter(|_| blocks > 0) else {
+            return;
+        };
+        let (bytes, ns) = model.transfer(blocks);
+        // Unlabelled catalogue families: they fit any payload, which holds at most these eight.
+        let _ = self.pending.increase_counter(bytes_name, &[], bytes);
+        let _ = self.pending.increase_counter(time, &[], ns);
+        let _ = self.pending.observe(size, &[], bytes);
+    }
+
+    /// Replays `rec` on `replayer` and records what it moved and how long its lookup took.
+    ///
+    /// # Errors
+    /// The replayer's [`ReplayError`]; nothing is recorded then.
+    pub fn apply(&mut self, replayer: &mut Replayer, rec: Record<'_>) -> Result<(), ReplayError> {
+        let before = replayer.counts();
+        let kind = (
+            matches!(rec, Record::Load { .. }),
+            matches!(rec, Record::Start { .. }),
+        );
+        replayer.apply(rec)?;
+        let after = replayer.counts();
+        match kind {
+            (true, _) => {
+                let scan = nanos(replayer.last_lookup());
+                let _ = self.pending.observe(LOOKUP_SYNC_DELAY_SECONDS, &[], scan);
+                let loaded = after.hit_blocks.saturating_sub(before.hit_blocks);
+                self.transfer(loaded, [LOAD_BYTES, LOAD_SIZE, LOAD_TIME]);
+            }
+            (_, true) => {
+                let stored = after.stored_blocks.saturating_sub(before.stored_blocks);
+                self.transfer(stored, [STORE_BYTES, STORE_SIZE, STORE_TIME]);
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// What was recorded since the last drain, with `vllm:num_requests_running` set to the
+    /// requests `replayer` has open now.
+    pub fn drain(&mut self, replayer: &Replayer) -> Payload {
+        let running = i64::try_from(replayer.open_requests()).unwrap_or(i64::MAX);
+        let _ = self
+            .pending
+            .set_gauge(NUM_REQUESTS_RUNNING, &[], Gauge::int(running));
+        std::mem::take(&mut self.pending)
+    }
+}
