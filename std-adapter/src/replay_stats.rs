@@ -243,3 +243,147 @@ impl ReplayStats {
         std::mem::take(&mut self.pending)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        reason = "test code: a failed unwrap is a failed test"
+    )]
+
+    use super::*;
+    use kvtier_core::manager::{ManagerConfig, OffloadManager};
+    use kvtier_core::stats::catalogue::LOOKUP_ASYNC_DELAY_SECONDS;
+
+    #[test]
+    fn a_transfer_takes_its_bytes_over_the_bandwidth() {
+        let m = TransferModel::new(1000, 2.0).unwrap();
+        assert_eq!(m.transfer(0), (0, 0));
+        assert_eq!(m.transfer(3), (3000, 1500));
+        assert_eq!(m.transfer(u64::MAX).0, u64::MAX);
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(TransferModel::new(1000, bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            TransferModel::new(1, 0.0).unwrap_err().to_string(),
+            "--transfer-gbps must be a positive number, not 0"
+        );
+    }
+
+    #[test]
+    fn the_layout_options_give_the_block_bytes() {
+        let mut args = TransferArgs {
+            transfer_gbps: DEFAULT_TRANSFER_GBPS,
+            ..TransferArgs::default()
+        };
+        assert_eq!(args.model(16).unwrap(), None);
+        args.model = Some("llama-3-8b".into());
+        // 32 layers · 8 KV heads · (128 + 128) · 2 bytes · 16 tokens.
+        let m = args.model(16).unwrap().unwrap();
+        assert_eq!(m.bytes_per_block(), 2_097_152);
+        assert_eq!(
+            args.model(32).unwrap().unwrap().bytes_per_block(),
+            4_194_304
+        );
+        args.layout = Some("x.json".into());
+        assert_eq!(
+            args.model(16).unwrap_err(),
+            "--model: give only one of --model, --layout and --hf-config"
+        );
+        args.layout = None;
+        args.transfer_gbps = -3.0;
+        assert_eq!(
+            args.model(16).unwrap_err(),
+            "--transfer-gbps must be a positive number, not -3"
+        );
+    }
+
+    #[test]
+    fn records_feed_transfers_lookups_and_running_requests() {
+        let manager = OffloadManager::new(ManagerConfig::new(16)).unwrap();
+        let mut replayer = Replayer::new(manager, 16);
+        let model = TransferModel::new(1000, 1.0).unwrap();
+        let mut stats = ReplayStats::new(Some(model));
+        let keys = [11, 12, 13];
+        // Request 1 misses, stores its three blocks and completes; request 2 loads them.
+        stats
+            .apply(
+                &mut replayer,
+                Record::Load {
+                    rid: 1,
+                    hashes: &keys,
+                },
+            )
+            .unwrap();
+        stats
+            .apply(&mut replayer, Record::Start { rid: 1 })
+            .unwrap();
+        stats
+            .apply(&mut replayer, Record::Complete { rid: 1 })
+            .unwrap();
+        stats
+            .apply(
+                &mut replayer,
+                Record::Load {
+                    rid: 2,
+                    hashes: &keys,
+                },
+            )
+            .unwrap();
+        assert_eq!(replayer.counts().hit_blocks, 3);
+        // A record the replayer refuses records nothing.
+        assert!(
+            stats
+                .apply(&mut replayer, Record::Start { rid: 9 })
+                .is_err()
+        );
+        let p = stats.drain(&replayer);
+        assert_eq!(p.counter(STORE_BYTES, &[]), Some(3000));
+        assert_eq!(p.counter(STORE_TIME, &[]), Some(3000));
+        assert_eq!(p.counter(LOAD_BYTES, &[]), Some(3000));
+        assert_eq!(p.counter(LOAD_TIME, &[]), Some(3000));
+        let size = p.histogram(STORE_SIZE, &[]).unwrap();
+        assert_eq!((size.count(), size.sum()), (1, 3000));
+        let size = p.histogram(LOAD_SIZE, &[]).unwrap();
+        assert_eq!((size.count(), size.sum()), (1, 3000));
+        // Two lookup scans timed; a replay never defers one.
+        assert_eq!(
+            p.histogram(LOOKUP_SYNC_DELAY_SECONDS, &[])
+                .map(|h| h.count()),
+            Some(2)
+        );
+        assert_eq!(p.histogram(LOOKUP_ASYNC_DELAY_SECONDS, &[]), None);
+        assert_eq!(p.gauge(NUM_REQUESTS_RUNNING, &[]), Some(Gauge::int(1)));
+        // Drained: the next drain has only the gauge.
+        let next = stats.drain(&replayer);
+        assert_eq!(next.len(), 1);
+        assert_eq!(next.gauge(NUM_REQUESTS_RUNNING, &[]), Some(Gauge::int(1)));
+    }
+
+    #[test]
+    fn without_a_layout_nothing_is_transferred() {
+        let manager = OffloadManager::new(ManagerConfig::new(16)).unwrap();
+        let mut replayer = Replayer::new(manager, 16);
+        let mut stats = ReplayStats::new(None);
+        stats
+            .apply(
+                &mut replayer,
+                Record::Load {
+                    rid: 1,
+                    hashes: &[5],
+                },
+            )
+            .unwrap();
+        stats
+            .apply(&mut replayer, Record::Start { rid: 1 })
+            .unwrap();
+        assert_eq!(replayer.counts().stored_blocks, 1);
+        let p = stats.drain(&replayer);
+        assert_eq!(p.counter(STORE_BYTES, &[]), None);
+        assert_eq!(
+            p.histogram(LOOKUP_SYNC_DELAY_SECONDS, &[])
+                .map(|h| h.count()),
+            Some(1)
+        );
+    }
+}

@@ -203,3 +203,64 @@ fn serve_rejects_a_bad_rate() {
     let err = start(&args).unwrap_err();
     assert_eq!(err.to_string(), "--rate must be a positive number, not 0");
 }
+
+#[test]
+fn replay_metrics_and_serve_print_the_same_families_and_values() {
+    let args = serve_args(&[
+        "--requests",
+        "2000",
+        "--capacity",
+        "128",
+        "--store-threshold",
+        "2",
+        "--model",
+        "llama-3-8b",
+        "--model-name",
+        "m",
+    ]);
+    // `kvtier replay --metrics` prints `render` of the run's payload.
+    let report = kvtier::cli::replay::replay(&args.replay, false).unwrap();
+    let replay_text =
+        kvtier::export::render(&report.payload, kvtier::export::ExporterConfig::new("m", 1))
+            .unwrap();
+    let mut serving = start(&args).unwrap();
+    serving.wait_replay().unwrap();
+    let served = kvtier::export::encode_text(serving.registry()).unwrap();
+    let (status, _, scraped) = get(serving.local_addr(), "/metrics");
+    serving.stop();
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert_eq!(scraped, served);
+    // Everything but the measured lookup times (their count is fixed) is the same text.
+    let fixed = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| {
+                !(l.starts_with("vllm:kv_offload_lookup_sync_delay_seconds_bucket")
+                    || l.starts_with("vllm:kv_offload_lookup_sync_delay_seconds_sum"))
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(fixed(&served), fixed(&replay_text));
+    let e = "{engine=\"0\",model_name=\"m\"}";
+    // Every loaded and stored block is one 2 MiB block of Llama-3-8B.
+    let c = report.counts;
+    assert_eq!((c.hit_blocks, c.stored_blocks), (5134, 10_085));
+    #[expect(clippy::cast_precision_loss, reason = "Prometheus holds floats")]
+    let bytes = |blocks: u64| kvtier::export::format_float((blocks * 2_097_152) as f64);
+    assert_eq!(bytes(c.hit_blocks), "1.0766778368e+10");
+    assert_eq!(bytes(c.stored_blocks), "2.114977792e+10");
+    for line in [
+        format!("vllm:kv_offload_lookup_sync_delay_seconds_count{e} 2000.0"),
+        format!("vllm:kv_offload_allocation_failure_total{e} 500.0"),
+        format!("vllm:kv_offload_stores_skipped_total{e} 17531.0"),
+        format!("vllm:kv_offload_load_bytes_total{e} 1.0766778368e+10"),
+        format!("vllm:kv_offload_store_bytes_total{e} 2.114977792e+10"),
+        "vllm:kv_offload_total_bytes_total{engine=\"0\",model_name=\"m\",transfer_type=\"CPU_to_GPU\"} 1.0766778368e+10".to_owned(),
+        format!("vllm:num_requests_running{e} 0.0"),
+    ] {
+        assert!(
+            served.lines().any(|l| l == line),
+            "missing {line:?} in\n{served}"
+        );
+    }
+}
