@@ -31,7 +31,7 @@ use kvtier_core::stats::catalogue::{
 };
 use kvtier_core::stats::{Gauge, Payload};
 
-use crate::cli::capacity::{self, CapacityArgs};
+use crate::cli::capacity::{self, CapacityArgs, boxed_str, parse_dtype};
 use crate::replay::{ReplayError, Replayer};
 use crate::trace::Record;
 
@@ -128,19 +128,6 @@ pub struct TransferArgs {
     /// time is its bytes divided by this (a model, not a measurement).
     #[arg(long, default_value_t = DEFAULT_TRANSFER_GBPS, value_name = "GB/S")]
     pub transfer_gbps: f64,
-}
-
-#[expect(
-    clippy::unnecessary_wraps,
-    reason = "clap value parsers return a Result"
-)]
-fn boxed_str(s: &str) -> Result<Box<str>, String> {
-    Ok(s.into())
-}
-
-fn parse_dtype(s: &str) -> Result<u64, String> {
-    crate::layout::dtype_bytes(s)
-        .ok_or_else(|| format!("unknown dtype \"{s}\" (fp32, bf16, fp16, fp8)"))
 }
 
 impl TransferArgs {

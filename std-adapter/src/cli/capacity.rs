@@ -102,11 +102,11 @@ impl PoolLayoutArg {
     clippy::unnecessary_wraps,
     reason = "clap value parsers return a Result"
 )]
-fn boxed_str(s: &str) -> Result<Box<str>, String> {
+pub(crate) fn boxed_str(s: &str) -> Result<Box<str>, String> {
     Ok(s.into())
 }
 
-fn parse_dtype(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_dtype(s: &str) -> Result<u64, String> {
     dtype_bytes(s).ok_or_else(|| format!("unknown dtype \"{s}\" (fp32, bf16, fp16, fp8)"))
 }
 
@@ -308,6 +308,19 @@ pub struct CapacityReport {
     pub cpu: Option<CpuReport>,
 }
 
+/// The layout `--model`, `--layout` or `--hf-config` give (`--block-size` and `--dtype` for
+/// presets and `config.json`).
+fn model_layout(args: &CapacityArgs) -> Result<ModelLayout, CapacityCliError> {
+    if args.block_size == 0 {
+        return Err(opt("--block-size", "must be at least 1"));
+    }
+    let hf = HfOptions {
+        block_size: u64::from(args.block_size),
+        dtype_bytes: args.dtype,
+    };
+    load_layout(args, &hf)
+}
+
 fn load_layout(args: &CapacityArgs, hf: &HfOptions) -> Result<ModelLayout, CapacityCliError> {
     let read = |path: &str| {
         std::fs::read_to_string(path).map_err(|error| CapacityCliError::Io {
@@ -391,14 +404,7 @@ fn group_reports(g: &GroupedLayout, w: &Workload) -> Result<Vec<GroupReport>, Ca
 /// # Errors
 /// [`CapacityCliError`] naming the option or field at fault.
 pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
-    if args.block_size == 0 {
-        return Err(opt("--block-size", "must be at least 1"));
-    }
-    let hf = HfOptions {
-        block_size: u64::from(args.block_size),
-        dtype_bytes: args.dtype,
-    };
-    let model = load_layout(args, &hf)?;
+    let model = model_layout(args)?;
     let pool = args.pool_layout.layout();
     let max_model_len = args.max_model_len.or(model.max_model_len).ok_or_else(|| {
         opt(
@@ -524,15 +530,8 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
 /// # Errors
 /// [`CapacityCliError`] naming the option or field at fault.
 pub fn bytes_per_block(args: &CapacityArgs) -> Result<u64, CapacityCliError> {
-    if args.block_size == 0 {
-        return Err(opt("--block-size", "must be at least 1"));
-    }
-    let hf = HfOptions {
-        block_size: u64::from(args.block_size),
-        dtype_bytes: args.dtype,
-    };
     let cap = |e: &dyn std::fmt::Display| CapacityCliError::Capacity(e.to_string());
-    load_layout(args, &hf)?
+    model_layout(args)?
         .grouped()
         .map_err(|e| cap(&e))?
         .bytes_per_block(args.pool_layout.layout())
