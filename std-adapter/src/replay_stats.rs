@@ -197,25 +197,22 @@ impl ReplayStats {
     /// # Errors
     /// The replayer's [`ReplayError`]; nothing is recorded then.
     pub fn apply(&mut self, replayer: &mut Replayer, rec: Record<'_>) -> Result<(), ReplayError> {
-        let before = replayer.counts();
-        let kind = (
-            matches!(rec, Record::Load { .. }),
-            matches!(rec, Record::Start { .. }),
-        );
-        replayer.apply(rec)?;
-        let after = replayer.counts();
-        match kind {
-            (true, _) => {
+        match rec {
+            Record::Load { .. } => {
+                let before = replayer.counts().hit_blocks;
+                replayer.apply(rec)?;
                 let scan = nanos(replayer.last_lookup());
                 let _ = self.pending.observe(LOOKUP_SYNC_DELAY_SECONDS, &[], scan);
-                let loaded = after.hit_blocks.saturating_sub(before.hit_blocks);
+                let loaded = replayer.counts().hit_blocks.saturating_sub(before);
                 self.transfer(loaded, [LOAD_BYTES, LOAD_SIZE, LOAD_TIME]);
             }
-            (_, true) => {
-                let stored = after.stored_blocks.saturating_sub(before.stored_blocks);
+            Record::Start { .. } => {
+                let before = replayer.counts().stored_blocks;
+                replayer.apply(rec)?;
+                let stored = replayer.counts().stored_blocks.saturating_sub(before);
                 self.transfer(stored, [STORE_BYTES, STORE_SIZE, STORE_TIME]);
             }
-            _ => {}
+            Record::Complete { .. } => replayer.apply(rec)?,
         }
         Ok(())
     }
