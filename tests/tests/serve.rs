@@ -72,6 +72,7 @@ fn query(prom: SocketAddr, expr: &str) -> Option<f64> {
 }
 
 #[test]
+#[ignore = "needs a Prometheus server (Debian package prometheus); run via `cargo xtask test`"]
 fn prometheus_scrapes_kvtier_serve() {
     let prometheus_bin = "prometheus";
     if Command::new(prometheus_bin)
@@ -81,7 +82,7 @@ fn prometheus_scrapes_kvtier_serve() {
     {
         panic!(
             "this test runs a real Prometheus server: install the Debian package `prometheus` \
-             (.ci/run does when it is missing)"
+             (`cargo xtask test` does when it is missing)"
         );
     }
     let args = serve_args(&[
