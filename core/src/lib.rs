@@ -10,7 +10,6 @@
 //!
 //! | module | holds |
 //! |---|---|
-//! | [`time`] | [`time::Tick`] nanosecond values passed in by the caller; the core never reads a clock |
 //! | [`hashing`] | [`hashing::FixedState`], the deterministic hasher every map in the core uses |
 //! | [`key`] | [`key::BlockKey`], the provided 64-bit hash + KV-group key |
 //! | [`capacity`] | KV layout specs, page sizes, blocks from a memory budget, max concurrency, the CPU tier's size |
@@ -37,6 +36,5 @@ pub mod hashing;
 pub mod key;
 pub mod manager;
 pub mod stats;
-pub mod time;
 
 pub use key::{BlockKey, OffloadKey};
