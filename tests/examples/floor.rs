@@ -131,11 +131,11 @@ fn floor_replay(records: &[OwnedRecord], capacity: u32) -> (u64, u64) {
                 open.insert(*rid, (at, k));
             }
             OwnedRecord::Start { rid } => {
-                if let Some(&(at, k)) = open.get(rid) {
-                    if let OwnedRecord::Load { hashes, .. } = &records[at] {
-                        for &h in &hashes[k..] {
-                            lru.insert(h);
-                        }
+                if let Some(&(at, k)) = open.get(rid)
+                    && let OwnedRecord::Load { hashes, .. } = &records[at]
+                {
+                    for &h in &hashes[k..] {
+                        lru.insert(h);
                     }
                 }
             }
