@@ -8,6 +8,8 @@
 //! ```sh
 //! python3 ../shared/tools/gen_trace.py --ops 100000 -o /tmp/g100k.kvtrace
 //! cargo run --release -p kvtier-tests --example floor -- /tmp/g100k.kvtrace 16384 5
+//! # one of them alone (e.g. to count its instructions under valgrind): floor, lru or arc
+//! cargo run --release -p kvtier-tests --example floor -- /tmp/g100k.kvtrace 16384 1 lru
 //! ```
 //!
 //! The bare LRU applies the protocol as simply as it can be applied: on `L`, probe the keys in
@@ -114,7 +116,9 @@ impl BareLru {
     }
 }
 
-/// The protocol on the bare LRU; returns (request-blocks, digest).
+/// The protocol on the bare LRU; returns (request-blocks, digest). Never inlined, so that
+/// `valgrind --tool=callgrind --toggle-collect=floor::floor_replay` counts it alone.
+#[inline(never)]
 fn floor_replay(records: &[OwnedRecord], capacity: u32) -> (u64, u64) {
     let mut lru = BareLru::new(capacity);
     // rid -> (index of its L record, hits)
@@ -147,7 +151,9 @@ fn floor_replay(records: &[OwnedRecord], capacity: u32) -> (u64, u64) {
     (blocks, digest)
 }
 
-/// The protocol on kvtier's manager; returns (request-blocks, digest).
+/// The protocol on kvtier's manager; returns (request-blocks, digest). Never inlined (see above:
+/// `--toggle-collect=floor::kvtier_replay`).
+#[inline(never)]
 fn kvtier_replay(records: &[OwnedRecord], capacity: u32, policy: PolicyKind) -> (u64, u64) {
     let mut config = ManagerConfig::new(capacity);
     config.policy = policy;
@@ -173,6 +179,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let path = args.get(1).ok_or("usage: floor TRACE [CAPACITY] [RUNS]")?;
     let capacity: u32 = args.get(2).map_or(Ok(16_384), |s| s.parse())?;
     let runs: usize = args.get(3).map_or(Ok(5), |s| s.parse())?;
+    let only = match args.get(4).map(String::as_str) {
+        None => None,
+        Some("floor") => Some(0),
+        Some("lru") => Some(1),
+        Some("arc") => Some(2),
+        Some(other) => return Err(format!("unknown replayer `{other}`: floor, lru or arc").into()),
+    };
 
     let started = Instant::now();
     let mut reader = TraceReader::new(BufReader::with_capacity(
@@ -194,6 +207,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut blocks = 0;
     for _ in 0..runs {
         for (slot, run) in times.iter_mut().zip(0..) {
+            if only.is_some_and(|o| o != run) {
+                continue;
+            }
             let t = Instant::now();
             let (b, d) = match run {
                 0 => floor_replay(&records, capacity),
@@ -208,6 +224,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 Some(_) => {}
             }
         }
+    }
+    if only.is_some() {
+        let t = median(times.into_iter().flatten().collect());
+        println!("{blocks} request-blocks in {t:.3} s (median)");
+        return Ok(());
     }
     let [floor, lru, arc] = times.map(median);
     let per_block = |s: f64| s / blocks as f64 * 1e9;
