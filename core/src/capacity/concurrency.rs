@@ -47,6 +47,23 @@ impl Ratio {
         self.den
     }
 
+    /// The quotient as an `f64`, for reports and for vLLM's float figures (vLLM computes
+    /// `num_blocks / blocks_per_request` with Python's true division). Exact inputs below
+    /// 2^53 give the correctly rounded quotient.
+    ///
+    /// ```
+    /// use kvtier_core::capacity::Ratio;
+    /// assert_eq!(Ratio::new(3, 2).map(|r| r.to_f64()), Some(1.5));
+    /// ```
+    #[must_use]
+    #[expect(
+        clippy::cast_precision_loss,
+        reason = "a float view of the exact ratio, as vLLM reports it"
+    )]
+    pub fn to_f64(&self) -> f64 {
+        self.num as f64 / self.den as f64
+    }
+
     /// `⌊self · x⌋`, or `None` when it exceeds `u64`.
     #[must_use]
     pub fn mul_floor(&self, x: u64) -> Option<u64> {

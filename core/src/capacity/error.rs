@@ -98,6 +98,33 @@ impl fmt::Display for GroupingError {
 
 impl core::error::Error for GroupingError {}
 
+/// A [`Workload`](super::Workload) that no vLLM scheduler accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkloadError {
+    /// `max_model_len` is 0.
+    ZeroMaxModelLen,
+    /// `max_num_batched_tokens` is 0 (vLLM's scheduler config requires at least 1).
+    ZeroMaxNumBatchedTokens,
+    /// `max_concurrent_batches` is 0: no batch would ever run.
+    ZeroMaxConcurrentBatches,
+    /// The decode-context-parallel size is 0.
+    ZeroDcp,
+}
+
+impl fmt::Display for WorkloadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ZeroMaxModelLen => "max_model_len must be at least 1",
+            Self::ZeroMaxNumBatchedTokens => "max_num_batched_tokens must be at least 1",
+            Self::ZeroMaxConcurrentBatches => "max_concurrent_batches must be at least 1",
+            Self::ZeroDcp => "decode context parallel size must be at least 1",
+        })
+    }
+}
+
+impl core::error::Error for WorkloadError {}
+
 /// A per-request size (blocks, bytes) could not be computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SizingError {

@@ -49,7 +49,7 @@ pub use cpu_tier::{
 };
 pub use error::{
     AdmissionError, BlocksError, ConcurrencyError, CpuTierError, GroupingError, SizingError,
-    SpecError,
+    SpecError, WorkloadError,
 };
 pub use grouping::{GroupedLayout, KvGroup, MAX_LAYERS};
 pub use spec::{LayerKind, LayerSpec, Workload, max_concurrent_batches};
