@@ -710,6 +710,19 @@ fn size_messages_say_what_is_wrong() {
     );
     let e = err(&["--model", "llama-3-8b", "--memory", "-1"]);
     assert!(e.contains("--memory") && e.contains("is negative"), "{e}");
+    // A CPU chunk too large for 64 bits names the option that made it so.
+    let e = err(&[
+        "--model",
+        "llama-3-8b",
+        "--cpu-bytes",
+        "1GiB",
+        "--blocks-per-chunk",
+        "18446744073709551615",
+    ]);
+    assert!(
+        e.starts_with("--blocks-per-chunk: CPU tier size overflows u64: a chunk of 18446744073709551615 GPU block(s) of 2097152 bytes for 1 rank(s) is too large"),
+        "{e}"
+    );
     let e = err(&["--model", "llama-3-8b", "--memory", "1e30"]);
     assert!(
         e.contains("--memory") && e.contains("exceeds 2^64 bytes"),

@@ -613,12 +613,18 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
                 .filter_map(|g| grouped.group_spec(g).copied())
                 .collect();
             let tier = size_cpu_tier(&cfg, bytes_per_block, &reps, max_model_len).map_err(|e| {
-                let option = match e {
-                    kvtier_core::capacity::CpuTierError::NoCpuBytes => "--cpu-bytes",
-                    kvtier_core::capacity::CpuTierError::ZeroBlocksPerChunk => "--blocks-per-chunk",
-                    _ => "--cpu-bytes",
-                };
-                opt(option, e.to_string())
+                use kvtier_core::capacity::CpuTierError;
+                match e {
+                    CpuTierError::ZeroBlocksPerChunk => opt("--blocks-per-chunk", e.to_string()),
+                    CpuTierError::Overflow => opt(
+                        "--blocks-per-chunk",
+                        format!(
+                            "{e}: a chunk of {} GPU block(s) of {} bytes for {} rank(s) is too large",
+                            args.blocks_per_chunk, bytes_per_block, args.world_size
+                        ),
+                    ),
+                    _ => opt("--cpu-bytes", e.to_string()),
+                }
             })?;
             Some(CpuReport {
                 cpu_bytes,
