@@ -505,46 +505,39 @@ fn state_layer_models_are_refused_naming_field_and_type() {
 #[test]
 fn llama4_chunked_layers_follow_vllm() {
     let scout = data("llama4-scout.config.json");
-    // Default: vLLM 0.33.0 turns the hybrid KV-cache manager off for attention_chunk_size and
-    // allocates the 36 chunked layers as full attention: one group of 48 full layers.
-    let r = run(&[
+    // NoPE layers 3, 7, ..., 47 (no_rope_layer_interval 4) are full attention, the other 36
+    // chunked local attention over 8192 tokens: buckets of 36 and 12 → group size 12 →
+    // 3 chunked groups and 1 full group of 12 layers.
+    let args = [
         "--hf-config",
         &scout,
         "--memory",
         "70GiB",
         "--max-model-len",
         "131072",
-    ])
-    .unwrap();
+    ];
+    let r = run(&args).unwrap();
     assert_eq!(r.model, "llama4_text");
-    assert_eq!(r.groups.len(), 1);
-    assert_eq!(r.groups[0].kind, "full");
-    // page 8 · 16 · 256 · 2 = 65 536; × 48 layers.
-    assert_eq!(r.bytes_per_block, 48 * 65_536);
-    assert_eq!(r.num_blocks, Some(23_893));
-    assert_eq!(r.blocks_per_request, 8192);
-    // With the hybrid manager (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1): NoPE
-    // layers 3, 7, ..., 47 are full, the other 36 chunked over 8192 tokens → 3 chunked groups
-    // and 1 full group of 12 layers.
-    let r = run(&[
-        "--hf-config",
-        &scout,
-        "--memory",
-        "70GiB",
-        "--max-model-len",
-        "131072",
-        "--chunked-local-hybrid",
-    ])
-    .unwrap();
     let kinds: Vec<&str> = r.groups.iter().map(|g| g.kind.as_str()).collect();
     assert_eq!(
         kinds,
         ["chunked_local", "chunked_local", "chunked_local", "full"]
     );
     assert!(r.groups.iter().all(|g| g.layers == 12));
+    // page 8 · 16 · 256 · 2 = 65 536; 12 layers per group.
     assert_eq!(r.bytes_per_block, 12 * 65_536);
     // full 131072/16 = 8192; chunked cdiv(min(8192 + 8192, 131072), 16) = 1024, three groups.
     assert_eq!(r.blocks_per_request, 8192 + 3 * 1024);
+    assert_eq!(r.num_blocks, Some(95_573));
+    // With vLLM's --disable-hybrid-kv-cache-manager every layer is allocated as full attention.
+    let mut off = args.to_vec();
+    off.push("--disable-hybrid-kv-cache-manager");
+    let r = run(&off).unwrap();
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!(r.groups[0].kind, "full");
+    assert_eq!(r.bytes_per_block, 48 * 65_536);
+    assert_eq!(r.num_blocks, Some(23_893));
+    assert_eq!(r.blocks_per_request, 8192);
     // An explicit no_rope_layers list is read; a wrong one is an error naming it.
     let with_list = |list: &str| {
         format!(
@@ -552,14 +545,7 @@ fn llama4_chunked_layers_follow_vllm() {
         )
     };
     let f = temp_file("nope.config.json", with_list("[0, 1, 1, 0]").as_bytes());
-    let r = run(&[
-        "--hf-config",
-        &f,
-        "--num-gpu-blocks-override",
-        "1000",
-        "--chunked-local-hybrid",
-    ])
-    .unwrap();
+    let r = run(&["--hf-config", &f, "--num-gpu-blocks-override", "1000"]).unwrap();
     let kinds: Vec<&str> = r.groups.iter().map(|g| g.kind.as_str()).collect();
     assert_eq!(kinds, ["full", "chunked_local"]);
     assert_eq!(r.groups[0].layers, 2);
@@ -597,8 +583,8 @@ fn attention_chunk_size_on_an_unknown_pattern_is_refused() {
         )),
         "{e}"
     );
-    // With layer_types the pattern is known; without the hybrid manager the chunked layers
-    // are allocated as full attention next to the full one.
+    // With layer_types the pattern is known: 3 chunked + 1 full, group size 1 → 3 chunked
+    // groups and 1 full group; chunked: cdiv(min(128 + 8192, 1024), 16) = 64 each.
     let f = temp_file(
         "chunk-types.config.json",
         br#"{"model_type": "mystery", "num_hidden_layers": 4, "num_attention_heads": 8, "head_dim": 64, "attention_chunk_size": 128, "layer_types": ["chunked_attention", "chunked_attention", "chunked_attention", "full_attention"]}"#,
@@ -612,15 +598,39 @@ fn attention_chunk_size_on_an_unknown_pattern_is_refused() {
         "1024",
     ];
     let r = run(&args).unwrap();
-    assert_eq!(r.groups.len(), 1);
-    assert_eq!(r.blocks_per_request, 64);
-    let mut hybrid = args.to_vec();
-    hybrid.push("--chunked-local-hybrid");
-    let r = run(&hybrid).unwrap();
-    // 3 chunked + 1 full: group size 1 → 3 chunked groups and 1 full group;
-    // chunked: cdiv(min(128 + 8192, 1024), 16) = 64 each.
     assert_eq!(r.groups.len(), 4);
     assert_eq!(r.blocks_per_request, 4 * 64);
+    let mut off = args.to_vec();
+    off.push("--disable-hybrid-kv-cache-manager");
+    let r = run(&off).unwrap();
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!(r.blocks_per_request, 64);
+    // Explicit groups and Mamba layers cannot be promoted.
+    let e = err(&[
+        "--layout",
+        &data("groups.layout.json"),
+        "--num-gpu-blocks-override",
+        "650",
+        "--disable-hybrid-kv-cache-manager",
+    ]);
+    assert_eq!(
+        e,
+        "--disable-hybrid-kv-cache-manager: does not apply to a layout file's explicit groups (give layers)"
+    );
+    let f = temp_file(
+        "mamba.layout.json",
+        br#"{ "max_model_len": 1024, "layers": [ { "kind": "full", "block_size": 16, "num_kv_heads": 2, "head_size": 64, "dtype_bytes": 2 }, { "kind": "mamba", "block_size": 16, "state_bytes": 4096 } ] }"#,
+    );
+    assert_eq!(
+        err(&[
+            "--layout",
+            &f,
+            "--memory",
+            "1GiB",
+            "--disable-hybrid-kv-cache-manager"
+        ]),
+        "--disable-hybrid-kv-cache-manager: layer 1 is a Mamba layer, which needs the hybrid KV-cache manager"
+    );
 }
 
 #[test]

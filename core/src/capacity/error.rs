@@ -125,6 +125,40 @@ impl fmt::Display for WorkloadError {
 
 impl core::error::Error for WorkloadError {}
 
+/// Local-attention layers could not be allocated as full attention
+/// ([`promote_local_layers`](super::promote_local_layers)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PromotionError {
+    /// Layer `layer` is a Mamba layer: vLLM 0.33.0 needs its hybrid KV-cache manager for those.
+    StateLayer {
+        /// Index of the layer.
+        layer: usize,
+    },
+    /// After promotion the layers are still of more than one type (e.g. sliding and chunked
+    /// layers without a full one); vLLM raises "Failed to promote local KV cache specs".
+    NotOneType,
+    /// A promoted padded page overflows.
+    Overflow,
+}
+
+impl fmt::Display for PromotionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::StateLayer { layer } => write!(
+                f,
+                "layer {layer} is a Mamba layer, which needs the hybrid KV-cache manager"
+            ),
+            Self::NotOneType => f.write_str(
+                "the layers cannot be allocated as one KV-cache type without the hybrid KV-cache manager",
+            ),
+            Self::Overflow => f.write_str("a promoted page overflows u64"),
+        }
+    }
+}
+
+impl core::error::Error for PromotionError {}
+
 /// A per-request size (blocks, bytes) could not be computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SizingError {

@@ -8,7 +8,7 @@
 //! | module | holds |
 //! |---|---|
 //! | [`spec`] | [`LayerSpec`] / [`LayerKind`]: page sizes, per-request blocks, CPU window caps; [`Workload`] |
-//! | [`grouping`] | [`GroupedLayout`]: vLLM's hybrid grouping and page unification, pipeline projection |
+//! | [`grouping`] | [`GroupedLayout`]: vLLM's hybrid grouping and page unification, pipeline projection; [`promote_local_layers`] (hybrid manager off) |
 //! | [`blocks`] | bytes per pool block ([`PoolLayout`]), blocks from memory, the admission check and max-length search |
 //! | [`concurrency`] | [`Ratio`], max concurrency, `kv_cache_size_tokens`, [`gpu_capacity`] |
 //! | [`cpu_tier`] | [`size_cpu_tier`]: chunks, bytes and tokens of the CPU tier, [`OffloadConfigInfo`] |
@@ -48,8 +48,8 @@ pub use cpu_tier::{
     cpu_tokens_floor, size_cpu_tier,
 };
 pub use error::{
-    AdmissionError, BlocksError, ConcurrencyError, CpuTierError, GroupingError, SizingError,
-    SpecError, WorkloadError,
+    AdmissionError, BlocksError, ConcurrencyError, CpuTierError, GroupingError, PromotionError,
+    SizingError, SpecError, WorkloadError,
 };
-pub use grouping::{GroupedLayout, KvGroup, MAX_LAYERS};
+pub use grouping::{GroupedLayout, KvGroup, MAX_LAYERS, promote_local_layers};
 pub use spec::{LayerKind, LayerSpec, Workload, max_concurrent_batches};

@@ -9,7 +9,7 @@ use std::io::Read as _;
 
 use kvtier_core::capacity::{
     CpuTierConfig, GroupedLayout, PoolLayout, Ratio, Workload, WorkloadError, gpu_capacity,
-    size_cpu_tier,
+    promote_local_layers, size_cpu_tier,
 };
 use serde::Serialize;
 
@@ -52,11 +52,10 @@ pub struct CapacityArgs {
     /// Tokens per block for presets and config.json.
     #[arg(long, default_value_t = 16)]
     pub block_size: u32,
-    /// Size chunked-local layers (Llama 4) as their own KV-cache groups, as vLLM does with
-    /// VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1. By default vLLM 0.33.0 turns the
-    /// hybrid KV-cache manager off for such models and allocates every layer as full attention.
+    /// As vLLM's --disable-hybrid-kv-cache-manager: sliding-window and chunked-local layers
+    /// next to full-attention ones are allocated as full attention (one group).
     #[arg(long)]
-    pub chunked_local_hybrid: bool,
+    pub disable_hybrid_kv_cache_manager: bool,
     /// Use this many GPU blocks instead of dividing the memory.
     #[arg(long)]
     pub num_gpu_blocks_override: Option<u64>,
@@ -485,9 +484,20 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
     let hf = HfOptions {
         block_size: u64::from(args.block_size),
         dtype_bytes: args.dtype,
-        chunked_local_hybrid: args.chunked_local_hybrid,
     };
-    let (model, source) = load_layout(args, &hf)?;
+    let (mut model, source) = load_layout(args, &hf)?;
+    if args.disable_hybrid_kv_cache_manager {
+        match &mut model.shape {
+            LayoutShape::Layers(layers) => promote_local_layers(layers)
+                .map_err(|e| opt("--disable-hybrid-kv-cache-manager", e.to_string()))?,
+            LayoutShape::Groups(_) => {
+                return Err(opt(
+                    "--disable-hybrid-kv-cache-manager",
+                    "does not apply to a layout file's explicit groups (give layers)",
+                ));
+            }
+        }
+    }
     let pool = args.pool_layout.layout();
     let max_model_len = args.max_model_len.or(model.max_model_len).ok_or_else(|| {
         opt(

@@ -21,12 +21,6 @@
 //! [`auto_kv_dtype`](super::auto_kv_dtype): a float32 config gives a bfloat16 cache), unless
 //! `--dtype` says otherwise.
 //!
-//! vLLM 0.33.0 turns its hybrid KV-cache manager off for every model with an
-//! `attention_chunk_size` (unless `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`), and
-//! then allocates chunked-local and sliding-window layers as full attention when the model
-//! also has full-attention layers (`_promote_local_kv_cache_specs`); kvtier does the same
-//! unless [`HfOptions::chunked_local_hybrid`] is set.
-//!
 //! Refused with an error naming the field and the model type: models with Mamba /
 //! linear-attention state layers (Jamba, Qwen3-Next, Mamba, Nemotron-H, ...), and an
 //! `attention_chunk_size` on a model type whose chunked layers kvtier does not know (give
@@ -45,10 +39,6 @@ pub struct HfOptions {
     pub block_size: u64,
     /// Cache dtype bytes, overriding the config's dtype (`--dtype`).
     pub dtype_bytes: Option<u64>,
-    /// Keep chunked-local layers as their own KV-cache groups, as vLLM does with
-    /// `VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE=1`; by default they (and sliding
-    /// layers next to full ones) are allocated as full attention.
-    pub chunked_local_hybrid: bool,
 }
 
 impl Default for HfOptions {
@@ -56,7 +46,6 @@ impl Default for HfOptions {
         Self {
             block_size: 16,
             dtype_bytes: None,
-            chunked_local_hybrid: false,
         }
     }
 }
@@ -169,24 +158,6 @@ fn llama4_pattern(
             }
         })
         .collect())
-}
-
-/// vLLM 0.33.0 without its hybrid KV-cache manager: when full-attention layers are present,
-/// sliding and chunked layers are allocated as full attention; local layers of two kinds
-/// without a full one cannot be unified (vLLM raises an error).
-fn promote_local_layers(pattern: &mut [Attn]) -> Result<(), LayoutError> {
-    let has = |k: Attn| pattern.contains(&k);
-    let (full, sliding, chunked) = (has(Attn::Full), has(Attn::Sliding), has(Attn::Chunked));
-    if full && (sliding || chunked) {
-        pattern.fill(Attn::Full);
-    } else if sliding && chunked {
-        return Err(LayoutError::new(
-            "attention_chunk_size",
-            "sliding and chunked layers without a full-attention layer cannot share one KV-cache \
-             type when the hybrid KV-cache manager is off (vLLM refuses this model)",
-        ));
-    }
-    Ok(())
 }
 
 /// Parses a Hugging Face `config.json` text.
@@ -393,9 +364,6 @@ pub fn parse_hf_config(text: &str, opts: &HfOptions) -> Result<ModelLayout, Layo
                 *a = Attn::Full;
             }
         }
-    }
-    if chunk.is_some() && !opts.chunked_local_hybrid {
-        promote_local_layers(&mut pattern)?;
     }
 
     let mut layers = Vec::with_capacity(n);
