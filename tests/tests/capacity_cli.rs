@@ -771,6 +771,17 @@ fn layout_messages_name_file_and_field() {
     let e = err(&["--hf-config", &f, "--memory", "1GiB"]);
     assert!(e.starts_with(&format!("{f}: config.json: EOF")), "{e}");
     assert!(!e.contains(": : "), "{e}");
+    // A zero length from config.json names the file and its key, not an option not given.
+    let f = temp_file(
+        "zero-len.config.json",
+        br#"{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64, "max_position_embeddings": 0}"#,
+    );
+    assert_eq!(
+        err(&["--hf-config", &f, "--memory", "1GiB"]),
+        format!(
+            "{f}: max_position_embeddings: max_model_len must be at least 1 (give --max-model-len)"
+        )
+    );
     // More workers than layers.
     assert_eq!(
         err(&[
