@@ -13,8 +13,3 @@ pub mod replay;
 pub mod replay_stats;
 pub mod shared;
 pub mod trace;
-
-/// The README's Rust examples, compiled and run as doctests so they cannot rot.
-#[doc = include_str!("../../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;

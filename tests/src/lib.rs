@@ -4,7 +4,14 @@
 
 pub mod allocator_model;
 pub mod block_pool_model;
+pub mod capacity_gen;
 pub mod manager_checks;
 pub mod manager_model;
 pub mod prometheus_server;
 pub mod stats_model;
+
+/// The repository README's Rust examples, compiled and run as doctests so they cannot rot
+/// (here rather than in a published crate, whose package does not hold the repository README).
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

@@ -215,10 +215,12 @@ fn label_values_parts(query: &str) -> (&str, &str) {
 }
 
 #[test]
+#[ignore = "needs a Prometheus server (Debian package prometheus); run via `cargo xtask test`"]
 fn the_kv_offloading_row_has_data_on_kvtier_serve() {
     if !prometheus_on_path() {
         eprintln!(
-            "SKIPPED: prometheus not on PATH (install the Debian package `prometheus`; .ci/run does)"
+            "SKIPPED: prometheus not on PATH (Debian package `prometheus`; `cargo xtask test` \
+             installs it)"
         );
         return;
     }

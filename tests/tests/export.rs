@@ -484,6 +484,7 @@ fn rich_payload() -> Payload {
 }
 
 #[test]
+#[ignore = "needs promtool (Debian package prometheus); run via `cargo xtask test`"]
 fn promtool_accepts_the_exposition() {
     let registry = prometheus::Registry::new();
     let mut cfg = ExporterConfig::new("model \"x\"", 2);
@@ -544,7 +545,7 @@ fn promtool_accepts_the_exposition() {
         Ok(c) => c,
         Err(e) => panic!(
             "promtool is needed by this test ({e}); install the Debian package `prometheus` \
-             (.ci/run does)"
+             (`cargo xtask test` does)"
         ),
     };
     child

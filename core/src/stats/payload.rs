@@ -51,6 +51,7 @@ use core::fmt;
 
 use super::catalogue::{self, MetricKind};
 use super::histogram::Histogram;
+use crate::ratio::{Ratio, gcd};
 
 /// A metric name, label value or info text: borrowed when it is a known constant, owned
 /// otherwise.
@@ -77,15 +78,6 @@ pub const MAX_INFO_LABELS: usize = 16;
 pub struct Gauge {
     num: i64,
     den: u64,
-}
-
-const fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        let t = a % b;
-        a = b;
-        b = t;
-    }
-    a
 }
 
 impl Gauge {
@@ -120,14 +112,7 @@ impl Gauge {
     /// pool). A reduced numerator above `i64::MAX` saturates (no pool is that large).
     #[must_use]
     pub fn fraction(part: u64, whole: u64) -> Self {
-        if whole == 0 {
-            return Gauge::ZERO;
-        }
-        let g = gcd(part, whole);
-        Gauge {
-            num: i64::try_from(part / g).unwrap_or(i64::MAX),
-            den: whole / g,
-        }
+        Ratio::new(part, whole).map_or(Gauge::ZERO, Gauge::from)
     }
 
     /// The numerator (lowest terms).
@@ -146,6 +131,17 @@ impl Gauge {
     #[must_use]
     pub fn to_f64(self) -> f64 {
         self.num as f64 / self.den as f64
+    }
+}
+
+impl From<Ratio> for Gauge {
+    /// The non-negative gauge of an exact ratio; a numerator above `i64::MAX` saturates (no
+    /// pool is that large).
+    fn from(r: Ratio) -> Self {
+        Gauge {
+            num: i64::try_from(r.num()).unwrap_or(i64::MAX),
+            den: r.den(),
+        }
     }
 }
 
