@@ -52,7 +52,7 @@ const NEEDS: &[Need] = &[
     Need {
         check: Check::Program("prometheus"),
         deb: Some("prometheus"),
-        used_by: "tests/tests/serve.rs (a real Prometheus scrapes kvtier serve)",
+        used_by: "tests/tests/serve.rs, dashboard.rs (a real Prometheus scrapes kvtier serve)",
     },
 ];
 
