@@ -17,6 +17,20 @@ pub fn prometheus_on_path() -> bool {
     Command::new(PROMETHEUS).arg("--version").output().is_ok()
 }
 
+/// Fails the calling test when no Prometheus server is on `PATH`. The tests that need one are
+/// `#[ignore]`d, so they run only under `cargo xtask test`, which installs it: there a missing
+/// server is a failure, never a silent pass.
+///
+/// # Panics
+/// When `prometheus` is not on `PATH`.
+pub fn require_prometheus() {
+    assert!(
+        prometheus_on_path(),
+        "prometheus is not on PATH: install the Debian package `prometheus` (`cargo xtask test` \
+         does when it is missing)"
+    );
+}
+
 /// One HTTP/1.0 GET on `addr`: (status line, head, body).
 ///
 /// # Errors

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use kvtier::cli::serve::{ServeArgs, start};
 use kvtier::cli::{Cli, Command as Sub};
-use kvtier_tests::prometheus_server::{PrometheusServer, prometheus_on_path};
+use kvtier_tests::prometheus_server::{PrometheusServer, require_prometheus};
 
 /// The dashboard's query variables, in order: (name, query).
 const VARIABLES: [(&str, &str); 4] = [
@@ -217,13 +217,7 @@ fn label_values_parts(query: &str) -> (&str, &str) {
 #[test]
 #[ignore = "needs a Prometheus server (Debian package prometheus); run via `cargo xtask test`"]
 fn the_kv_offloading_row_has_data_on_kvtier_serve() {
-    if !prometheus_on_path() {
-        eprintln!(
-            "SKIPPED: prometheus not on PATH (Debian package `prometheus`; `cargo xtask test` \
-             installs it)"
-        );
-        return;
-    }
+    require_prometheus();
     // A long paced replay: it is still running while the queries run, so every rate has data.
     let argv = [
         "kvtier",

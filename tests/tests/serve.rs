@@ -18,7 +18,7 @@ use kvtier::cli::serve::{ServeArgs, start};
 use kvtier::cli::{Cli, Command as Sub};
 use kvtier::http::{MetricsServer, ServerConfig};
 use kvtier_core::stats::catalogue;
-use kvtier_tests::prometheus_server::{PrometheusServer, http_get, prometheus_on_path};
+use kvtier_tests::prometheus_server::{PrometheusServer, http_get, require_prometheus};
 
 fn serve_args(extra: &[&str]) -> ServeArgs {
     let mut argv = vec!["kvtier", "serve", "--listen", "127.0.0.1:0"];
@@ -37,13 +37,7 @@ fn get(addr: SocketAddr, target: &str) -> (String, String, String) {
 #[test]
 #[ignore = "needs a Prometheus server (Debian package prometheus); run via `cargo xtask test`"]
 fn prometheus_scrapes_kvtier_serve() {
-    if !prometheus_on_path() {
-        eprintln!(
-            "SKIPPED: prometheus not on PATH (Debian package `prometheus`; `cargo xtask test` \
-             installs it)"
-        );
-        return;
-    }
+    require_prometheus();
     let args = serve_args(&[
         "--requests",
         "3000",
