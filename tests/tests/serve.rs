@@ -14,7 +14,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kvtier::cli::serve::{ServeArgs, start};
+use kvtier::cli::serve::{MIN_RATE, ServeArgs, start};
 use kvtier::cli::{Cli, Command as Sub};
 use kvtier::http::{MetricsServer, ServerConfig};
 use kvtier_core::stats::catalogue;
@@ -194,10 +194,26 @@ fn log_interval_keeps_the_whole_run_in_the_report() {
 }
 
 #[test]
-fn serve_rejects_a_bad_rate() {
-    let args = serve_args(&["--rate", "0"]);
-    let err = start(&args).unwrap_err();
-    assert_eq!(err.to_string(), "--rate must be a positive number, not 0");
+fn serve_rejects_a_rate_that_is_not_a_pace() {
+    // Each once panicked or slipped through: 1e-300 passed the check and its 1e300 s pause
+    // panicked in the replay thread.
+    for rate in ["1e-300", "0", "-1", "NaN", "inf", "-inf", "5e-20"] {
+        let args = serve_args(&[&format!("--rate={rate}")]);
+        let err = start(&args).map(|s| s.stop()).unwrap_err();
+        let shown: f64 = rate.parse().unwrap();
+        assert_eq!(
+            err.to_string(),
+            format!("--rate takes requests per second: a finite number from 1e-19 up, not {shown}")
+        );
+    }
+}
+
+#[test]
+fn the_slowest_rate_is_accepted_and_stops_at_once() {
+    let args = serve_args(&["--requests", "10", &format!("--rate={MIN_RATE:e}")]);
+    let serving = start(&args).unwrap();
+    // The replay is paused for 10^19 s before its first request: a stop still ends it.
+    serving.stop();
 }
 
 #[test]

@@ -185,9 +185,13 @@ where
         requests += 1;
         if let Some(r) = rate {
             #[expect(clippy::cast_precision_loss, reason = "a pace, not a count")]
-            let due = Duration::from_secs_f64(requests as f64 / r);
-            if let Some(wait) = due.checked_sub(start.elapsed()) {
-                thread::sleep(wait);
+            let due = Duration::try_from_secs_f64(requests as f64 / r).unwrap_or(Duration::MAX);
+            // In slices, so that a stop is seen at any rate.
+            while let Some(wait) = due.checked_sub(start.elapsed()).filter(|w| !w.is_zero()) {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                thread::sleep(wait.min(DRAIN_EVERY));
             }
         }
         if requests.is_multiple_of(DRAIN_EVERY_REQUESTS) || last_drain.elapsed() >= DRAIN_EVERY {
@@ -223,20 +227,29 @@ fn replay_thread(
     }
 }
 
+/// The slowest `--rate`: one request per 10^19 s, the longest pause a [`Duration`] holds
+/// with room to spare.
+pub const MIN_RATE: f64 = 1e-19;
+
+/// `--rate` as given, if it is a pace: finite, at least [`MIN_RATE`], its pause between two
+/// requests a [`Duration`].
+fn checked_rate(r: f64) -> Result<f64, Error> {
+    if r.is_finite() && r >= MIN_RATE && Duration::try_from_secs_f64(1.0 / r).is_ok() {
+        Ok(r)
+    } else {
+        Err(Error::Other(format!(
+            "--rate takes requests per second: a finite number from {MIN_RATE:e} up, not {r}"
+        )))
+    }
+}
+
 /// Starts serving as `args` say: binds `/metrics`, starts the collector and the replay.
 ///
 /// # Errors
 /// [`Error`] for a bad `--rate`, an address that cannot be bound, or a thread that cannot be
 /// spawned.
 pub fn start(args: &ServeArgs) -> Result<Serving, Error> {
-    let rate = match args.rate {
-        Some(r) if !(r.is_finite() && r > 0.0) => {
-            return Err(Error::Other(format!(
-                "--rate must be a positive number, not {r}"
-            )));
-        }
-        r => r,
-    };
+    let rate = args.rate.map(checked_rate).transpose()?;
     let registry = Registry::new();
     let exporter =
         OffloadExporter::register(&registry, ExporterConfig::new(&args.replay.model_name, 1))?;
