@@ -170,6 +170,15 @@ impl fmt::Debug for MetricsServer {
     }
 }
 
+/// A socket call that ran into its timeout (or a signal): the caller checks its deadline and
+/// tries again.
+fn timed_out_or_interrupted(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    )
+}
+
 /// Writes all of `bytes` by `deadline` (one deadline for the whole write, not per call).
 fn write_by(
     stream: &mut TcpStream,
@@ -189,13 +198,7 @@ fn write_by(
                 bytes = bytes.get(n..).unwrap_or_default();
                 progress();
             }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::Interrupted
-                        | io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                ) => {}
+            Err(e) if timed_out_or_interrupted(&e) => {}
             Err(e) => return Err(e),
         }
     }
@@ -297,16 +300,7 @@ fn read_head(
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             // The deadline is checked at the top of the loop.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    io::ErrorKind::Interrupted
-                        | io::ErrorKind::WouldBlock
-                        | io::ErrorKind::TimedOut
-                ) =>
-            {
-                continue;
-            }
+            Err(e) if timed_out_or_interrupted(&e) => continue,
             Err(_) => return Err(HeadError::Io),
         };
         if n == 0 {
@@ -368,22 +362,24 @@ fn route(head: &[u8], render: &dyn Render) -> (Response, bool) {
 fn serve_one(mut stream: TcpStream, conn: &Conn, shared: &Shared) {
     let progress = || shared.touch(conn);
     let config = shared.config;
-    let head = match read_head(&mut stream, conn.accepted + config.head_deadline, &progress) {
-        Ok(head) => head,
+    let refusal = match read_head(&mut stream, conn.accepted + config.head_deadline, &progress) {
+        Ok(head) => Ok(head),
         Err(HeadError::Closed | HeadError::Io) => return,
         Err(HeadError::Timeout) => {
             bump(&shared.counters.head_timeouts);
-            let r = Response::text("408 Request Timeout", "request head too slow\n");
-            r.send(
-                &mut stream,
-                false,
-                Instant::now() + config.io_timeout,
-                &progress,
-            );
-            return;
+            Err(Response::text(
+                "408 Request Timeout",
+                "request head too slow\n",
+            ))
         }
-        Err(HeadError::TooLarge) => {
-            let r = Response::text("431 Request Header Fields Too Large", "head too long\n");
+        Err(HeadError::TooLarge) => Err(Response::text(
+            "431 Request Header Fields Too Large",
+            "head too long\n",
+        )),
+    };
+    let head = match refusal {
+        Ok(head) => head,
+        Err(r) => {
             r.send(
                 &mut stream,
                 false,

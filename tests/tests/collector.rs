@@ -148,14 +148,11 @@ fn child_processes_totals_equal_the_sum_of_their_increments() {
 
 #[test]
 fn threads_sending_until_shutdown_lose_nothing() {
-    let registry = prometheus::Registry::new();
-    let exporter = OffloadExporter::register(&registry, ExporterConfig::new("m", 1)).unwrap();
-    let collector = StatsCollector::spawn::<u64>(
-        exporter.clone(),
+    let (_registry, exporter, collector) = collector_with(
+        1,
         Vec::new(),
         CollectorConfig::new(Duration::from_secs(3600)),
-    )
-    .unwrap();
+    );
     let handles: Vec<_> = (0..4u64)
         .map(|t| {
             let sender = collector.sender();
@@ -180,13 +177,7 @@ fn threads_sending_until_shutdown_lose_nothing() {
     }
     // One hour between exports: only shutdown hands the payloads over (until then the
     // counter shows its start value).
-    assert_eq!(
-        exporter
-            .totals(0)
-            .unwrap()
-            .counter(catalogue::ALLOCATION_FAILURE, &[]),
-        Some(0)
-    );
+    assert_eq!(failures_total(&exporter), Some(0));
     let sender = collector.sender();
     sender.send_bytes(0, vec![1, 2, 3]).unwrap();
     let report = collector.shutdown();
@@ -195,13 +186,7 @@ fn threads_sending_until_shutdown_lose_nothing() {
     let expected: u64 = (0..4u64)
         .map(|t| (0..500u64).map(|j| t + j).sum::<u64>())
         .sum();
-    assert_eq!(
-        exporter
-            .totals(0)
-            .unwrap()
-            .counter(catalogue::ALLOCATION_FAILURE, &[]),
-        Some(expected)
-    );
+    assert_eq!(failures_total(&exporter), Some(expected));
     assert!(sender.send(0, Payload::new()).is_err());
 }
 
@@ -249,6 +234,26 @@ fn managers_are_drained_with_their_info_first() {
     ));
 }
 
+/// A registry, its exporter of `engines` engines of model "m", and a collector feeding it.
+fn collector_with(
+    engines: u32,
+    sources: Vec<(usize, Arc<SharedManager<u64>>)>,
+    config: CollectorConfig,
+) -> (prometheus::Registry, OffloadExporter, StatsCollector) {
+    let registry = prometheus::Registry::new();
+    let exporter = OffloadExporter::register(&registry, ExporterConfig::new("m", engines)).unwrap();
+    let collector = StatsCollector::spawn(exporter.clone(), sources, config).unwrap();
+    (registry, exporter, collector)
+}
+
+/// Engine 0's `vllm:kv_offload_allocation_failure` total.
+fn failures_total(exporter: &OffloadExporter) -> Option<u64> {
+    exporter
+        .totals(0)
+        .unwrap()
+        .counter(catalogue::ALLOCATION_FAILURE, &[])
+}
+
 /// A payload that adds `by` to `vllm:kv_offload_allocation_failure`.
 fn failures(by: u64) -> Payload {
     let mut p = Payload::new();
@@ -259,18 +264,15 @@ fn failures(by: u64) -> Payload {
 
 #[test]
 fn one_bad_payload_is_rejected_alone_and_the_interval_is_exported() {
-    let registry = prometheus::Registry::new();
-    let exporter = OffloadExporter::register(&registry, ExporterConfig::new("m", 1)).unwrap();
     // The manager's own drained stats go into the same interval's sum.
     let mut cfg = ManagerConfig::new(4);
     cfg.store_threshold = 2;
     let m = Arc::new(SharedManager::new(OffloadManager::<u64>::new(cfg).unwrap()));
-    let collector = StatsCollector::spawn(
-        exporter.clone(),
+    let (registry, exporter, collector) = collector_with(
+        1,
         vec![(0, Arc::clone(&m))],
         CollectorConfig::new(Duration::from_secs(3600)),
-    )
-    .unwrap();
+    );
     collector.register_metrics(&registry).unwrap();
     m.with(|mgr| {
         let req = mgr.on_new_request().unwrap();
@@ -320,14 +322,11 @@ fn one_bad_payload_is_rejected_alone_and_the_interval_is_exported() {
 
 #[test]
 fn each_kind_of_bad_payload_is_counted_under_its_reason() {
-    let registry = prometheus::Registry::new();
-    let exporter = OffloadExporter::register(&registry, ExporterConfig::new("m", 1)).unwrap();
-    let collector = StatsCollector::spawn::<u64>(
-        exporter.clone(),
+    let (_registry, exporter, collector) = collector_with(
+        1,
         Vec::new(),
         CollectorConfig::new(Duration::from_secs(3600)),
-    )
-    .unwrap();
+    );
     let sender = collector.sender();
     let mut label_count = Payload::new();
     label_count
@@ -362,13 +361,7 @@ fn each_kind_of_bad_payload_is_counted_under_its_reason() {
     assert_eq!(collector.rejected(RejectReason::BoundsMismatch), 1);
     assert_eq!(collector.rejected(RejectReason::Decode), 2);
     assert_eq!(collector.rejected(RejectReason::UnknownEngine), 1);
-    assert_eq!(
-        exporter
-            .totals(0)
-            .unwrap()
-            .counter(catalogue::ALLOCATION_FAILURE, &[]),
-        Some(2)
-    );
+    assert_eq!(failures_total(&exporter), Some(2));
     let report = collector.shutdown();
     assert_eq!(report.rejected, 6);
 }
@@ -386,15 +379,12 @@ fn wide_frame(series: usize) -> Vec<u8> {
 
 #[test]
 fn a_flood_through_ingest_waits_for_room_and_the_queue_keeps_its_byte_bound() {
-    let registry = prometheus::Registry::new();
-    let exporter = OffloadExporter::register(&registry, ExporterConfig::new("m", 1)).unwrap();
     let m = Arc::new(SharedManager::new(
         OffloadManager::<u64>::new(ManagerConfig::new(4)).unwrap(),
     ));
     let mut config = CollectorConfig::new(Duration::from_millis(10));
     config.max_queue_bytes = 2 << 20;
-    let collector =
-        StatsCollector::spawn(exporter.clone(), vec![(0, Arc::clone(&m))], config).unwrap();
+    let (_registry, exporter, collector) = collector_with(1, vec![(0, Arc::clone(&m))], config);
     let frame = wide_frame(250);
     const FRAMES: u64 = 600;
     assert!(
@@ -457,15 +447,12 @@ fn a_flood_through_ingest_waits_for_room_and_the_queue_keeps_its_byte_bound() {
 
 #[test]
 fn a_queue_of_few_frames_holds_at_most_that_many() {
-    let registry = prometheus::Registry::new();
-    let exporter = OffloadExporter::register(&registry, ExporterConfig::new("m", 1)).unwrap();
     let m = Arc::new(SharedManager::new(
         OffloadManager::<u64>::new(ManagerConfig::new(4)).unwrap(),
     ));
     let mut config = CollectorConfig::new(Duration::from_millis(10));
     config.max_queue_frames = 8;
-    let collector =
-        StatsCollector::spawn(exporter.clone(), vec![(0, Arc::clone(&m))], config).unwrap();
+    let (_registry, exporter, collector) = collector_with(1, vec![(0, Arc::clone(&m))], config);
     let sender = collector.sender();
     const FRAMES: u64 = 100_000;
     // Holding the manager's lock stops the collector at its next drain, within an interval
@@ -487,23 +474,14 @@ fn a_queue_of_few_frames_holds_at_most_that_many() {
     });
     flood.join().unwrap();
     collector.flush().unwrap();
-    assert_eq!(
-        exporter
-            .totals(0)
-            .unwrap()
-            .counter(catalogue::ALLOCATION_FAILURE, &[]),
-        Some(FRAMES)
-    );
+    assert_eq!(failures_total(&exporter), Some(FRAMES));
 }
 
 #[test]
 fn interval_exports_run_while_the_queue_is_never_empty() {
-    let registry = prometheus::Registry::new();
-    let exporter = OffloadExporter::register(&registry, ExporterConfig::new("m", 1)).unwrap();
     let interval = Duration::from_millis(10);
-    let collector =
-        StatsCollector::spawn::<u64>(exporter.clone(), Vec::new(), CollectorConfig::new(interval))
-            .unwrap();
+    let (_registry, exporter, collector) =
+        collector_with(1, Vec::new(), CollectorConfig::new(interval));
     // Small frames, sent far faster than they are decoded and summed.
     let frame = kvtier_core::stats::wire::encode_to_vec(&failures(1));
     const FRAMES: u64 = 200_000;
@@ -520,13 +498,7 @@ fn interval_exports_run_while_the_queue_is_never_empty() {
     let elapsed = start.elapsed();
     let report = collector.shutdown();
     assert_eq!(report.payloads, FRAMES);
-    assert_eq!(
-        exporter
-            .totals(0)
-            .unwrap()
-            .counter(catalogue::ALLOCATION_FAILURE, &[]),
-        Some(FRAMES)
-    );
+    assert_eq!(failures_total(&exporter), Some(FRAMES));
     // Exports during the flood: all but the flush's and the shutdown's.
     let during = report.flushes - 2;
     let due = u64::try_from(elapsed.as_nanos() / interval.as_nanos()).unwrap();
