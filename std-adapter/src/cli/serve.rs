@@ -237,8 +237,14 @@ fn checked_rate(r: f64) -> Result<f64, Error> {
     if r.is_finite() && r >= MIN_RATE && Duration::try_from_secs_f64(1.0 / r).is_ok() {
         Ok(r)
     } else {
+        // Tiny and huge values in exponent form (1e-300, not 300 digits).
+        let shown = if r != 0.0 && !(1e-4..1e16).contains(&r.abs()) {
+            format!("{r:e}")
+        } else {
+            format!("{r}")
+        };
         Err(Error::Other(format!(
-            "--rate takes requests per second: a finite number from {MIN_RATE:e} up, not {r}"
+            "--rate takes requests per second: a finite number from {MIN_RATE:e} up, not {shown}"
         )))
     }
 }
