@@ -128,7 +128,7 @@ fn endpoint_answers_scrapes_and_nothing_else() {
 #[test]
 fn a_stalled_client_does_not_stall_other_scrapes() {
     let mut config = ServerConfig::default();
-    config.io_timeout = Duration::from_secs(30);
+    config.head_deadline = Duration::from_secs(30);
     let server = MetricsServer::bind("127.0.0.1:0", config, || Ok("x 1\n".to_owned())).unwrap();
     let addr = server.local_addr();
     // Several clients that send half a request and then nothing.
@@ -143,7 +143,7 @@ fn a_stalled_client_does_not_stall_other_scrapes() {
     let (status, _, body) = get(addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(body, "x 1\n");
-    // Far below the stalled clients' 30 s timeout: they hold only their own threads.
+    // Far below the stalled clients' 30 s head deadline: they hold only their own threads.
     assert!(t.elapsed() < Duration::from_secs(10));
     drop(stalled);
     server.stop();
