@@ -31,7 +31,8 @@
 //! forever, while a wait only delays it. For `ingest` the wait reaches the writing process
 //! through the socket or pipe (it blocks in `write` once the kernel buffer is full), so a
 //! process that floods the collector is slowed to the collector's pace; memory stays within
-//! the bound plus one frame per waiting sender. Managers given to [`StatsCollector::spawn`] as
+//! the bound plus one frame per waiting sender. Nothing is dropped for a full queue, so
+//! [`RejectReason`] has no `queue_full`. Managers given to [`StatsCollector::spawn`] as
 //! sources are drained by the collector itself and never wait in the queue.
 //!
 //! The interval export runs on time however busy the queue is: the deadline is checked before
