@@ -306,15 +306,19 @@ fn one_bad_payload_is_rejected_alone_and_the_interval_is_exported() {
         }
     }
     let text = encode_text(&registry).unwrap();
-    let e = "{model_name=\"m\",engine=\"0\"}";
+    let e = "{engine=\"0\",model_name=\"m\"}";
     assert!(
-        text.contains(&format!("vllm:kv_offload_allocation_failure_total{e} 50\n")),
+        text.contains(&format!(
+            "vllm:kv_offload_allocation_failure_total{e} 50.0\n"
+        )),
         "{text}"
     );
     assert!(
-        text.contains("kvtier_collector_rejected_payloads_total{reason=\"unknown_metric\"} 1\n")
+        text.contains("kvtier_collector_rejected_payloads_total{reason=\"unknown_metric\"} 1.0\n")
     );
-    assert!(text.contains("kvtier_collector_rejected_payloads_total{reason=\"label_count\"} 0\n"));
+    assert!(
+        text.contains("kvtier_collector_rejected_payloads_total{reason=\"label_count\"} 0.0\n")
+    );
     let report = collector.shutdown();
     assert_eq!(report.payloads, 11);
     assert_eq!(report.rejected, 1);
@@ -355,15 +359,24 @@ fn each_kind_of_bad_payload_is_counted_under_its_reason() {
     // An engine the exporter does not have: only that engine's sum is refused.
     sender.send(7, failures(1)).unwrap();
     sender.send(0, failures(2)).unwrap();
+    // One series more than the engine's totals can hold (they start with the families shown
+    // at zero), though it fits in a sum with the payload before: refused alone.
+    let held = exporter.totals(0).unwrap().len();
+    assert!(held >= 2, "{held} series at the start");
+    let wide = wide_frame(kvtier_core::stats::payload::MAX_SERIES - held + 1);
+    sender
+        .send(0, kvtier_core::stats::wire::decode(&wide).unwrap())
+        .unwrap();
     collector.flush().unwrap();
     assert_eq!(collector.rejected(RejectReason::LabelCount), 1);
     assert_eq!(collector.rejected(RejectReason::TypeMismatch), 1);
     assert_eq!(collector.rejected(RejectReason::BoundsMismatch), 1);
     assert_eq!(collector.rejected(RejectReason::Decode), 2);
     assert_eq!(collector.rejected(RejectReason::UnknownEngine), 1);
+    assert_eq!(collector.rejected(RejectReason::TooManySeries), 1);
     assert_eq!(failures_total(&exporter), Some(2));
     let report = collector.shutdown();
-    assert_eq!(report.rejected, 6);
+    assert_eq!(report.rejected, 7);
 }
 
 /// Wire bytes of a payload with `series` counter series of ~200-byte label values, +1 each.
@@ -385,7 +398,7 @@ fn a_flood_through_ingest_waits_for_room_and_the_queue_keeps_its_byte_bound() {
     let mut config = CollectorConfig::new(Duration::from_millis(10));
     config.max_queue_bytes = 2 << 20;
     let (_registry, exporter, collector) = collector_with(1, vec![(0, Arc::clone(&m))], config);
-    let frame = wide_frame(250);
+    let frame = wide_frame(200);
     const FRAMES: u64 = 600;
     assert!(
         frame.len() as u64 * FRAMES > 10 * (2 << 20),
@@ -433,7 +446,7 @@ fn a_flood_through_ingest_waits_for_room_and_the_queue_keeps_its_byte_bound() {
     assert!(l.peak_bytes + frame.len() > l.max_bytes, "{l:?}");
     // Nothing was dropped: every series got every frame's increment.
     let totals = exporter.totals(0).unwrap();
-    for i in [0, 124, 249] {
+    for i in [0, 99, 199] {
         let source = format!("{i:04}{}", "s".repeat(200));
         assert_eq!(
             totals.counter(catalogue::PROMPT_TOKENS_CACHED_BY_SOURCE, &[&source]),

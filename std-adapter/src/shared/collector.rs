@@ -17,9 +17,10 @@
 //! one that does not fit (an unknown name, e.g. from a newer engine; another kind; another
 //! label count; other histogram bounds) or bytes that do not decode are rejected alone, counted
 //! in `kvtier_collector_rejected_payloads_total{reason}` ([`RejectReason`]), and the rest of
-//! the interval is exported. What only the exporter can refuse (an unknown engine index, more
-//! series than a payload holds, too many info series) is refused when the sum is exported and
-//! counted the same way; a sum refused only for its info is exported without it.
+//! the interval is exported. So is a payload whose new series the engine's totals could not
+//! hold next to the sum (more than a payload's [`MAX_SERIES`]). What only the exporter can
+//! refuse (an unknown engine index, too many info series) is refused when the sum is exported
+//! and counted the same way; a sum refused only for its info is exported without it.
 //!
 //! # Bounded queue, back-pressure
 //!
@@ -47,6 +48,7 @@ use std::time::{Duration, Instant};
 
 use kvtier_core::OffloadKey;
 use kvtier_core::stats::catalogue::{self, SeriesMismatch};
+use kvtier_core::stats::payload::MAX_SERIES;
 use kvtier_core::stats::{Payload, wire};
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
@@ -437,6 +439,9 @@ struct Worker<K: OffloadKey> {
     sources: Vec<Source<K>>,
     info_sent: Vec<bool>,
     pending: BTreeMap<usize, Payload>,
+    /// Per engine, the exporter's totals as of the last export: the series the sum may add
+    /// to them are counted against the limit of a payload.
+    exported: BTreeMap<usize, Payload>,
     report: CollectorReport,
     metrics: Metrics,
 }
@@ -447,7 +452,8 @@ impl<K: OffloadKey> Worker<K> {
         self.metrics.reject(reason);
     }
 
-    /// Adds one payload to its engine's sum, after checking it alone against the catalogue.
+    /// Adds one payload to its engine's sum, after checking it alone: against the catalogue,
+    /// and that the exporter's totals can still hold the sum's series.
     fn add(&mut self, engine: usize, payload: &Payload) {
         if let Err(e) = payload
             .series()
@@ -457,14 +463,35 @@ impl<K: OffloadKey> Worker<K> {
             self.reject((&e).into());
             return;
         }
+        let exporter = &self.exporter;
+        let known = self
+            .exported
+            .entry(engine)
+            .or_insert_with(|| exporter.totals(engine).unwrap_or_default());
         let slot = self.pending.entry(engine).or_default();
-        if slot.aggregate(payload).is_ok() {
+        if known.len() + slot.len() + payload.len() <= MAX_SERIES {
+            // Cannot pass the limit: the catalogue check leaves nothing else to refuse.
+            let _ = slot.aggregate(payload);
             return;
         }
-        // The sum would pass the series limit of a payload: hand over what is pending and
-        // start the next sum with this payload.
-        let earlier = std::mem::replace(slot, payload.clone());
-        self.observe(engine, earlier);
+        let mut trial = slot.clone();
+        let fits = trial.aggregate(payload).is_ok() && {
+            let new = trial
+                .series()
+                .iter()
+                .filter(|s| {
+                    let labels: Vec<&str> = s.labels().iter().collect();
+                    known.get(s.name(), &labels).is_none()
+                })
+                .count();
+            known.len() + new <= MAX_SERIES
+        };
+        if fits {
+            *slot = trial;
+        } else {
+            // The totals could never take it: refuse it alone, keep the sum.
+            self.reject(RejectReason::TooManySeries);
+        }
     }
 
     fn observe(&mut self, engine: usize, mut payload: Payload) {
@@ -506,6 +533,8 @@ impl<K: OffloadKey> Worker<K> {
         for (engine, payload) in pending {
             self.observe(engine, payload);
         }
+        // The totals have changed: read them again when the next payload comes.
+        self.exported.clear();
         self.report.flushes += 1;
         self.metrics.exports.inc();
     }
@@ -586,6 +615,7 @@ impl StatsCollector {
             info_sent: vec![false; sources.len()],
             sources,
             pending: BTreeMap::new(),
+            exported: BTreeMap::new(),
             report: CollectorReport::default(),
             metrics: metrics.clone(),
         };
