@@ -63,9 +63,11 @@ const REFUSE_WRITE: Duration = Duration::from_millis(100);
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ServerConfig {
-    /// The longest writing one whole response may take (default 5 s).
+    /// The longest writing one whole response may take (default 5 s; a duration too long
+    /// for an [`Instant`] means no limit).
     pub io_timeout: Duration,
-    /// The longest the whole request head may take to arrive, from the accept (default 5 s).
+    /// The longest the whole request head may take to arrive, from the accept (default 5 s;
+    /// a duration too long for an [`Instant`] means no limit).
     pub head_deadline: Duration,
     /// Connections held at once (default 64); past it the one that has gone longest without
     /// progress is closed to make room for the new one.
@@ -179,19 +181,29 @@ fn timed_out_or_interrupted(e: &io::Error) -> bool {
     )
 }
 
+/// A deadline `after` from now; `None` (no deadline) when it is too far for an `Instant`.
+fn deadline_in(after: Duration) -> Option<Instant> {
+    Instant::now().checked_add(after)
+}
+
+/// The time left before `deadline` (`None`: no deadline), or `Err` once it has passed.
+fn time_left(deadline: Option<Instant>) -> Result<Option<Duration>, ()> {
+    match deadline.map(|d| d.saturating_duration_since(Instant::now())) {
+        Some(left) if left.is_zero() => Err(()),
+        left => Ok(left),
+    }
+}
+
 /// Writes all of `bytes` by `deadline` (one deadline for the whole write, not per call).
 fn write_by(
     stream: &mut TcpStream,
     mut bytes: &[u8],
-    deadline: Instant,
+    deadline: Option<Instant>,
     progress: &dyn Fn(),
 ) -> io::Result<()> {
     while !bytes.is_empty() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(io::ErrorKind::TimedOut.into());
-        }
-        stream.set_write_timeout(Some(left))?;
+        let left = time_left(deadline).map_err(|()| io::Error::from(io::ErrorKind::TimedOut))?;
+        stream.set_write_timeout(left)?;
         match stream.write(bytes) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => {
@@ -249,7 +261,7 @@ impl Response {
         &self,
         stream: &mut TcpStream,
         head_only: bool,
-        deadline: Instant,
+        deadline: Option<Instant>,
         progress: &dyn Fn(),
     ) {
         let _ = write_by(stream, self.head().as_bytes(), deadline, progress)
@@ -284,19 +296,14 @@ fn ends_head(tail: &[u8]) -> bool {
 /// it by `deadline`.
 fn read_head(
     stream: &mut TcpStream,
-    deadline: Instant,
+    deadline: Option<Instant>,
     progress: &dyn Fn(),
 ) -> Result<Vec<u8>, HeadError> {
     let mut head = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
     loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return Err(HeadError::Timeout);
-        }
-        stream
-            .set_read_timeout(Some(left))
-            .map_err(|_| HeadError::Io)?;
+        let left = time_left(deadline).map_err(|()| HeadError::Timeout)?;
+        stream.set_read_timeout(left).map_err(|_| HeadError::Io)?;
         let n = match stream.read(&mut chunk) {
             Ok(n) => n,
             // The deadline is checked at the top of the loop.
@@ -362,7 +369,11 @@ fn route(head: &[u8], render: &dyn Render) -> (Response, bool) {
 fn serve_one(mut stream: TcpStream, conn: &Conn, shared: &Shared) {
     let progress = || shared.touch(conn);
     let config = shared.config;
-    let refusal = match read_head(&mut stream, conn.accepted + config.head_deadline, &progress) {
+    let refusal = match read_head(
+        &mut stream,
+        conn.accepted.checked_add(config.head_deadline),
+        &progress,
+    ) {
         Ok(head) => Ok(head),
         Err(HeadError::Closed | HeadError::Io) => return,
         Err(HeadError::Timeout) => {
@@ -383,7 +394,7 @@ fn serve_one(mut stream: TcpStream, conn: &Conn, shared: &Shared) {
             r.send(
                 &mut stream,
                 false,
-                Instant::now() + config.io_timeout,
+                deadline_in(config.io_timeout),
                 &progress,
             );
             return;
@@ -394,7 +405,7 @@ fn serve_one(mut stream: TcpStream, conn: &Conn, shared: &Shared) {
     response.send(
         &mut stream,
         head_only,
-        Instant::now() + config.io_timeout,
+        deadline_in(config.io_timeout),
         &progress,
     );
 }
@@ -451,7 +462,7 @@ fn admit(shared: &Arc<Shared>, mut stream: TcpStream) {
             bump(&shared.counters.refused);
             let r = Response::text("503 Service Unavailable", "busy\n");
             // A fresh socket's send buffer takes the short answer at once.
-            r.send(&mut stream, false, Instant::now() + REFUSE_WRITE, &|| {});
+            r.send(&mut stream, false, deadline_in(REFUSE_WRITE), &|| {});
             return;
         }
         conns.push(Arc::clone(&conn));

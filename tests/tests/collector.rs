@@ -524,3 +524,13 @@ fn interval_exports_run_while_the_queue_is_never_empty() {
         "{during} exports in {elapsed:?} at a {interval:?} interval"
     );
 }
+
+#[test]
+fn an_interval_too_long_for_an_instant_exports_on_flush() {
+    let (_registry, exporter, collector) =
+        collector_with(1, Vec::new(), CollectorConfig::new(Duration::MAX));
+    collector.sender().send(0, failures(3)).unwrap();
+    collector.flush().unwrap();
+    assert_eq!(failures_total(&exporter), Some(3));
+    assert_eq!(collector.shutdown().flushes, 2);
+}

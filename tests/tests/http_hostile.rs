@@ -172,6 +172,19 @@ fn head_answers_like_get_without_the_body() {
     server.stop();
 }
 
+#[test]
+fn deadlines_too_far_for_an_instant_mean_no_deadline() {
+    let mut config = ServerConfig::default();
+    config.head_deadline = Duration::MAX;
+    config.io_timeout = Duration::MAX;
+    let server = server(config);
+    assert_eq!(
+        get(server.local_addr()),
+        ("HTTP/1.1 200 OK".to_owned(), BODY.to_owned())
+    );
+    server.stop();
+}
+
 const CHILD_ENV: &str = "KVTIER_HTTP_FD_CHILD";
 const FD_TEST: &str = "out_of_file_descriptors_the_accept_loop_sleeps_then_recovers";
 

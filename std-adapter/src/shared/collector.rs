@@ -70,7 +70,8 @@ pub const DEFAULT_MAX_QUEUE_FRAMES: usize = 65_536;
 #[non_exhaustive]
 pub struct CollectorConfig {
     /// How often the managers are drained and the aggregated payloads exported (vLLM's
-    /// scheduler step is far shorter; a scrape interval is plenty).
+    /// scheduler step is far shorter; a scrape interval is plenty). At least 1 ms; one too
+    /// long for an [`Instant`] means exports only on [`StatsCollector::flush`] and shutdown.
     pub interval: Duration,
     /// The most payload bytes queued at once (default [`DEFAULT_MAX_QUEUE_BYTES`]); a value
     /// below [`wire::MAX_ENCODED_LEN`] is raised to it, so that every payload fits.
@@ -563,13 +564,14 @@ impl<K: OffloadKey> Worker<K> {
     }
 
     fn run(mut self, inbox: &Inbox<Msg>, interval: Duration) -> CollectorReport {
-        let mut next = Instant::now() + interval;
+        // An interval too long for an `Instant` means no interval exports.
+        let mut next = Instant::now().checked_add(interval);
         loop {
             // Checked before every message, so a queue that is never empty cannot hold the
             // export back.
-            if Instant::now() >= next {
+            if next.is_some_and(|n| Instant::now() >= n) {
                 self.tick();
-                next = Instant::now() + interval;
+                next = Instant::now().checked_add(interval);
             }
             if let Some(msg) = inbox.pop_by(next)
                 && !self.handle(msg)

@@ -130,13 +130,21 @@ impl<T> Inbox<T> {
         Some(entry.item)
     }
 
-    /// The oldest message, waiting for one until `deadline` (`None` then).
-    pub(crate) fn pop_by(&self, deadline: Instant) -> Option<T> {
+    /// The oldest message, waiting for one until `deadline` (`None` then), or for as long as
+    /// it takes without a deadline.
+    pub(crate) fn pop_by(&self, deadline: Option<Instant>) -> Option<T> {
         let mut st = self.lock();
         loop {
             if let Some(item) = self.take(&mut st) {
                 return Some(item);
             }
+            let Some(deadline) = deadline else {
+                st = self
+                    .not_empty
+                    .wait(st)
+                    .unwrap_or_else(PoisonError::into_inner);
+                continue;
+            };
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
                 return None;
