@@ -37,6 +37,8 @@ pub mod hashing;
 pub mod key;
 pub mod manager;
 pub mod ratio;
+mod reserve;
 pub mod stats;
 
 pub use key::{BlockKey, OffloadKey};
+pub use reserve::AllocError;

@@ -9,7 +9,10 @@ pub mod error;
 pub mod export;
 pub mod http;
 pub mod layout;
+pub mod memory;
 pub mod replay;
 pub mod replay_stats;
 pub mod shared;
 pub mod trace;
+
+pub use error::Error;

@@ -9,6 +9,7 @@ pub mod manager_checks;
 pub mod manager_model;
 pub mod prometheus_server;
 pub mod stats_model;
+pub mod store;
 
 /// The repository README's Rust examples, compiled and run as doctests so they cannot rot
 /// (here rather than in a published crate, whose package does not hold the repository README).

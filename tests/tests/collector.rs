@@ -19,6 +19,7 @@ use kvtier::export::{ExporterConfig, OffloadExporter, encode_text, format_float}
 use kvtier::shared::{CollectorConfig, RejectReason, SharedManager, StatsCollector, write_frame};
 use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager};
 use kvtier_core::stats::{Gauge, Payload, catalogue};
+use kvtier_tests::store::store_or_no_room;
 
 const CHILDREN: u64 = 4;
 const FRAMES: u64 = 20;
@@ -212,12 +213,12 @@ fn managers_are_drained_with_their_info_first() {
     // C5 through the collector: skipped 3, then stored with usage 0.75.
     m.with(|mgr| {
         let req = mgr.on_new_request().unwrap();
-        mgr.prepare_store(req, &[1, 2, 3], None).unwrap();
+        store_or_no_room(mgr, req, &[1, 2, 3], None).unwrap();
     });
     collector.flush().unwrap();
     m.with(|mgr| {
         let req = mgr.on_new_request().unwrap();
-        mgr.prepare_store(req, &[1, 2, 3], None).unwrap();
+        store_or_no_room(mgr, req, &[1, 2, 3], None).unwrap();
     });
     let report = collector.shutdown();
     assert_eq!(report.drains, 2);
@@ -276,7 +277,7 @@ fn one_bad_payload_is_rejected_alone_and_the_interval_is_exported() {
     collector.register_metrics(&registry).unwrap();
     m.with(|mgr| {
         let req = mgr.on_new_request().unwrap();
-        mgr.prepare_store(req, &[1, 2, 3], None).unwrap();
+        kvtier_tests::store::store(mgr, req, &[1, 2, 3], None).unwrap();
     });
     let sender = collector.sender();
     for i in 0..10 {

@@ -7,10 +7,12 @@
 )]
 
 use kvtier_core::BlockKey;
+use kvtier_core::manager::StoreOutcome;
 use kvtier_core::manager::{
     EventKind, LookupResult, ManagerConfig, ManagerStats, OffloadManager, PolicyKind,
 };
 use kvtier_core::stats::{Gauge, catalogue};
+use kvtier_tests::store::{outcome, store, store_or_no_room};
 
 fn k(i: u64) -> BlockKey {
     BlockKey::new(i, 0)
@@ -41,34 +43,36 @@ impl H {
 
     fn ps(&mut self, ids: &[u64]) -> Out {
         let req = self.m.on_new_request().unwrap();
-        let out = self.m.prepare_store(req, &ks(ids), None).unwrap().map(|o| {
-            (
-                o.keys.iter().map(|k| k.hash).collect(),
-                o.slots.to_vec(),
-                o.evicted.iter().map(|k| k.hash).collect(),
-            )
-        });
+        let out = store_or_no_room(&mut self.m, req, &ks(ids), None)
+            .unwrap()
+            .map(|o| {
+                (
+                    o.keys().iter().map(|k| k.hash).collect(),
+                    o.slots().to_vec(),
+                    o.evicted().iter().map(|k| k.hash).collect(),
+                )
+            });
         self.m.drop_request(req).unwrap();
-        self.m.check_invariants().unwrap();
+        self.m.inspect().check_invariants().unwrap();
         out
     }
 
     fn cs(&mut self, ids: &[u64], success: bool) {
-        self.m.complete_store(&ks(ids), success);
-        self.m.check_invariants().unwrap();
+        self.m.complete_store(&ks(ids), outcome(success));
+        self.m.inspect().check_invariants().unwrap();
     }
 
     fn pl(&mut self, ids: &[u64]) -> Vec<u32> {
         let req = self.m.on_new_request().unwrap();
         let slots = self.m.prepare_load(req, &ks(ids), None).unwrap().to_vec();
         self.m.drop_request(req).unwrap();
-        self.m.check_invariants().unwrap();
+        self.m.inspect().check_invariants().unwrap();
         slots
     }
 
     fn cl(&mut self, ids: &[u64]) {
         self.m.complete_load(&ks(ids)).unwrap();
-        self.m.check_invariants().unwrap();
+        self.m.inspect().check_invariants().unwrap();
     }
 
     fn look(&self, i: u64) -> LookupResult {
@@ -191,35 +195,35 @@ fn hist(s: &ManagerStats) -> Option<(u64, u64)> {
 #[test]
 fn c4_usage_gauges_and_allocation_histogram() {
     let mut z = H::new(0);
-    let s = z.m.get_stats();
+    let s = z.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.0, 0.0, 0.0), None));
     assert_eq!(s.usage(), Gauge::fraction(0, 0));
     assert_eq!(s.usage().to_f64(), 0.0);
 
     let mut h = H::new(4);
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.0, 0.0, 0.0), None));
 
     h.ps(&[1, 2]);
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.5, 0.5, 0.0), Some((1, 2))));
     assert_eq!((s.usage().numerator(), s.usage().denominator()), (1, 2));
 
     h.ps(&[3, 4]);
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((1.0, 1.0, 0.0), Some((1, 2))));
 
     h.cs(&[1, 2, 3, 4], true);
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.0, 0.0, 0.0), None));
 
     h.pl(&[1]);
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.25, 0.0, 0.25), None));
 
     // Evicts the idle LRU key 2 (1 is pinned).
     assert_eq!(h.ps(&[5]), stored(vec![5], vec![1], vec![2]));
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.5, 0.25, 0.25), Some((1, 1))));
     assert_eq!(
         s.allocation_sizes.bucket_counts()[0],
@@ -232,7 +236,7 @@ fn c4_usage_gauges_and_allocation_histogram() {
 fn c4_through_the_stats_payload() {
     let mut h = H::new(4);
     h.ps(&[1, 2]);
-    let p = h.m.get_stats_payload();
+    let p = h.m.take_stats_payload();
     let hist = p.histogram(catalogue::CPU_ALLOCATION_SIZE, &[]).unwrap();
     assert_eq!((hist.count(), hist.sum()), (1, 2));
     assert_eq!(
@@ -259,7 +263,7 @@ fn c4_through_the_stats_payload() {
         "no filter, no series"
     );
     // Drained: the next payload has the gauges but no histogram.
-    let p = h.m.get_stats_payload();
+    let p = h.m.take_stats_payload();
     assert!(p.histogram(catalogue::CPU_ALLOCATION_SIZE, &[]).is_none());
     assert_eq!(p.len(), 3);
     let reduced = p.reduce();
@@ -274,12 +278,12 @@ fn c4_through_the_stats_payload() {
     let mut h = H::with(cfg);
     h.ps(&[1, 2, 3]);
     assert_eq!(
-        h.m.get_stats_payload()
+        h.m.take_stats_payload()
             .counter(catalogue::STORES_SKIPPED, &[]),
         Some(3)
     );
     assert_eq!(
-        h.m.get_stats_payload()
+        h.m.take_stats_payload()
             .counter(catalogue::STORES_SKIPPED, &[]),
         Some(0)
     );
@@ -312,16 +316,16 @@ fn config_info_series() {
 fn c4_zero_capacity_and_protected_failures_still_sample() {
     let mut z = H::new(0);
     assert_eq!(z.ps(&[1]), None);
-    assert_eq!(hist(&z.m.get_stats()), Some((1, 1)));
+    assert_eq!(hist(&z.m.take_stats()), Some((1, 1)));
     assert_eq!(z.ps(&[]), stored(vec![], vec![], vec![]));
-    assert_eq!(hist(&z.m.get_stats()), None);
+    assert_eq!(hist(&z.m.take_stats()), None);
 
     let mut h = H::new(2);
     h.ps(&[1, 2]);
     h.cs(&[1, 2], true);
     // The only idle keys are offered, hence protected.
     assert_eq!(h.ps(&[1, 2, 3]), None);
-    assert_eq!(hist(&h.m.get_stats()), Some((2, 3)));
+    assert_eq!(hist(&h.m.take_stats()), Some((2, 3)));
 }
 
 #[test]
@@ -330,13 +334,13 @@ fn c5_stores_skipped() {
     cfg.store_threshold = 2;
     let mut h = H::with(cfg);
     assert_eq!(h.ps(&[1, 2, 3]), stored(vec![], vec![], vec![]));
-    assert_eq!(h.m.get_stats().stores_skipped, Some(3));
-    assert_eq!(h.m.get_stats().stores_skipped, Some(0));
+    assert_eq!(h.m.take_stats().stores_skipped, Some(3));
+    assert_eq!(h.m.take_stats().stores_skipped, Some(0));
     assert_eq!(
         h.ps(&[1, 2, 3]),
         stored(vec![1, 2, 3], vec![0, 1, 2], vec![])
     );
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!(
         (
             s.usage().to_f64(),
@@ -345,19 +349,19 @@ fn c5_stores_skipped() {
         ),
         (0.75, 0.75, Some(0))
     );
-    assert_eq!(h.m.tracker_count(&k(1)), 2);
+    assert_eq!(h.m.inspect().tracker_count(&k(1)), 2);
 
     let mut cfg = ManagerConfig::new(4);
     cfg.store_threshold = 1;
     let mut h = H::with(cfg);
     h.ps(&[1]);
-    assert_eq!(h.m.get_stats().stores_skipped, None);
+    assert_eq!(h.m.take_stats().stores_skipped, None);
 }
 
 #[test]
 fn c7_evictable_count() {
     let mut h = H::new(4);
-    let ev = |h: &H| h.m.evictable();
+    let ev = |h: &H| h.m.inspect().evictable();
     h.ps(&[1, 2, 3]);
     assert_eq!(ev(&h), 0);
     h.cs(&[1, 2, 3], true);
@@ -378,7 +382,7 @@ fn c7_evictable_count() {
     h.cs(&[4, 5, 6], false);
     assert_eq!(ev(&h), 1);
     h.m.reset_cache();
-    h.m.check_invariants().unwrap();
+    h.m.inspect().check_invariants().unwrap();
     assert_eq!(ev(&h), 0);
     h.ps(&[10, 11, 12]);
     h.cs(&[10, 11, 12], true);
@@ -399,16 +403,14 @@ fn c9_lru_request_scoped_order() {
     let mut m: OffloadManager = OffloadManager::new(ManagerConfig::new(4)).unwrap();
     let req = m.on_new_request().unwrap();
     let keys = ks(&[1, 2, 3]);
-    m.prepare_store(req, &keys, Some(&[16, 32, 48]))
-        .unwrap()
-        .unwrap();
-    m.complete_store(&keys, true);
+    store(&mut m, req, &keys, Some(&[16, 32, 48])).unwrap();
+    m.complete_store(&keys, StoreOutcome::Stored);
     m.on_request_finished(req).unwrap();
-    assert_eq!(m.eviction_order(), ks(&[3, 2, 1]));
+    assert_eq!(m.inspect().eviction_order(), ks(&[3, 2, 1]));
     let anon = m.on_new_request().unwrap();
-    let out = m.prepare_store(anon, &ks(&[4, 5]), None).unwrap().unwrap();
-    assert_eq!(out.evicted, ks(&[3]).as_slice());
-    m.check_invariants().unwrap();
+    let out = store(&mut m, anon, &ks(&[4, 5]), None).unwrap();
+    assert_eq!(out.evicted(), ks(&[3]).as_slice());
+    m.inspect().check_invariants().unwrap();
 
     // Without positions: insertion order.
     let mut h = H::new(4);
@@ -428,16 +430,12 @@ fn c9_request_rank_sorts_tails_first_while_in_flight() {
     let a = m.on_new_request().unwrap();
     let b = m.on_new_request().unwrap();
     // A's keys arrive head to tail; B's rank is allocated after A's.
-    m.prepare_store(a, &ks(&[1, 2]), Some(&[16, 32]))
-        .unwrap()
-        .unwrap();
-    m.prepare_store(b, &ks(&[10]), Some(&[16]))
-        .unwrap()
-        .unwrap();
-    m.prepare_store(a, &ks(&[3]), Some(&[48])).unwrap().unwrap();
+    store(&mut m, a, &ks(&[1, 2]), Some(&[16, 32])).unwrap();
+    store(&mut m, b, &ks(&[10]), Some(&[16])).unwrap();
+    store(&mut m, a, &ks(&[3]), Some(&[48])).unwrap();
     // Request A's bucket (tail first) precedes request B's.
-    assert_eq!(m.eviction_order(), ks(&[3, 2, 1, 10]));
-    m.check_invariants().unwrap();
+    assert_eq!(m.inspect().eviction_order(), ks(&[3, 2, 1, 10]));
+    m.inspect().check_invariants().unwrap();
 }
 
 #[test]
@@ -447,19 +445,19 @@ fn arc_policy_basics() {
     let mut h = H::with(cfg);
     h.ps(&[1, 2]);
     h.cs(&[1, 2], true);
-    assert_eq!(h.m.arc_sizes(), Some((2, 0, 0, 0)));
+    assert_eq!(h.m.inspect().arc_sizes(), Some((2, 0, 0, 0)));
     // Reusing 1 in a request promotes it to T2 when the request finishes.
     let req = h.m.on_new_request().unwrap();
     h.m.prepare_load(req, &ks(&[1]), None).unwrap();
     h.m.complete_load(&ks(&[1])).unwrap();
     h.m.on_request_finished(req).unwrap();
-    assert_eq!(h.m.arc_sizes(), Some((1, 1, 0, 0)));
+    assert_eq!(h.m.inspect().arc_sizes(), Some((1, 1, 0, 0)));
     // target 0 <= |T1|: the T1 entry (2) is evicted into B1.
     assert_eq!(h.ps(&[3]).unwrap().2, vec![2]);
-    assert_eq!(h.m.arc_sizes(), Some((1, 1, 1, 0)));
+    assert_eq!(h.m.inspect().arc_sizes(), Some((1, 1, 1, 0)));
     h.cs(&[3], true);
     // A store miss on ghost 2 raises the target by max(1, |B2|/|B1|) = 1.
     assert_eq!(h.ps(&[2]).unwrap().2, vec![3]);
-    assert_eq!(h.m.arc_target(), Some(1.0));
-    h.m.check_invariants().unwrap();
+    assert_eq!(h.m.inspect().arc_target(), Some(1.0));
+    h.m.inspect().check_invariants().unwrap();
 }
