@@ -245,6 +245,8 @@ pub fn start(args: &ServeArgs) -> Result<Serving, Error> {
         Vec::new(),
         CollectorConfig::new(Duration::from_millis(args.export_interval_ms)),
     )?;
+    // The collector's own health (queue levels, rejected payloads) on the same endpoint.
+    collector.register_metrics(&registry)?;
     let scrape = registry.clone();
     let server = MetricsServer::bind(args.listen.as_str(), ServerConfig::default(), move || {
         encode_text(&scrape).map_err(|e| e.to_string())
