@@ -82,24 +82,26 @@ const A: u64 = 0xa;
 const B: u64 = 0xb;
 const C: u64 = 0xc;
 
-#[test]
-fn a_repeated_hash_in_the_store_part_is_refused_at_the_load_unchanged() {
-    let mut r = replayer(8, 16);
-    // A is stored; then request 1 hits A and would offer [B, B] to prepare_store.
-    let records = [
+/// Request 0 stores A, then request 1 arrives with `hashes`, starts and completes.
+fn after_a_is_stored(hashes: &[u64]) -> [Record<'_>; 6] {
+    [
         Record::Load {
             rid: 0,
             hashes: &[A],
         },
         Record::Start { rid: 0 },
         Record::Complete { rid: 0 },
-        Record::Load {
-            rid: 1,
-            hashes: &[A, B, B],
-        },
+        Record::Load { rid: 1, hashes },
         Record::Start { rid: 1 },
         Record::Complete { rid: 1 },
-    ];
+    ]
+}
+
+#[test]
+fn a_repeated_hash_in_the_store_part_is_refused_at_the_load_unchanged() {
+    let mut r = replayer(8, 16);
+    // Request 1 hits A and would offer [B, B] to prepare_store.
+    let records = after_a_is_stored(&[A, B, B]);
     let (at, e) = first_error(&mut r, &records).unwrap();
     assert_eq!(at, 3, "refused at the L, before any pin");
     assert_eq!(
@@ -135,21 +137,8 @@ fn a_repeated_hash_in_the_store_part_is_refused_at_the_load_unchanged() {
 #[test]
 fn a_repeat_within_the_hits_is_not_an_offer_and_replays() {
     let mut r = replayer(8, 16);
-    let records = [
-        Record::Load {
-            rid: 0,
-            hashes: &[A],
-        },
-        Record::Start { rid: 0 },
-        Record::Complete { rid: 0 },
-        // A, A hit (k = 2); the offer is [B] alone.
-        Record::Load {
-            rid: 1,
-            hashes: &[A, A, B],
-        },
-        Record::Start { rid: 1 },
-        Record::Complete { rid: 1 },
-    ];
+    // A, A hit (k = 2); the offer is [B] alone.
+    let records = after_a_is_stored(&[A, A, B]);
     assert_eq!(first_error(&mut r, &records), None);
     assert_eq!(r.counts().hit_blocks, 2);
     assert_eq!(r.counts().stored_blocks, 2);
