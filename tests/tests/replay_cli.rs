@@ -310,3 +310,26 @@ fn a_repeated_hash_names_the_line_of_its_load() {
         )
     );
 }
+
+#[test]
+fn rejected_configurations_name_the_options_and_the_policy() {
+    let err = |extra: &[&str]| {
+        let mut a = vec!["--requests", "10"];
+        a.extend_from_slice(extra);
+        replay(&args(&a), false).unwrap_err()
+    };
+    assert_eq!(
+        err(&["--max-requests", "0"]),
+        "--max-requests must be at least 1"
+    );
+    // Under ARC, 2 · capacity must fit: the sum with --max-requests is not the reason.
+    assert_eq!(
+        err(&["--capacity", "2200000000", "--policy", "arc"]),
+        "capacity 2200000000 is too large for --policy arc: ARC's ghost lists need 2 · capacity \
+         below 4294967295 (capacity at most 2147483647)"
+    );
+    assert_eq!(
+        err(&["--capacity", "4294967000"]),
+        "capacity 4294967000 plus --max-requests 65536 must be below 4294967295"
+    );
+}

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager, PolicyKind};
+use kvtier_core::manager::{ConfigError, CpuTierInfo, ManagerConfig, OffloadManager, PolicyKind};
 use kvtier_core::stats::{Payload, catalogue};
 
 use crate::exposition::{EngineLabels, ExpositionOptions, render};
@@ -424,10 +424,29 @@ impl ReplayArgs {
         cfg.store_threshold = self.store_threshold;
         cfg.max_tracker_size = self.max_tracker_size;
         cfg.max_requests = self.max_requests;
-        Ok((
-            OffloadManager::new(cfg).map_err(|e| e.to_string())?,
-            capacity,
-        ))
+        let manager = OffloadManager::new(cfg).map_err(|e| self.config_message(e, capacity))?;
+        Ok((manager, capacity))
+    }
+
+    /// A rejected manager configuration in the words of the options that set it.
+    fn config_message(&self, e: ConfigError, capacity: u32) -> String {
+        let max_requests = self.max_requests;
+        match e {
+            ConfigError::ZeroMaxRequests => "--max-requests must be at least 1".into(),
+            ConfigError::TooLarge { .. }
+                if self.policy == PolicyArg::Arc
+                    && u64::from(capacity) * 2 >= u64::from(u32::MAX) =>
+            {
+                format!(
+                    "capacity {capacity} is too large for --policy arc: ARC's ghost lists need \
+                     2 · capacity below 4294967295 (capacity at most 2147483647)"
+                )
+            }
+            ConfigError::TooLarge { .. } => format!(
+                "capacity {capacity} plus --max-requests {max_requests} must be below 4294967295"
+            ),
+            e => e.to_string(),
+        }
     }
 }
 
