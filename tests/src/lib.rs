@@ -7,3 +7,4 @@ pub mod block_pool_model;
 pub mod manager_checks;
 pub mod manager_model;
 pub mod stats_model;
+pub mod trace_order;

@@ -4,7 +4,8 @@
 
 #![allow(
     clippy::unwrap_used,
-    reason = "test code: a failed unwrap is a failed test"
+    clippy::cast_possible_truncation,
+    reason = "test code: a failed unwrap is a failed test; sizes are small"
 )]
 
 use kvtier::replay::{DEFAULT_MAX_OPEN_BLOCKS, ReplayCounts, ReplayError, Replayer};
@@ -250,4 +251,194 @@ fn memory_is_eight_bytes_per_open_block_plus_slack_and_does_not_grow_with_the_tr
     assert!(heap_at[1] as u64 <= bound, "{} > {bound}", heap_at[1]);
     // Reused, not grown: as much after 2,000 requests as after 1,000.
     assert_eq!(heap_at[0], heap_at[1]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Proptest: the replayer against a plain reference (per-request vectors of keys, the protocol
+// of spec/kvtrace.md written out), on random interleavings with few distinct hashes, so that
+// hits, pending stops, evictions, store failures, repeated hashes and the open-block limit all
+// occur.
+
+use std::collections::BTreeMap;
+
+use kvtier_core::manager::{LookupResult, PolicyKind, RequestId};
+use proptest::prelude::*;
+
+struct RefOpen {
+    req: RequestId,
+    keys: Vec<BlockKey>,
+    hits: usize,
+    started: bool,
+    stored: Vec<BlockKey>,
+}
+
+/// The reference replayer.
+struct Reference {
+    m: OffloadManager,
+    open: BTreeMap<u64, RefOpen>,
+    counts: ReplayCounts,
+    max_open_blocks: u64,
+}
+
+impl Reference {
+    fn open_blocks(&self) -> u64 {
+        self.open.values().map(|o| o.keys.len() as u64).sum()
+    }
+
+    /// Whether the record was accepted.
+    fn apply(&mut self, rec: Record<'_>) -> bool {
+        let pos = |from: usize, to: usize| -> Vec<u64> {
+            (from as u64 + 1..=to as u64).map(|i| i * 16).collect()
+        };
+        match rec {
+            Record::Load { rid, hashes } => {
+                if self.open.contains_key(&rid)
+                    || self.open_blocks() + hashes.len() as u64 > self.max_open_blocks
+                {
+                    return false;
+                }
+                let keys: Vec<BlockKey> = hashes.iter().map(|&h| BlockKey::new(h, 0)).collect();
+                let mut k = 0;
+                let mut pending = false;
+                for key in &keys {
+                    match self.m.lookup(key) {
+                        LookupResult::Hit => k += 1,
+                        LookupResult::HitPending => {
+                            pending = true;
+                            break;
+                        }
+                        LookupResult::Miss => break,
+                    }
+                }
+                let offer = &hashes[k..];
+                if (0..offer.len()).any(|i| offer[..i].contains(&offer[i])) {
+                    return false;
+                }
+                let req = self.m.on_new_request().unwrap();
+                if k > 0 {
+                    self.m
+                        .prepare_load(req, &keys[..k], Some(&pos(0, k)))
+                        .unwrap();
+                    self.counts.hit_requests += 1;
+                }
+                self.counts.stopped_at_pending += u64::from(pending);
+                self.counts.requests += 1;
+                self.counts.request_blocks += keys.len() as u64;
+                self.counts.hit_blocks += k as u64;
+                self.counts.digest = self
+                    .counts
+                    .digest
+                    .wrapping_mul(1_000_003)
+                    .wrapping_add(k as u64);
+                self.open.insert(
+                    rid,
+                    RefOpen {
+                        req,
+                        keys,
+                        hits: k,
+                        started: false,
+                        stored: Vec::new(),
+                    },
+                );
+                true
+            }
+            Record::Start { rid } => {
+                let Some(o) = self.open.get_mut(&rid) else {
+                    return false;
+                };
+                if o.started {
+                    return false;
+                }
+                o.started = true;
+                let k = o.hits;
+                if k > 0 {
+                    self.m.complete_load(&o.keys[..k]).unwrap();
+                }
+                if k < o.keys.len() {
+                    let n = o.keys.len();
+                    match self
+                        .m
+                        .prepare_store(o.req, &o.keys[k..], Some(&pos(k, n)))
+                        .unwrap()
+                    {
+                        Some(out) => {
+                            self.counts.stored_blocks += out.keys.len() as u64;
+                            self.counts.evicted_blocks += out.evicted.len() as u64;
+                            o.stored = out.keys.to_vec();
+                        }
+                        None => self.counts.store_failures += 1,
+                    }
+                }
+                true
+            }
+            Record::Complete { rid } => {
+                if !self.open.get(&rid).is_some_and(|o| o.started) {
+                    return false;
+                }
+                let o = self.open.remove(&rid).unwrap();
+                if !o.stored.is_empty() {
+                    self.m.complete_store(&o.stored, true);
+                }
+                self.m.on_request_finished(o.req).unwrap();
+                true
+            }
+        }
+    }
+}
+
+/// A random trace: each of `rids` requests' L (with 1 to 6 hashes from `0..alphabet`), S and C
+/// at random but ordered positions.
+fn random_trace(rids: u64, alphabet: u64) -> impl Strategy<Value = Vec<(u8, u64, Vec<u64>)>> {
+    (
+        proptest::collection::vec(any::<u32>(), (rids * 3) as usize),
+        proptest::collection::vec(proptest::collection::vec(0..alphabet, 1..7), rids as usize),
+    )
+        .prop_map(|(keys, hashes)| {
+            kvtier_tests::trace_order::interleave(&keys)
+                .into_iter()
+                .map(|(op, rid)| (op, rid, hashes[rid as usize].clone()))
+                .collect()
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn replayer_matches_the_reference(
+        trace in random_trace(24, 14),
+        capacity in 2u32..10,
+        arc in any::<bool>(),
+        max_open_blocks in 6u64..40,
+    ) {
+        let mut cfg = ManagerConfig::new(capacity);
+        cfg.policy = if arc { PolicyKind::Arc } else { PolicyKind::Lru };
+        cfg.max_requests = 64;
+        let mut r = Replayer::new(OffloadManager::new(cfg).unwrap(), 16)
+            .with_max_open_blocks(max_open_blocks);
+        let mut reference = Reference {
+            m: OffloadManager::new(cfg).unwrap(),
+            open: BTreeMap::new(),
+            counts: ReplayCounts::default(),
+            max_open_blocks,
+        };
+        for (op, rid, hashes) in &trace {
+            let rec = match op {
+                0 => Record::Load { rid: *rid, hashes },
+                1 => Record::Start { rid: *rid },
+                _ => Record::Complete { rid: *rid },
+            };
+            let accepted = r.apply(rec).is_ok();
+            prop_assert_eq!(accepted, reference.apply(rec), "{}", rec);
+            prop_assert_eq!(r.counts(), reference.counts);
+            prop_assert_eq!(r.open_requests(), reference.open.len());
+            prop_assert_eq!(r.open_blocks(), reference.open_blocks());
+            let (m, want) = (r.manager(), &reference.m);
+            prop_assert_eq!(m.allocated(), want.allocated());
+            prop_assert_eq!(m.evictable(), want.evictable());
+            prop_assert_eq!(m.write_pending(), want.write_pending());
+            prop_assert_eq!(m.eviction_order(), want.eviction_order());
+            m.check_invariants().unwrap();
+        }
+    }
 }

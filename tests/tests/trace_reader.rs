@@ -836,22 +836,8 @@ fn read_all(text: &[u8]) -> Result<u64, TraceError> {
 
 /// Valid interleavings: each rid's L, S, C at increasing positions.
 fn valid_ops(rids: u64) -> impl Strategy<Value = Vec<(u8, u64)>> {
-    proptest::collection::vec(any::<u32>(), (rids * 3) as usize).prop_map(move |keys| {
-        // Sort 3·rids tagged events by random keys, then fix each rid's own order.
-        let mut events: Vec<(u32, u64)> =
-            (0..rids * 3).map(|i| (keys[i as usize], i / 3)).collect();
-        events.sort();
-        let mut next: BTreeMap<u64, u8> = BTreeMap::new();
-        events
-            .into_iter()
-            .map(|(_, rid)| {
-                let op = next.entry(rid).or_insert(0);
-                let this = *op;
-                *op += 1;
-                (this, rid)
-            })
-            .collect()
-    })
+    proptest::collection::vec(any::<u32>(), (rids * 3) as usize)
+        .prop_map(|keys| kvtier_tests::trace_order::interleave(&keys))
 }
 
 proptest! {
