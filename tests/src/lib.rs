@@ -10,6 +10,7 @@ pub mod manager_model;
 pub mod prometheus_server;
 pub mod stats_model;
 pub mod store;
+pub mod trace_order;
 
 /// The repository README's Rust examples, compiled and run as doctests so they cannot rot
 /// (here rather than in a published crate, whose package does not hold the repository README).

@@ -80,8 +80,8 @@ fn small_a_counts_and_header() {
     assert_eq!(reader.line_number(), 3016);
     assert_eq!(reader.open_requests(), 0);
     // Dense ids: the completed set is one interval, however long the trace.
-    assert_eq!(reader.completed().len(), 1000);
-    assert_eq!(reader.completed().intervals(), 1);
+    assert_eq!(reader.completed_requests(), 1000);
+    assert_eq!(reader.completed_ranges(), 1);
     // The end is sticky.
     assert_eq!(reader.next_record().unwrap(), None);
 }
@@ -103,7 +103,7 @@ fn small_b_counts() {
             max_open: 33,
         }
     );
-    assert_eq!(reader.completed().intervals(), 1);
+    assert_eq!(reader.completed_ranges(), 1);
 }
 
 #[test]
@@ -250,15 +250,7 @@ fn malformed_lines_name_their_line() {
         (format!("{HEAD}L\n"), err(2, K::UnknownRecord)),
         (format!("{HEAD}l 0 1 {H1}\n"), err(2, K::UnknownRecord)),
         (format!("{HEAD}S\n"), err(2, K::UnknownRecord)),
-        (
-            format!("{HEAD}S \n"),
-            err(
-                2,
-                K::BadNumber {
-                    field: Field::RequestId,
-                },
-            ),
-        ),
+        (format!("{HEAD}S \n"), err(2, K::TrailingWhitespace)),
         (
             format!("{HEAD}L x 1 {H1}\n"),
             err(
@@ -319,17 +311,12 @@ fn malformed_lines_name_their_line() {
         ),
         (
             format!("{HEAD}L 0 1 {H1}\nS 0\nC 0 \n"),
-            err(4, K::TrailingField),
+            err(4, K::TrailingWhitespace),
         ),
-        (format!("{HEAD}L 0 1 {H1}\r\nS 0\nC 0\n"), {
-            err(
-                2,
-                K::BadHash {
-                    index: 1,
-                    problem: HashProblem::WrongLength { len: 17 },
-                },
-            )
-        }),
+        (
+            format!("{HEAD}L 0 1 {H1}\r\nS 0\nC 0\n"),
+            err(2, K::CarriageReturn),
+        ),
     ];
     for (text, expected) in cases {
         assert_eq!(error_of(text.as_bytes()), expected, "input {text:?}");
@@ -735,11 +722,11 @@ fn out_of_order_completions_keep_few_intervals() {
     let mut reader = TraceReader::new(text.as_bytes()).unwrap();
     let mut intervals = Vec::new();
     while reader.next_record().unwrap().is_some() {
-        intervals.push(reader.completed().intervals());
+        intervals.push(reader.completed_ranges());
     }
     // After each C: {3} {0}{3} {0}{3-4} {0-1}{3-4} {0-4} {0-4}{7} {0-5}{7} {0-7}.
     assert_eq!(intervals[16..], [1, 2, 2, 2, 1, 2, 2, 1]);
-    assert_eq!(reader.completed().len(), 8);
+    assert_eq!(reader.completed_requests(), 8);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -849,22 +836,8 @@ fn read_all(text: &[u8]) -> Result<u64, TraceError> {
 
 /// Valid interleavings: each rid's L, S, C at increasing positions.
 fn valid_ops(rids: u64) -> impl Strategy<Value = Vec<(u8, u64)>> {
-    proptest::collection::vec(any::<u32>(), (rids * 3) as usize).prop_map(move |keys| {
-        // Sort 3·rids tagged events by random keys, then fix each rid's own order.
-        let mut events: Vec<(u32, u64)> =
-            (0..rids * 3).map(|i| (keys[i as usize], i / 3)).collect();
-        events.sort();
-        let mut next: BTreeMap<u64, u8> = BTreeMap::new();
-        events
-            .into_iter()
-            .map(|(_, rid)| {
-                let op = next.entry(rid).or_insert(0);
-                let this = *op;
-                *op += 1;
-                (this, rid)
-            })
-            .collect()
-    })
+    proptest::collection::vec(any::<u32>(), (rids * 3) as usize)
+        .prop_map(|keys| kvtier_tests::trace_order::interleave(&keys))
 }
 
 proptest! {
