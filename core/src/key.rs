@@ -68,7 +68,7 @@ impl fmt::Display for BlockKey {
 /// vLLM breaks those ties by comparing the raw key bytes (`hash_bytes ‖ u32_be(group)`); a key
 /// type reproduces vLLM exactly when its `Ord` agrees with that byte order, as [`BlockKey`]'s
 /// does for 8-byte hashes.
-pub trait OffloadKey: Copy + Default + Eq + Ord + core::hash::Hash + fmt::Debug {
+pub trait OffloadKey: Copy + Eq + Ord + core::hash::Hash + fmt::Debug {
     /// The KV-cache group index of this key.
     fn group(&self) -> u32;
 }

@@ -36,7 +36,9 @@ pub mod capacity;
 pub mod hashing;
 pub mod key;
 pub mod manager;
+mod reserve;
 pub mod stats;
 pub mod time;
 
 pub use key::{BlockKey, OffloadKey};
+pub use reserve::AllocError;

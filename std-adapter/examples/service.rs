@@ -11,7 +11,9 @@ use std::time::Duration;
 use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
 use kvtier::http::{MetricsServer, ServerConfig};
 use kvtier::shared::{CollectorConfig, SharedManager, StatsCollector};
-use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager};
+use kvtier_core::manager::{
+    CpuTierInfo, ManagerConfig, OffloadManager, StoreError, StoreOutcome, StorePlan,
+};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One manager per engine, each with its tier's facts for vllm:kv_offload_config_info.
@@ -52,27 +54,27 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .iter()
         .map(|m| {
             let m = Arc::clone(m);
-            thread::spawn(move || -> Result<(), String> {
+            thread::spawn(move || -> Result<(), kvtier::Error> {
+                // One reusable plan per worker: the warm path allocates nothing.
+                let mut plan = StorePlan::new();
                 for r in 0..200u64 {
                     let keys: Vec<u64> = (r % 7..r % 7 + 16).collect();
-                    let req = m
-                        .with(|mgr| mgr.on_new_request())
-                        .map_err(|e| e.to_string())?;
-                    let pinned = m
-                        .lookup_and_pin(req, &keys, None)
-                        .map_err(|e| e.to_string())?;
-                    m.with(|mgr| {
+                    let req = m.with(|mgr| mgr.on_new_request())?;
+                    let pinned = m.lookup_and_pin(req, &keys, None)?;
+                    m.with(|mgr| -> Result<(), kvtier::Error> {
                         let loaded = keys.get(..pinned.hits).unwrap_or(&[]);
-                        mgr.complete_load(loaded).map_err(|e| e.to_string())?;
+                        mgr.complete_load(loaded)?;
                         let rest = keys.get(pinned.hits..).unwrap_or(&[]);
-                        let stored = mgr
-                            .prepare_store(req, rest, None)
-                            .map_err(|e| e.to_string())?
-                            .map(|out| out.keys.to_vec());
-                        if let Some(stored) = stored {
-                            mgr.complete_store(&stored, true);
+                        match mgr.prepare_store(req, rest, None, &mut plan) {
+                            // A real service writes the blocks here, then reports the outcome.
+                            Ok(()) => {
+                                mgr.complete_store(plan.keys(), StoreOutcome::Stored);
+                            }
+                            // Everything idle is in use: this request's tail is not offloaded.
+                            Err(StoreError::NoRoom { .. }) => {}
+                            Err(e) => return Err(e.into()),
                         }
-                        mgr.on_request_finished(req).map_err(|e| e.to_string())
+                        Ok(mgr.on_request_finished(req)?)
                     })?;
                 }
                 Ok(())

@@ -1,8 +1,12 @@
-//! The adapter's umbrella error: every error of the export, threading and HTTP layers, with
-//! `From` impls so `?` works across them.
+//! The adapter's umbrella error: every error of the export, threading and HTTP layers and of
+//! kvtier-core, with `From` impls so `?` works across them.
 
 use std::fmt;
 use std::io;
+
+use kvtier_core::manager::{
+    CompleteLoadError, ConfigError, LoadError, RequestError, StoreError, UnknownPolicy,
+};
 
 use crate::export::{EncodeError, ExporterError, ObserveError};
 use crate::shared::{CollectorClosed, FrameError};
@@ -23,6 +27,19 @@ pub enum Error {
     CollectorClosed(CollectorClosed),
     /// Binding, accepting or a thread failed.
     Io(io::Error),
+    /// A manager configuration was rejected.
+    Config(ConfigError),
+    /// A request handle could not be created or used.
+    Request(RequestError),
+    /// The manager refused a load.
+    Load(LoadError),
+    /// The manager refused to complete a load.
+    CompleteLoad(CompleteLoadError),
+    /// The manager refused a store (including [`StoreError::NoRoom`]).
+    Store(StoreError),
+    /// Any other kvtier-core error (capacity arithmetic, the block pool, allocators, stats
+    /// payloads and their wire format).
+    Core(Box<dyn std::error::Error + Send + Sync>),
     /// A configuration or replay problem, as text.
     Other(String),
 }
@@ -36,6 +53,12 @@ impl fmt::Display for Error {
             Error::Frame(e) => e.fmt(f),
             Error::CollectorClosed(e) => e.fmt(f),
             Error::Io(e) => e.fmt(f),
+            Error::Config(e) => e.fmt(f),
+            Error::Request(e) => e.fmt(f),
+            Error::Load(e) => e.fmt(f),
+            Error::CompleteLoad(e) => e.fmt(f),
+            Error::Store(e) => e.fmt(f),
+            Error::Core(e) => e.fmt(f),
             Error::Other(e) => f.write_str(e),
         }
     }
@@ -50,6 +73,12 @@ impl std::error::Error for Error {
             Error::Frame(e) => Some(e),
             Error::CollectorClosed(e) => Some(e),
             Error::Io(e) => Some(e),
+            Error::Config(e) => Some(e),
+            Error::Request(e) => Some(e),
+            Error::Load(e) => Some(e),
+            Error::CompleteLoad(e) => Some(e),
+            Error::Store(e) => Some(e),
+            Error::Core(e) => Some(e.as_ref()),
             Error::Other(_) => None,
         }
     }
@@ -73,4 +102,52 @@ from!(
     CollectorClosed => CollectorClosed,
     io::Error => Io,
     String => Other,
+    ConfigError => Config,
+    RequestError => Request,
+    LoadError => Load,
+    CompleteLoadError => CompleteLoad,
+    StoreError => Store,
+);
+
+macro_rules! from_core {
+    ($($t:ty),* $(,)?) => {$(
+        impl From<$t> for Error {
+            fn from(e: $t) -> Self {
+                Error::Core(Box::new(e))
+            }
+        }
+    )*};
+}
+
+from_core!(
+    UnknownPolicy,
+    kvtier_core::AllocError,
+    kvtier_core::allocator::SlotError,
+    kvtier_core::allocator::QueueAllocError,
+    kvtier_core::allocator::PopError,
+    kvtier_core::allocator::PushError,
+    kvtier_core::allocator::RemoveError,
+    kvtier_core::block_pool::NewPoolError,
+    kvtier_core::block_pool::GetBlocksError,
+    kvtier_core::block_pool::OutOfRange,
+    kvtier_core::block_pool::TouchError,
+    kvtier_core::block_pool::FreeError,
+    kvtier_core::block_pool::CacheError,
+    kvtier_core::capacity::PoolError,
+    kvtier_core::capacity::GpuCapacityError,
+    kvtier_core::capacity::AdmissionError,
+    kvtier_core::capacity::BlocksError,
+    kvtier_core::capacity::ConcurrencyError,
+    kvtier_core::capacity::CpuTierError,
+    kvtier_core::capacity::GroupingError,
+    kvtier_core::capacity::SizingError,
+    kvtier_core::capacity::SpecError,
+    kvtier_core::stats::HistogramError,
+    kvtier_core::stats::catalogue::SeriesMismatch,
+    kvtier_core::stats::AggregateError,
+    kvtier_core::stats::InfoError,
+    kvtier_core::stats::LabelError,
+    kvtier_core::stats::UpdateError,
+    kvtier_core::stats::wire::EncodeError,
+    kvtier_core::stats::wire::DecodeError,
 );

@@ -10,9 +10,12 @@ pub mod export;
 pub mod exposition;
 pub mod http;
 pub mod layout;
+pub mod memory;
 pub mod replay;
 pub mod shared;
 pub mod trace;
+
+pub use error::Error;
 
 /// The README's Rust examples, compiled and run as doctests so they cannot rot.
 #[doc = include_str!("../../README.md")]

@@ -4,7 +4,7 @@
 //! Per request (`spec/kvtrace.md`): on `L`, a new request context, then `lookup` of the keys in
 //! order while they are HITs; `k` leading hits are loaded (`prepare_load`) and `k` is folded
 //! into the hit digest. On `S`, the loads complete and the rest of the keys are offered
-//! (`prepare_store`); `None` counts a store failure. On `C`, the stored keys complete and the
+//! (`prepare_store`); no room counts a store failure. On `C`, the stored keys complete and the
 //! request finishes. Key of block `i`: its hash in group 0, end-token position
 //! `(i + 1) · block_tokens`.
 
@@ -13,8 +13,8 @@ use std::fmt;
 use kvtier_core::BlockKey;
 use kvtier_core::hashing::Map;
 use kvtier_core::manager::{
-    CompleteLoadError, LoadError, LookupResult, ManagerStats, OffloadManager, RequestError,
-    StoreError,
+    CompleteLoadError, LoadError, ManagerStats, OffloadManager, RequestError, StoreError,
+    StoreOutcome, StorePlan,
 };
 
 use crate::trace::Record;
@@ -37,7 +37,7 @@ pub struct ReplayCounts {
     pub stored_blocks: u64,
     /// Blocks evicted to make room.
     pub evicted_blocks: u64,
-    /// `prepare_store` calls that returned `None`.
+    /// `prepare_store` calls that found no room.
     pub store_failures: u64,
     /// Lookup scans that stopped at a pending (HIT_PENDING) key.
     pub stopped_at_pending: u64,
@@ -126,6 +126,7 @@ pub struct Replayer {
     spare: Vec<Open>,
     counts: ReplayCounts,
     skipped_total: u64,
+    plan: StorePlan<BlockKey>,
 }
 
 impl Replayer {
@@ -143,6 +144,7 @@ impl Replayer {
                 ..ReplayCounts::default()
             },
             skipped_total: 0,
+            plan: StorePlan::new(),
         }
     }
 
@@ -159,7 +161,7 @@ impl Replayer {
 
     /// Drains the manager's stats, folding `stores_skipped` into the run's total.
     pub fn drain_stats(&mut self) -> ManagerStats {
-        let s = self.manager.get_stats();
+        let s = self.manager.take_stats();
         if let Some(n) = s.stores_skipped {
             self.skipped_total = self.skipped_total.saturating_add(n);
         }
@@ -173,7 +175,7 @@ impl Replayer {
         let mut c = self.counts;
         c.stores_skipped = filter.then(|| {
             self.skipped_total
-                .saturating_add(self.manager.stores_skipped_undrained())
+                .saturating_add(self.manager.inspect().stores_skipped_undrained())
         });
         c
     }
@@ -222,26 +224,21 @@ impl Replayer {
         o.keys.extend(hashes.iter().map(|&h| BlockKey::new(h, 0)));
         o.positions
             .extend((1..=hashes.len() as u64).map(|i| i.saturating_mul(bt)));
-        let mut k = 0;
-        for key in &o.keys {
-            match self.manager.lookup(key) {
-                LookupResult::Hit => k += 1,
-                LookupResult::HitPending => {
-                    self.counts.stopped_at_pending += 1;
-                    break;
-                }
-                LookupResult::Miss => break,
+        let k = match self
+            .manager
+            .pin_hit_prefix(req, &o.keys, Some(&o.positions))
+        {
+            Ok(p) => {
+                self.counts.stopped_at_pending += u64::from(p.stopped_at_pending);
+                p.hits
             }
-        }
-        if k > 0 {
-            if let Err(e) = self
-                .manager
-                .prepare_load(req, &o.keys[..k], Some(&o.positions[..k]))
-            {
+            Err(e) => {
                 let _ = self.manager.drop_request(req);
                 self.spare.push(o);
                 return Err(ReplayError::Load(e));
             }
+        };
+        if k > 0 {
             self.counts.hit_requests += 1;
         }
         o.hits = k;
@@ -274,16 +271,17 @@ impl Replayer {
         }
         o.started = true;
         if k < o.keys.len() {
+            let plan = &mut self.plan;
             match self
                 .manager
-                .prepare_store(o.req, &o.keys[k..], Some(&o.positions[k..]))
+                .prepare_store(o.req, &o.keys[k..], Some(&o.positions[k..]), plan)
             {
-                Ok(Some(out)) => {
-                    self.counts.stored_blocks += out.keys.len() as u64;
-                    self.counts.evicted_blocks += out.evicted.len() as u64;
-                    o.stored.extend_from_slice(out.keys);
+                Ok(()) => {
+                    self.counts.stored_blocks += plan.keys().len() as u64;
+                    self.counts.evicted_blocks += plan.evicted().len() as u64;
+                    o.stored.extend_from_slice(plan.keys());
                 }
-                Ok(None) => self.counts.store_failures += 1,
+                Err(StoreError::NoRoom { .. }) => self.counts.store_failures += 1,
                 Err(e) => return Err(ReplayError::Store(e)),
             }
         }
@@ -300,7 +298,7 @@ impl Replayer {
             return Err(ReplayError::UnknownRequest(rid));
         };
         if !o.stored.is_empty() {
-            self.manager.complete_store(&o.stored, true);
+            self.manager.complete_store(&o.stored, StoreOutcome::Stored);
         }
         self.manager
             .on_request_finished(o.req)

@@ -14,7 +14,9 @@
 use kvtier::shared::SharedManager;
 use kvtier::shared::sync::Arc;
 use kvtier_core::BlockKey;
-use kvtier_core::manager::{ChunkState, ManagerConfig, OffloadManager};
+use kvtier_core::manager::{
+    ChunkState, ManagerConfig, OffloadManager, StoreError, StoreOutcome, StorePlan,
+};
 
 fn k(i: u64) -> BlockKey {
     BlockKey::new(i, 0)
@@ -26,8 +28,9 @@ fn a_hit_is_pinned_before_any_eviction() {
         // One slot, holding key 1 (idle, evictable).
         let mut m: OffloadManager = OffloadManager::new(ManagerConfig::new(1)).unwrap();
         let r = m.on_new_request().unwrap();
-        m.prepare_store(r, &[k(1)], None).unwrap().unwrap();
-        m.complete_store(&[k(1)], true);
+        m.prepare_store(r, &[k(1)], None, &mut StorePlan::new())
+            .unwrap();
+        m.complete_store(&[k(1)], StoreOutcome::Stored);
         m.on_request_finished(r).unwrap();
         let shared = Arc::new(SharedManager::new(m));
 
@@ -38,7 +41,7 @@ fn a_hit_is_pinned_before_any_eviction() {
                 let pinned = shared.lookup_and_pin(req, &[k(1)], None).unwrap();
                 if pinned.hits == 1 {
                     // Pinned inside the same critical section as the lookup: still resident.
-                    let state = shared.with(|m| m.chunk(&k(1)).map(|c| c.1));
+                    let state = shared.with(|m| m.inspect().chunk(&k(1)).map(|c| c.1));
                     assert_eq!(state, Some(ChunkState::Pinned(1)));
                     shared.with(|m| m.complete_load(&[k(1)])).unwrap();
                 }
@@ -52,11 +55,13 @@ fn a_hit_is_pinned_before_any_eviction() {
                 shared.with(|m| {
                     let req = m.on_new_request().unwrap();
                     // Needs key 1's slot: evicts it only if it is not pinned.
-                    let stored = m
-                        .prepare_store(req, &[k(2)], None)
-                        .unwrap()
-                        .map(|o| o.keys.len());
-                    m.complete_store(&[k(2)], true);
+                    let mut plan = StorePlan::new();
+                    let stored = match m.prepare_store(req, &[k(2)], None, &mut plan) {
+                        Ok(()) => Some(plan.keys().len()),
+                        Err(StoreError::NoRoom { .. }) => None,
+                        Err(e) => panic!("{e}"),
+                    };
+                    m.complete_store(&[k(2)], StoreOutcome::Stored);
                     m.on_request_finished(req).unwrap();
                     stored
                 })
@@ -64,7 +69,7 @@ fn a_hit_is_pinned_before_any_eviction() {
         };
         let hits = reader.join().unwrap();
         let stored = writer.join().unwrap();
-        shared.with(|m| m.check_invariants()).unwrap();
+        shared.with(|m| m.inspect().check_invariants()).unwrap();
         // The reader pinned first (the store fails while the pin lasts, or evicts key 1 after
         // the load completed), or the store evicted key 1 first and the reader misses. A
         // lookup-then-pin that was not atomic would instead fail its `prepare_load` (unwrap).

@@ -13,7 +13,9 @@ use divan::{Bencher, counter::ItemsCount};
 use kvtier::replay::Replayer;
 use kvtier::trace::{Generator, GeneratorConfig, OwnedRecord};
 use kvtier_core::BlockKey;
+use kvtier_core::manager::StoreOutcome;
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
+use kvtier_tests::store::store_or_no_room;
 
 fn main() {
     divan::main();
@@ -82,8 +84,8 @@ fn store_cycle_32(bencher: Bencher) {
     let warm = keys(0, 16_384);
     for chunk in warm.chunks(32) {
         let r = m.on_new_request().unwrap();
-        m.prepare_store(r, chunk, None).unwrap();
-        m.complete_store(chunk, true);
+        store_or_no_room(&mut m, r, chunk, None).unwrap();
+        m.complete_store(chunk, StoreOutcome::Stored);
         m.on_request_finished(r).unwrap();
     }
     let mut next = 1_000_000u64;
@@ -92,11 +94,10 @@ fn store_cycle_32(bencher: Bencher) {
         let ks = keys(next, 32);
         next += 32;
         let r = m.on_new_request().unwrap();
-        let n = m
-            .prepare_store(r, &ks, Some(&pos))
+        let n = store_or_no_room(&mut m, r, &ks, Some(&pos))
             .unwrap()
-            .map_or(0, |o| o.keys.len());
-        m.complete_store(&ks, true);
+            .map_or(0, |o| o.keys().len());
+        m.complete_store(&ks, StoreOutcome::Stored);
         m.on_request_finished(r).unwrap();
         n
     });
@@ -108,8 +109,8 @@ fn load_cycle_32(bencher: Bencher) {
     let mut m = manager(16_384, PolicyKind::Lru);
     let ks = keys(0, 32);
     let r = m.on_new_request().unwrap();
-    m.prepare_store(r, &ks, None).unwrap();
-    m.complete_store(&ks, true);
+    store_or_no_room(&mut m, r, &ks, None).unwrap();
+    m.complete_store(&ks, StoreOutcome::Stored);
     m.on_request_finished(r).unwrap();
     let pos: Vec<u64> = (1..=32).map(|i| i * 16).collect();
     bencher.counter(ItemsCount::new(32u32)).bench_local(|| {
@@ -132,8 +133,8 @@ fn lookup_pair(bencher: Bencher) {
     let ks = keys(0, 16_384);
     for chunk in ks.chunks(64) {
         let r = m.on_new_request().unwrap();
-        m.prepare_store(r, chunk, None).unwrap();
-        m.complete_store(chunk, true);
+        store_or_no_room(&mut m, r, chunk, None).unwrap();
+        m.complete_store(chunk, StoreOutcome::Stored);
         m.drop_request(r).unwrap();
     }
     let absent = keys(1 << 40, 1)[0];

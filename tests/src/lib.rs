@@ -10,3 +10,4 @@ pub mod manager_checks;
 pub mod manager_model;
 pub mod scenarios;
 pub mod stats_model;
+pub mod store;

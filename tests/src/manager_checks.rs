@@ -168,7 +168,7 @@ fn gauge_in_unit_range(g: Gauge, what: &str) -> Result<(), String> {
 
 /// Checks that hold for any policy after every step.
 pub fn check_state(real: &Real, snap: &Snapshot, cap: u32) -> Result<(), String> {
-    if let Err(e) = real.manager.check_invariants() {
+    if let Err(e) = real.manager.inspect().check_invariants() {
         return Err(format!("check_invariants: {e}"));
     }
     let mut slots = Vec::new();
@@ -203,7 +203,7 @@ pub fn check_state(real: &Real, snap: &Snapshot, cap: u32) -> Result<(), String>
         "allocated + free != capacity"
     );
     // Drain a clone so the check does not change what the next get_stats reports.
-    let stats = real.manager.clone().get_stats();
+    let stats = real.manager.clone().take_stats();
     gauge_in_unit_range(stats.usage(), "usage")?;
     gauge_in_unit_range(stats.write_usage(), "write usage")?;
     gauge_in_unit_range(stats.read_usage(), "read usage")?;
@@ -226,8 +226,8 @@ pub fn check_unchanged(
         "{op:?} failed but changed the events"
     );
     ensure_eq!(
-        now.get_stats(),
-        then.get_stats(),
+        now.take_stats(),
+        then.take_stats(),
         "{op:?} failed but changed the stats"
     );
     Ok(())

@@ -18,6 +18,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use kvtier_core::BlockKey;
+
+use crate::store::{outcome, store_or_no_room};
 use kvtier_core::manager::{
     ChunkState, CompleteLoadError, ConfigError, EventKind, LoadError, LookupResult, ManagerConfig,
     OffloadManager, PolicyKind, PositionError, RequestError, RequestId, StoreError,
@@ -202,6 +204,9 @@ pub enum Failure {
         /// Index of the key.
         index: usize,
     },
+    /// An error this model does not know (the model never returns it, so it always shows as
+    /// a mismatch).
+    Unknown,
 }
 
 impl From<RequestError> for Failure {
@@ -211,6 +216,7 @@ impl From<RequestError> for Failure {
             RequestError::TooManyRequests { max_requests } => {
                 Failure::TooManyRequests { max_requests }
             }
+            _ => Failure::Unknown,
         }
     }
 }
@@ -222,6 +228,7 @@ impl From<PositionError> for Failure {
                 Failure::LengthMismatch { keys, positions }
             }
             PositionError::TooLarge { index } => Failure::PositionTooLarge { index },
+            _ => Failure::Unknown,
         }
     }
 }
@@ -232,6 +239,7 @@ impl From<StoreError> for Failure {
             StoreError::Request(r) => r.into(),
             StoreError::DuplicateKey { index } => Failure::DuplicateKey { index },
             StoreError::Positions(p) => p.into(),
+            _ => Failure::Unknown,
         }
     }
 }
@@ -244,6 +252,7 @@ impl From<LoadError> for Failure {
             LoadError::NotReady { index } => Failure::NotReady { index },
             LoadError::TooManyPins { index } => Failure::TooManyPins { index },
             LoadError::Positions(p) => p.into(),
+            _ => Failure::Unknown,
         }
     }
 }
@@ -253,6 +262,7 @@ impl From<CompleteLoadError> for Failure {
         match e {
             CompleteLoadError::NotPresent { index } => Failure::NotPresent { index },
             CompleteLoadError::NotPinned { index } => Failure::NotPinned { index },
+            _ => Failure::Unknown,
         }
     }
 }
@@ -294,7 +304,7 @@ pub enum Outcome {
     Request(Result<(), Failure>),
     /// `lookup`.
     Lookup(LookupResult),
-    /// `prepare_store`: `Ok(None)` when the evictions cannot be satisfied.
+    /// `prepare_store`: `Ok(None)` for [`StoreError::NoRoom`].
     Store(Result<Option<StoreDecision>, Failure>),
     /// `prepare_load`: the slots in key order.
     Load(Result<Vec<u32>, Failure>),
@@ -408,21 +418,19 @@ impl Real {
                 positions,
             } => {
                 let h = self.handle(*slot);
-                let r = self
-                    .manager
-                    .prepare_store(h, &ks(keys), positions.as_deref());
+                let r = store_or_no_room(&mut self.manager, h, &ks(keys), positions.as_deref());
                 Outcome::Store(match r {
                     Ok(Some(o)) => Ok(Some(StoreDecision {
-                        keys: o.keys.iter().map(id).collect(),
-                        slots: o.slots.to_vec(),
-                        evicted: o.evicted.iter().map(id).collect(),
+                        keys: o.keys().iter().map(id).collect(),
+                        slots: o.slots().to_vec(),
+                        evicted: o.evicted().iter().map(id).collect(),
                     })),
                     Ok(None) => Ok(None),
                     Err(e) => Err(e.into()),
                 })
             }
             Op::CompleteStore { keys, success } => {
-                m.complete_store(&ks(keys), *success);
+                m.complete_store(&ks(keys), outcome(*success));
                 Outcome::Done
             }
             Op::PrepareLoad {
@@ -448,7 +456,7 @@ impl Real {
                 Outcome::Done
             }
             Op::GetStats => {
-                let s = m.get_stats();
+                let s = m.take_stats();
                 Outcome::Stats(StatsSnapshot {
                     num_used: s.num_used,
                     write_pending: s.write_pending,
@@ -473,20 +481,23 @@ impl Real {
     pub fn snapshot(&self) -> Snapshot {
         let m = &self.manager;
         Snapshot {
-            chunks: (0..KEYS).map(|i| m.chunk(&key(i))).collect(),
-            allocated: m.allocated(),
-            free: m.free_chunks(),
-            evictable: m.evictable(),
-            write_pending: m.write_pending(),
+            chunks: (0..KEYS).map(|i| m.inspect().chunk(&key(i))).collect(),
+            allocated: m.inspect().allocated(),
+            free: m.inspect().free_chunks(),
+            evictable: m.inspect().evictable(),
+            write_pending: m.inspect().write_pending(),
             live_requests: m.live_requests(),
-            tracker_counts: (0..KEYS).map(|i| m.tracker_count(&key(i))).collect(),
-            tracker_len: m.tracker_len(),
-            stores_skipped: m.stores_skipped_undrained(),
+            tracker_counts: (0..KEYS)
+                .map(|i| m.inspect().tracker_count(&key(i)))
+                .collect(),
+            tracker_len: m.inspect().tracker_len(),
+            stores_skipped: m.inspect().stores_skipped_undrained(),
             events_dropped: m.events_dropped(),
-            eviction_order: m.eviction_order().iter().map(id).collect(),
+            eviction_order: m.inspect().eviction_order().iter().map(id).collect(),
             arc: m
+                .inspect()
                 .arc_target()
-                .zip(m.arc_sizes())
+                .zip(m.inspect().arc_sizes())
                 .map(|(t, (_, _, b1, b2))| (t.to_bits(), b1, b2)),
         }
     }
@@ -1103,7 +1114,7 @@ impl Model {
                 self.free.clear();
                 Outcome::Done
             }
-            Op::GetStats => Outcome::Stats(self.get_stats()),
+            Op::GetStats => Outcome::Stats(self.take_stats()),
             Op::TakeEvents => {
                 let events = core::mem::take(&mut self.events);
                 let out = events
@@ -1125,7 +1136,7 @@ impl Model {
         }
     }
 
-    fn get_stats(&mut self) -> StatsSnapshot {
+    fn take_stats(&mut self) -> StatsSnapshot {
         let allocated = u64::from(self.count(|c| c.ref_cnt >= -1));
         let evictable = u64::from(self.count(|c| c.ref_cnt == 0));
         let mut buckets = vec![0u64; ALLOCATION_SIZE_BOUNDS.len() + 1];

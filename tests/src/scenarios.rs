@@ -21,9 +21,11 @@ use kvtier_core::capacity::{
     size_cpu_tier,
 };
 use kvtier_core::manager::{
-    EventKind, LookupResult, ManagerConfig, ManagerStats, OffloadManager, PolicyKind,
+    EventKind, LookupResult, ManagerConfig, ManagerStats, OffloadManager, PolicyKind, StoreOutcome,
 };
 use kvtier_core::stats::{Gauge, catalogue};
+
+use crate::store::{outcome, store, store_or_no_room};
 
 /// Every scenario by name, in spec order (what the firmware runs).
 pub const ALL: [(&str, fn()); 12] = [
@@ -88,34 +90,36 @@ impl H {
 
     fn ps(&mut self, ids: &[u64]) -> Out {
         let req = self.m.on_new_request().unwrap();
-        let out = self.m.prepare_store(req, &ks(ids), None).unwrap().map(|o| {
-            (
-                o.keys.iter().map(|k| k.hash).collect(),
-                o.slots.to_vec(),
-                o.evicted.iter().map(|k| k.hash).collect(),
-            )
-        });
+        let out = store_or_no_room(&mut self.m, req, &ks(ids), None)
+            .unwrap()
+            .map(|o| {
+                (
+                    o.keys().iter().map(|k| k.hash).collect(),
+                    o.slots().to_vec(),
+                    o.evicted().iter().map(|k| k.hash).collect(),
+                )
+            });
         self.m.drop_request(req).unwrap();
-        self.m.check_invariants().unwrap();
+        self.m.inspect().check_invariants().unwrap();
         out
     }
 
     fn cs(&mut self, ids: &[u64], success: bool) {
-        self.m.complete_store(&ks(ids), success);
-        self.m.check_invariants().unwrap();
+        self.m.complete_store(&ks(ids), outcome(success));
+        self.m.inspect().check_invariants().unwrap();
     }
 
     fn pl(&mut self, ids: &[u64]) -> Vec<u32> {
         let req = self.m.on_new_request().unwrap();
         let slots = self.m.prepare_load(req, &ks(ids), None).unwrap().to_vec();
         self.m.drop_request(req).unwrap();
-        self.m.check_invariants().unwrap();
+        self.m.inspect().check_invariants().unwrap();
         slots
     }
 
     fn cl(&mut self, ids: &[u64]) {
         self.m.complete_load(&ks(ids)).unwrap();
-        self.m.check_invariants().unwrap();
+        self.m.inspect().check_invariants().unwrap();
     }
 
     fn look(&self, i: u64) -> LookupResult {
@@ -238,35 +242,35 @@ fn hist(s: &ManagerStats) -> Option<(u64, u64)> {
 /// C4: the usage gauges as exact ratios and the allocation-size histogram, per drain.
 pub fn c4_usage_gauges_and_allocation_histogram() {
     let mut z = H::new(0);
-    let s = z.m.get_stats();
+    let s = z.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.0, 0.0, 0.0), None));
     assert_eq!(s.usage(), Gauge::fraction(0, 0));
     assert_eq!(s.usage().to_f64(), 0.0);
 
     let mut h = H::new(4);
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.0, 0.0, 0.0), None));
 
     h.ps(&[1, 2]);
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.5, 0.5, 0.0), Some((1, 2))));
     assert_eq!((s.usage().numerator(), s.usage().denominator()), (1, 2));
 
     h.ps(&[3, 4]);
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((1.0, 1.0, 0.0), Some((1, 2))));
 
     h.cs(&[1, 2, 3, 4], true);
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.0, 0.0, 0.0), None));
 
     h.pl(&[1]);
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.25, 0.0, 0.25), None));
 
     // Evicts the idle LRU key 2 (1 is pinned).
     assert_eq!(h.ps(&[5]), stored(vec![5], vec![1], vec![2]));
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!((gauges(&s), hist(&s)), ((0.5, 0.25, 0.25), Some((1, 1))));
     assert_eq!(
         s.allocation_sizes.bucket_counts()[0],
@@ -279,7 +283,7 @@ pub fn c4_usage_gauges_and_allocation_histogram() {
 pub fn c4_through_the_stats_payload() {
     let mut h = H::new(4);
     h.ps(&[1, 2]);
-    let p = h.m.get_stats_payload();
+    let p = h.m.take_stats_payload();
     let hist = p.histogram(catalogue::CPU_ALLOCATION_SIZE, &[]).unwrap();
     assert_eq!((hist.count(), hist.sum()), (1, 2));
     assert_eq!(
@@ -306,7 +310,7 @@ pub fn c4_through_the_stats_payload() {
         "no filter, no series"
     );
     // Drained: the next payload has the gauges but no histogram.
-    let p = h.m.get_stats_payload();
+    let p = h.m.take_stats_payload();
     assert!(p.histogram(catalogue::CPU_ALLOCATION_SIZE, &[]).is_none());
     assert_eq!(p.len(), 3);
     let reduced = p.reduce();
@@ -321,12 +325,12 @@ pub fn c4_through_the_stats_payload() {
     let mut h = H::with(cfg);
     h.ps(&[1, 2, 3]);
     assert_eq!(
-        h.m.get_stats_payload()
+        h.m.take_stats_payload()
             .counter(catalogue::STORES_SKIPPED, &[]),
         Some(3)
     );
     assert_eq!(
-        h.m.get_stats_payload()
+        h.m.take_stats_payload()
             .counter(catalogue::STORES_SKIPPED, &[]),
         Some(0)
     );
@@ -359,16 +363,16 @@ pub fn config_info_series() {
 pub fn c4_zero_capacity_and_protected_failures_still_sample() {
     let mut z = H::new(0);
     assert_eq!(z.ps(&[1]), None);
-    assert_eq!(hist(&z.m.get_stats()), Some((1, 1)));
+    assert_eq!(hist(&z.m.take_stats()), Some((1, 1)));
     assert_eq!(z.ps(&[]), stored(vec![], vec![], vec![]));
-    assert_eq!(hist(&z.m.get_stats()), None);
+    assert_eq!(hist(&z.m.take_stats()), None);
 
     let mut h = H::new(2);
     h.ps(&[1, 2]);
     h.cs(&[1, 2], true);
     // The only idle keys are offered, hence protected.
     assert_eq!(h.ps(&[1, 2, 3]), None);
-    assert_eq!(hist(&h.m.get_stats()), Some((2, 3)));
+    assert_eq!(hist(&h.m.take_stats()), Some((2, 3)));
 }
 
 /// C5: the reuse filter skips first offers and counts them in `stores_skipped`.
@@ -377,13 +381,13 @@ pub fn c5_stores_skipped() {
     cfg.store_threshold = 2;
     let mut h = H::with(cfg);
     assert_eq!(h.ps(&[1, 2, 3]), stored(vec![], vec![], vec![]));
-    assert_eq!(h.m.get_stats().stores_skipped, Some(3));
-    assert_eq!(h.m.get_stats().stores_skipped, Some(0));
+    assert_eq!(h.m.take_stats().stores_skipped, Some(3));
+    assert_eq!(h.m.take_stats().stores_skipped, Some(0));
     assert_eq!(
         h.ps(&[1, 2, 3]),
         stored(vec![1, 2, 3], vec![0, 1, 2], vec![])
     );
-    let s = h.m.get_stats();
+    let s = h.m.take_stats();
     assert_eq!(
         (
             s.usage().to_f64(),
@@ -392,19 +396,19 @@ pub fn c5_stores_skipped() {
         ),
         (0.75, 0.75, Some(0))
     );
-    assert_eq!(h.m.tracker_count(&k(1)), 2);
+    assert_eq!(h.m.inspect().tracker_count(&k(1)), 2);
 
     let mut cfg = ManagerConfig::new(4);
     cfg.store_threshold = 1;
     let mut h = H::with(cfg);
     h.ps(&[1]);
-    assert_eq!(h.m.get_stats().stores_skipped, None);
+    assert_eq!(h.m.take_stats().stores_skipped, None);
 }
 
 /// C7: the evictable count through pins, failures, a reset and evictions.
 pub fn c7_evictable_count() {
     let mut h = H::new(4);
-    let ev = |h: &H| h.m.evictable();
+    let ev = |h: &H| h.m.inspect().evictable();
     h.ps(&[1, 2, 3]);
     assert_eq!(ev(&h), 0);
     h.cs(&[1, 2, 3], true);
@@ -425,7 +429,7 @@ pub fn c7_evictable_count() {
     h.cs(&[4, 5, 6], false);
     assert_eq!(ev(&h), 1);
     h.m.reset_cache();
-    h.m.check_invariants().unwrap();
+    h.m.inspect().check_invariants().unwrap();
     assert_eq!(ev(&h), 0);
     h.ps(&[10, 11, 12]);
     h.cs(&[10, 11, 12], true);
@@ -446,16 +450,14 @@ pub fn c9_lru_request_scoped_order() {
     let mut m: OffloadManager = OffloadManager::new(ManagerConfig::new(4)).unwrap();
     let req = m.on_new_request().unwrap();
     let keys = ks(&[1, 2, 3]);
-    m.prepare_store(req, &keys, Some(&[16, 32, 48]))
-        .unwrap()
-        .unwrap();
-    m.complete_store(&keys, true);
+    store(&mut m, req, &keys, Some(&[16, 32, 48])).unwrap();
+    m.complete_store(&keys, StoreOutcome::Stored);
     m.on_request_finished(req).unwrap();
-    assert_eq!(m.eviction_order(), ks(&[3, 2, 1]));
+    assert_eq!(m.inspect().eviction_order(), ks(&[3, 2, 1]));
     let anon = m.on_new_request().unwrap();
-    let out = m.prepare_store(anon, &ks(&[4, 5]), None).unwrap().unwrap();
-    assert_eq!(out.evicted, ks(&[3]).as_slice());
-    m.check_invariants().unwrap();
+    let out = store(&mut m, anon, &ks(&[4, 5]), None).unwrap();
+    assert_eq!(out.evicted(), ks(&[3]).as_slice());
+    m.inspect().check_invariants().unwrap();
 
     // Without positions: insertion order.
     let mut h = H::new(4);
@@ -475,16 +477,12 @@ pub fn c9_request_rank_sorts_tails_first_while_in_flight() {
     let a = m.on_new_request().unwrap();
     let b = m.on_new_request().unwrap();
     // A's keys arrive head to tail; B's rank is allocated after A's.
-    m.prepare_store(a, &ks(&[1, 2]), Some(&[16, 32]))
-        .unwrap()
-        .unwrap();
-    m.prepare_store(b, &ks(&[10]), Some(&[16]))
-        .unwrap()
-        .unwrap();
-    m.prepare_store(a, &ks(&[3]), Some(&[48])).unwrap().unwrap();
+    store(&mut m, a, &ks(&[1, 2]), Some(&[16, 32])).unwrap();
+    store(&mut m, b, &ks(&[10]), Some(&[16])).unwrap();
+    store(&mut m, a, &ks(&[3]), Some(&[48])).unwrap();
     // Request A's bucket (tail first) precedes request B's.
-    assert_eq!(m.eviction_order(), ks(&[3, 2, 1, 10]));
-    m.check_invariants().unwrap();
+    assert_eq!(m.inspect().eviction_order(), ks(&[3, 2, 1, 10]));
+    m.inspect().check_invariants().unwrap();
 }
 
 /// ARC: promotion to T2 on reuse, eviction into B1, adaptation on a ghost hit.
@@ -494,21 +492,21 @@ pub fn arc_policy_basics() {
     let mut h = H::with(cfg);
     h.ps(&[1, 2]);
     h.cs(&[1, 2], true);
-    assert_eq!(h.m.arc_sizes(), Some((2, 0, 0, 0)));
+    assert_eq!(h.m.inspect().arc_sizes(), Some((2, 0, 0, 0)));
     // Reusing 1 in a request promotes it to T2 when the request finishes.
     let req = h.m.on_new_request().unwrap();
     h.m.prepare_load(req, &ks(&[1]), None).unwrap();
     h.m.complete_load(&ks(&[1])).unwrap();
     h.m.on_request_finished(req).unwrap();
-    assert_eq!(h.m.arc_sizes(), Some((1, 1, 0, 0)));
+    assert_eq!(h.m.inspect().arc_sizes(), Some((1, 1, 0, 0)));
     // target 0 <= |T1|: the T1 entry (2) is evicted into B1.
     assert_eq!(h.ps(&[3]).unwrap().2, vec![2]);
-    assert_eq!(h.m.arc_sizes(), Some((1, 1, 1, 0)));
+    assert_eq!(h.m.inspect().arc_sizes(), Some((1, 1, 1, 0)));
     h.cs(&[3], true);
     // A store miss on ghost 2 raises the target by max(1, |B2|/|B1|) = 1.
     assert_eq!(h.ps(&[2]).unwrap().2, vec![3]);
-    assert_eq!(h.m.arc_target(), Some(1.0));
-    h.m.check_invariants().unwrap();
+    assert_eq!(h.m.inspect().arc_target(), Some(1.0));
+    h.m.inspect().check_invariants().unwrap();
 }
 
 /// The README's hand check of Llama-3-8B (32 full-attention layers, 8 KV heads of 128, bf16,
@@ -597,28 +595,19 @@ pub fn workload(policy: PolicyKind, num_chunks: u32, requests: u32) -> (Workload
         ends.clear();
         ends.extend((1..=keys.len() as u64).map(|b| b * 16));
         let req = m.on_new_request().unwrap();
-        let mut k = 0;
-        for key in &keys {
-            match m.lookup(key) {
-                LookupResult::Hit => k += 1,
-                LookupResult::HitPending => {
-                    r.stopped_at_pending += 1;
-                    break;
-                }
-                LookupResult::Miss => break,
-            }
-        }
+        let hit = m.pin_hit_prefix(req, &keys, Some(&ends)).unwrap();
+        let k = hit.hits;
+        r.stopped_at_pending += u64::from(hit.stopped_at_pending);
         if k > 0 {
-            m.prepare_load(req, &keys[..k], Some(&ends[..k])).unwrap();
             m.complete_load(&keys[..k]).unwrap();
         }
         r.hit_blocks += k as u64;
         r.digest = r.digest.wrapping_mul(1_000_003).wrapping_add(k as u64);
-        let stored = match m.prepare_store(req, &keys[k..], Some(&ends[k..])).unwrap() {
-            Some(out) => {
-                r.stored_blocks += out.keys.len() as u64;
-                r.evicted_blocks += out.evicted.len() as u64;
-                out.keys.to_vec()
+        let stored = match store_or_no_room(&mut m, req, &keys[k..], Some(&ends[k..])).unwrap() {
+            Some(plan) => {
+                r.stored_blocks += plan.keys().len() as u64;
+                r.evicted_blocks += plan.evicted().len() as u64;
+                plan.keys().to_vec()
             }
             None => {
                 r.store_failures += 1;
@@ -626,18 +615,18 @@ pub fn workload(policy: PolicyKind, num_chunks: u32, requests: u32) -> (Workload
             }
         };
         if let Some((prev, prev_keys)) = previous.replace((req, stored)) {
-            m.complete_store(&prev_keys, true);
+            m.complete_store(&prev_keys, StoreOutcome::Stored);
             m.on_request_finished(prev).unwrap();
         }
         if i % 64 == 63 {
-            m.check_invariants().unwrap();
+            m.inspect().check_invariants().unwrap();
         }
     }
     if let Some((prev, prev_keys)) = previous {
-        m.complete_store(&prev_keys, true);
+        m.complete_store(&prev_keys, StoreOutcome::Stored);
         m.on_request_finished(prev).unwrap();
     }
-    m.check_invariants().unwrap();
-    r.resident = m.allocated();
-    (r, m.heap_bytes())
+    m.inspect().check_invariants().unwrap();
+    r.resident = m.inspect().allocated();
+    (r, m.inspect().heap_bytes())
 }

@@ -19,6 +19,7 @@ use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
 use kvtier::shared::{CollectorConfig, SharedManager, StatsCollector, write_frame};
 use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager};
 use kvtier_core::stats::{Gauge, Payload, catalogue};
+use kvtier_tests::store::store_or_no_room;
 
 const CHILDREN: u64 = 4;
 const FRAMES: u64 = 20;
@@ -224,12 +225,12 @@ fn managers_are_drained_with_their_info_first() {
     // C5 through the collector: skipped 3, then stored with usage 0.75.
     m.with(|mgr| {
         let req = mgr.on_new_request().unwrap();
-        mgr.prepare_store(req, &[1, 2, 3], None).unwrap();
+        store_or_no_room(mgr, req, &[1, 2, 3], None).unwrap();
     });
     collector.flush().unwrap();
     m.with(|mgr| {
         let req = mgr.on_new_request().unwrap();
-        mgr.prepare_store(req, &[1, 2, 3], None).unwrap();
+        store_or_no_room(mgr, req, &[1, 2, 3], None).unwrap();
     });
     let report = collector.shutdown();
     assert_eq!(report.drains, 2);

@@ -131,7 +131,7 @@ fn firmware_runs_the_shared_checks_on_a_cortex_m4() {
     let (code, out) = boot(&image);
     assert_eq!(code, Some(0), "the firmware failed:\n{out}");
     let lines: Vec<&str> = out.lines().map(str::trim_end).collect();
-    let has = |want: &str| lines.iter().any(|l| *l == want);
+    let has = |want: &str| lines.contains(&want);
 
     for (name, _) in scenarios::ALL {
         assert!(

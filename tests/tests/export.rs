@@ -17,9 +17,11 @@ use kvtier::export::{
 use kvtier_core::capacity::{
     GroupedLayout, LayerKind, LayerSpec, PoolLayout, Workload, gpu_capacity,
 };
+use kvtier_core::manager::StoreOutcome;
 use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager};
 use kvtier_core::stats::catalogue::SeriesMismatch;
 use kvtier_core::stats::{Gauge, Histogram, MetricKind, Payload, catalogue};
+use kvtier_tests::store::{store, store_or_no_room};
 use prometheus_text::sample;
 
 /// Finds samples in a text exposition.
@@ -71,14 +73,10 @@ fn c5_stores_skipped_and_usage_reach_prometheus_with_vllm_names() {
     let req = m.on_new_request().unwrap();
     // C5: the first offer of [1,2,3] is skipped whole.
     assert_eq!(
-        m.prepare_store(req, &[1, 2, 3], None)
-            .unwrap()
-            .unwrap()
-            .keys
-            .len(),
+        store(&mut m, req, &[1, 2, 3], None).unwrap().keys().len(),
         0
     );
-    let mut first = m.get_stats_payload();
+    let mut first = m.take_stats_payload();
     first.set_info(vec![m.config_info()]).unwrap();
     ex.observe(&first, 0).unwrap();
     let text = encode_text(&registry).unwrap();
@@ -87,11 +85,11 @@ fn c5_stores_skipped_and_usage_reach_prometheus_with_vllm_names() {
         Some(3.0)
     );
     // The next drain reports 0 (emitted), the total stays 3.
-    ex.observe(&m.get_stats_payload(), 0).unwrap();
+    ex.observe(&m.take_stats_payload(), 0).unwrap();
     // The second offer stores: usage 0.75, write 0.75, skipped still 3.
-    let out = m.prepare_store(req, &[1, 2, 3], None).unwrap().unwrap();
-    assert_eq!(out.slots, &[0, 1, 2]);
-    ex.observe(&m.get_stats_payload(), 0).unwrap();
+    let out = store(&mut m, req, &[1, 2, 3], None).unwrap();
+    assert_eq!(out.slots(), &[0, 1, 2]);
+    ex.observe(&m.take_stats_payload(), 0).unwrap();
     let text = encode_text(&registry).unwrap();
     assert_eq!(
         sample(&text, "vllm:kv_offload_stores_skipped_total", &e0()),
@@ -166,13 +164,13 @@ fn counters_never_go_backwards_across_reset_cache() {
     for round in 0..3u64 {
         let req = m.on_new_request().unwrap();
         let keys = [10 * round + 1, 10 * round + 2];
-        m.prepare_store(req, &keys, None).unwrap();
-        m.prepare_store(req, &keys, None).unwrap();
-        m.complete_store(&keys, true);
+        store_or_no_room(&mut m, req, &keys, None).unwrap();
+        store_or_no_room(&mut m, req, &keys, None).unwrap();
+        m.complete_store(&keys, StoreOutcome::Stored);
         m.on_request_finished(req).unwrap();
-        ex.observe(&m.get_stats_payload(), 0).unwrap();
+        ex.observe(&m.take_stats_payload(), 0).unwrap();
         m.reset_cache();
-        ex.observe(&m.get_stats_payload(), 0).unwrap();
+        ex.observe(&m.take_stats_payload(), 0).unwrap();
         let text = encode_text(&registry).unwrap();
         let skipped = sample(&text, "vllm:kv_offload_stores_skipped_total", &e0()).unwrap();
         assert!(

@@ -6,10 +6,12 @@
 )]
 
 use kvtier_core::BlockKey;
+use kvtier_core::manager::StoreOutcome;
 use kvtier_core::manager::{
     ChunkState, CompleteLoadError, ConfigError, LoadError, ManagerConfig, OffloadManager,
     PolicyKind, PositionError, RequestError, RequestId, StoreError,
 };
+use kvtier_tests::store::{store, store_or_no_room};
 
 fn k(i: u64) -> BlockKey {
     BlockKey::new(i, 0)
@@ -17,14 +19,16 @@ fn k(i: u64) -> BlockKey {
 
 /// Everything observable about keys 0..16 and the counters.
 fn snapshot(m: &OffloadManager) -> Vec<String> {
-    let mut v: Vec<String> = (0..16).map(|i| format!("{:?}", m.chunk(&k(i)))).collect();
+    let mut v: Vec<String> = (0..16)
+        .map(|i| format!("{:?}", m.inspect().chunk(&k(i))))
+        .collect();
     v.push(format!(
         "{} {} {} {} {:?}",
-        m.allocated(),
-        m.free_chunks(),
-        m.evictable(),
-        m.write_pending(),
-        m.eviction_order()
+        m.inspect().allocated(),
+        m.inspect().free_chunks(),
+        m.inspect().evictable(),
+        m.inspect().write_pending(),
+        m.inspect().eviction_order()
     ));
     v
 }
@@ -36,9 +40,9 @@ fn setup(policy: PolicyKind) -> (OffloadManager, RequestId) {
     let mut m = OffloadManager::new(cfg).unwrap();
     let r = m.on_new_request().unwrap();
     // 1, 2 readable; 3 pending.
-    m.prepare_store(r, &[k(1), k(2)], None).unwrap().unwrap();
-    m.complete_store(&[k(1), k(2)], true);
-    m.prepare_store(r, &[k(3)], None).unwrap().unwrap();
+    store(&mut m, r, &[k(1), k(2)], None).unwrap();
+    m.complete_store(&[k(1), k(2)], StoreOutcome::Stored);
+    store(&mut m, r, &[k(3)], None).unwrap();
     (m, r)
 }
 
@@ -67,7 +71,7 @@ fn load_errors_change_nothing() {
             LoadError::Positions(PositionError::TooLarge { index: 0 })
         );
         assert_eq!(snapshot(&m), before, "{policy}");
-        m.check_invariants().unwrap();
+        m.inspect().check_invariants().unwrap();
     }
 }
 
@@ -92,14 +96,14 @@ fn complete_load_counts_repeats_and_changes_nothing_on_error() {
     assert_eq!(snapshot(&m), before);
     // Two pins, released in one call: evictable counts the chunk once.
     m.prepare_load(r, &[k(1)], None).unwrap();
-    assert_eq!(m.chunk(&k(1)).unwrap().1, ChunkState::Pinned(2));
-    let ev = m.evictable();
+    assert_eq!(m.inspect().chunk(&k(1)).unwrap().1, ChunkState::Pinned(2));
+    let ev = m.inspect().evictable();
     m.complete_load(&[k(1), k(1)]).unwrap();
     assert_eq!(
-        (m.chunk(&k(1)).unwrap().1, m.evictable()),
+        (m.inspect().chunk(&k(1)).unwrap().1, m.inspect().evictable()),
         (ChunkState::Idle, ev + 1)
     );
-    m.check_invariants().unwrap();
+    m.inspect().check_invariants().unwrap();
 }
 
 #[test]
@@ -110,11 +114,15 @@ fn store_errors_change_nothing() {
     let r = m.on_new_request().unwrap();
     let before = snapshot(&m);
     assert_eq!(
-        m.prepare_store(r, &[k(1), k(2), k(1)], None).unwrap_err(),
+        store(&mut m, r, &[k(1), k(2), k(1)], None).unwrap_err(),
         StoreError::DuplicateKey { index: 2 }
     );
-    assert_eq!(m.tracker_count(&k(1)), 0, "a rejected offer is not counted");
-    assert_eq!(m.stores_skipped_undrained(), 0);
+    assert_eq!(
+        m.inspect().tracker_count(&k(1)),
+        0,
+        "a rejected offer is not counted"
+    );
+    assert_eq!(m.inspect().stores_skipped_undrained(), 0);
     assert_eq!(snapshot(&m), before);
 }
 
@@ -138,7 +146,7 @@ fn stale_and_exhausted_requests() {
         LoadError::Request(RequestError::Unknown(r2))
     );
     assert_eq!(
-        m.prepare_store(r2, &[k(5)], None).unwrap_err(),
+        store(&mut m, r2, &[k(5)], None).unwrap_err(),
         StoreError::Request(RequestError::Unknown(r2))
     );
     // A forged handle from raw bits is just unknown.
@@ -186,10 +194,10 @@ fn events_overflow_is_counted_not_half_applied() {
     cfg.max_event_keys = 3;
     let mut m: OffloadManager = OffloadManager::new(cfg).unwrap();
     let r = m.on_new_request().unwrap();
-    m.prepare_store(r, &[k(1), k(2)], None).unwrap();
-    m.complete_store(&[k(1), k(2)], true); // 2 keys queued
-    m.prepare_store(r, &[k(3), k(4)], None).unwrap();
-    m.complete_store(&[k(3), k(4)], true); // would make 4: dropped whole
+    store_or_no_room(&mut m, r, &[k(1), k(2)], None).unwrap();
+    m.complete_store(&[k(1), k(2)], StoreOutcome::Stored); // 2 keys queued
+    store_or_no_room(&mut m, r, &[k(3), k(4)], None).unwrap();
+    m.complete_store(&[k(3), k(4)], StoreOutcome::Stored); // would make 4: dropped whole
     assert_eq!(m.events_dropped(), (1, 2));
     let ev = m.take_events();
     assert_eq!(ev.len(), 1);

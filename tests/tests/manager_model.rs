@@ -19,8 +19,10 @@
 //! kvtier-tests --release --test manager_model`.
 
 use kvtier_core::manager::PolicyKind;
+use kvtier_core::manager::StoreOutcome;
 use kvtier_tests::manager_checks::run_ops;
 use kvtier_tests::manager_model::{Config, KEYS, Op, SLOTS};
+use kvtier_tests::store::store;
 use proptest::prelude::*;
 
 fn config(policy: PolicyKind) -> impl Strategy<Value = Config> {
@@ -133,15 +135,15 @@ fn positions_given_before_a_reset_still_rank_the_request() {
     let k = |i: u64| BlockKey::new(i, 0);
     let mut m = OffloadManager::new(ManagerConfig::new(3)).unwrap();
     let r = m.on_new_request().unwrap();
-    m.prepare_store(r, &[k(1)], Some(&[16])).unwrap().unwrap();
+    store(&mut m, r, &[k(1)], Some(&[16])).unwrap();
     m.reset_cache();
     // vLLM: request rank 1 is allocated by this access; k(2) has no position: fresh (2, 0).
-    m.prepare_store(r, &[k(2)], None).unwrap().unwrap();
+    store(&mut m, r, &[k(2)], None).unwrap();
     // vLLM: k(1) still has position 16: rank (1, −16), below k(2).
-    m.prepare_store(r, &[k(1)], None).unwrap().unwrap();
-    m.complete_store(&[k(1), k(2)], true);
-    assert_eq!(m.eviction_order(), [k(1), k(2)]);
+    store(&mut m, r, &[k(1)], None).unwrap();
+    m.complete_store(&[k(1), k(2)], StoreOutcome::Stored);
+    assert_eq!(m.inspect().eviction_order(), [k(1), k(2)]);
     let r2 = m.on_new_request().unwrap();
-    let out = m.prepare_store(r2, &[k(3), k(4)], None).unwrap().unwrap();
-    assert_eq!(out.evicted, &[k(1)]);
+    let out = store(&mut m, r2, &[k(3), k(4)], None).unwrap();
+    assert_eq!(out.evicted(), &[k(1)]);
 }

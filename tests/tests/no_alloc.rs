@@ -11,7 +11,9 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kvtier_core::BlockKey;
-use kvtier_core::manager::{LookupResult, ManagerConfig, OffloadManager, PolicyKind};
+use kvtier_core::manager::{
+    ManagerConfig, OffloadManager, PolicyKind, StoreError, StoreOutcome, StorePlan,
+};
 
 struct Counting;
 
@@ -53,32 +55,25 @@ fn cycle(
     i: u64,
     keys: &mut Vec<BlockKey>,
     pos: &[u64],
-    stored: &mut Vec<BlockKey>,
+    plan: &mut StorePlan<BlockKey>,
 ) -> u64 {
     request_keys(i, keys);
     let r = m.on_new_request().unwrap();
-    let hits = keys
-        .iter()
-        .take_while(|k| m.lookup(k) == LookupResult::Hit)
-        .count();
-    if hits > 0 {
-        m.prepare_load(r, &keys[..hits], Some(&pos[..hits]))
-            .unwrap();
-        m.complete_load(&keys[..hits]).unwrap();
-    }
-    stored.clear();
-    if let Some(out) = m
-        .prepare_store(r, &keys[hits..], Some(&pos[hits..keys.len()]))
+    let hits = m
+        .pin_hit_prefix(r, keys, Some(&pos[..keys.len()]))
         .unwrap()
-    {
-        stored.extend_from_slice(out.keys);
+        .hits;
+    m.complete_load(&keys[..hits]).unwrap();
+    match m.prepare_store(r, &keys[hits..], Some(&pos[hits..keys.len()]), plan) {
+        Ok(()) | Err(StoreError::NoRoom { .. }) => {}
+        Err(e) => panic!("{e}"),
     }
-    m.complete_store(stored, true);
+    m.complete_store(plan.keys(), StoreOutcome::Stored);
     m.touch(&keys[..4]);
     m.on_request_finished(r).unwrap();
     let mut n = 0;
     m.drain_events(|e| n += e.keys.len() as u64);
-    let s = m.get_stats();
+    let s = m.take_stats();
     n + s.num_used
 }
 
@@ -92,24 +87,24 @@ fn steady_state_calls_do_not_allocate() {
         cfg.enable_events = true;
         let mut m = OffloadManager::new(cfg).unwrap();
         let mut keys = Vec::with_capacity(64);
-        let mut stored = Vec::with_capacity(64);
+        let mut plan = StorePlan::new();
         let pos: Vec<u64> = (1..=64).map(|i| i * 16).collect();
         // Warm-up: every buffer reaches its working size.
         for i in 0..2_000 {
-            cycle(&mut m, i, &mut keys, &pos, &mut stored);
+            cycle(&mut m, i, &mut keys, &pos, &mut plan);
         }
         let before = ALLOCS.load(Ordering::Relaxed);
         let mut sink = 0;
         for i in 2_000..12_000 {
-            sink += cycle(&mut m, i, &mut keys, &pos, &mut stored);
+            sink += cycle(&mut m, i, &mut keys, &pos, &mut plan);
         }
         let after = ALLOCS.load(Ordering::Relaxed);
         assert!(sink > 0);
         assert!(
-            m.evictable() > 0,
+            m.inspect().evictable() > 0,
             "the workload must keep the pool full and evicting"
         );
         assert_eq!(after - before, 0, "{policy}: steady-state calls allocated");
-        m.check_invariants().unwrap();
+        m.inspect().check_invariants().unwrap();
     }
 }

@@ -63,7 +63,7 @@ fn replay(row: &Row) -> Vec<(String, String)> {
     while let Some(rec) = reader.next_record().unwrap() {
         replayer.apply(rec).unwrap();
         if reader.records_read().is_multiple_of(61) {
-            replayer.manager().check_invariants().unwrap();
+            replayer.manager().inspect().check_invariants().unwrap();
         }
     }
     assert_eq!(replayer.open_requests(), 0);
@@ -84,7 +84,7 @@ fn replay(row: &Row) -> Vec<(String, String)> {
     push("evicted_blocks", c.evicted_blocks.to_string());
     push("store_failures", c.store_failures.to_string());
     push("stopped_at_pending", c.stopped_at_pending.to_string());
-    push("resident_blocks", m.allocated().to_string());
+    push("resident_blocks", m.inspect().allocated().to_string());
     push(
         "stores_skipped",
         c.stores_skipped.map_or("-".to_string(), |v| v.to_string()),

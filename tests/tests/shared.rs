@@ -12,8 +12,10 @@ use std::thread;
 
 use kvtier::shared::{ShardedManager, SharedManager};
 use kvtier::trace::SplitMix64;
+use kvtier_core::manager::StoreOutcome;
 use kvtier_core::manager::{LookupResult, ManagerConfig, OffloadManager};
 use kvtier_core::stats::{Payload, catalogue};
+use kvtier_tests::store::{outcome, store_or_no_room};
 
 const THREADS: u64 = 4;
 const OPS: u64 = 3_000;
@@ -53,10 +55,10 @@ fn hammer(m: &SharedManager<u64>, seed: u64, drained: &mut Payload) -> Did {
                     .iter()
                     .filter(|k| mgr.lookup(k) == LookupResult::Miss)
                     .count() as u64;
-                let before = mgr.stores_skipped_undrained();
-                let out = mgr.prepare_store(req, &keys, None).unwrap();
-                let stored: Option<Vec<u64>> = out.map(|o| o.keys.to_vec());
-                let skipped = mgr.stores_skipped_undrained() - before;
+                let before = mgr.inspect().stores_skipped_undrained();
+                let out = store_or_no_room(mgr, req, &keys, None).unwrap();
+                let stored: Option<Vec<u64>> = out.map(|o| o.keys().to_vec());
+                let skipped = mgr.inspect().stores_skipped_undrained() - before;
                 did.skipped += skipped;
                 let candidates = absent - skipped;
                 if candidates > 0 {
@@ -64,7 +66,7 @@ fn hammer(m: &SharedManager<u64>, seed: u64, drained: &mut Payload) -> Did {
                     did.candidates += candidates;
                 }
                 if let Some(stored) = stored {
-                    mgr.complete_store(&stored, rng.below(8) != 0);
+                    mgr.complete_store(&stored, outcome(rng.below(8) != 0));
                 }
                 mgr.on_request_finished(req).unwrap();
             }),
@@ -118,11 +120,14 @@ fn threads_hammering_one_manager_keep_invariants_and_counters() {
     let m = shared(64, 2);
     let (did, drained) = run_threads(&m);
     m.with(|mgr| {
-        mgr.check_invariants().unwrap();
+        mgr.inspect().check_invariants().unwrap();
         assert_eq!(mgr.live_requests(), 0);
         // Every load completed, every successful store completed or failed: nothing pinned.
-        assert_eq!(mgr.allocated(), mgr.evictable() + mgr.write_pending());
-        assert_eq!(mgr.write_pending(), 0);
+        assert_eq!(
+            mgr.inspect().allocated(),
+            mgr.inspect().evictable() + mgr.inspect().write_pending()
+        );
+        assert_eq!(mgr.inspect().write_pending(), 0);
     });
     let h = drained
         .histogram(catalogue::CPU_ALLOCATION_SIZE, &[])
@@ -154,7 +159,7 @@ fn lookup_and_pin_never_loses_a_hit_to_a_concurrent_eviction() {
     let m = shared(8, 0);
     let (did, _) = run_threads(&m);
     assert!(did.pinned > 0);
-    m.with(|mgr| mgr.check_invariants().unwrap());
+    m.with(|mgr| mgr.inspect().check_invariants().unwrap());
 }
 
 #[test]
@@ -164,7 +169,7 @@ fn a_poisoned_lock_is_recovered() {
     let r = thread::spawn(move || {
         m2.with(|mgr| {
             let req = mgr.on_new_request().unwrap();
-            mgr.prepare_store(req, &[1, 2], None).unwrap();
+            store_or_no_room(mgr, req, &[1, 2], None).unwrap();
             panic!("a worker dies holding the lock");
         })
     })
@@ -173,9 +178,9 @@ fn a_poisoned_lock_is_recovered() {
     let (lookup, poisoned) = m.with_reporting(|mgr| mgr.lookup(&1));
     assert!(poisoned);
     assert_eq!(lookup, LookupResult::HitPending);
-    let (_, poisoned) = m.with_reporting(|mgr| mgr.check_invariants());
+    let (_, poisoned) = m.with_reporting(|mgr| mgr.inspect().check_invariants());
     assert!(!poisoned, "the poison is cleared once recovered");
-    m.with(|mgr| mgr.complete_store(&[1, 2], true));
+    m.with(|mgr| mgr.complete_store(&[1, 2], StoreOutcome::Stored));
     assert_eq!(m.lookup(&2), LookupResult::Hit);
 }
 
@@ -192,8 +197,8 @@ fn shards_are_independent_engines() {
                 s.with(e, |m| {
                     let req = m.on_new_request().unwrap();
                     let keys: Vec<u64> = (0..=e as u64).collect();
-                    m.prepare_store(req, &keys, None).unwrap();
-                    m.complete_store(&keys, true);
+                    store_or_no_room(m, req, &keys, None).unwrap();
+                    m.complete_store(&keys, StoreOutcome::Stored);
                     m.on_request_finished(req).unwrap();
                 })
                 .unwrap();
@@ -209,7 +214,7 @@ fn shards_are_independent_engines() {
         let h = p.histogram(catalogue::CPU_ALLOCATION_SIZE, &[]).unwrap();
         assert_eq!((h.count(), h.sum()), (1, e as u64 + 1));
         assert_eq!(
-            u64::from(sharded.get(e).unwrap().with(|m| m.allocated())),
+            u64::from(sharded.get(e).unwrap().with(|m| m.inspect().allocated())),
             e as u64 + 1
         );
     }

@@ -6,13 +6,12 @@
 //! one float in the core's decisions; IEEE arithmetic makes it identical on every target).
 
 use alloc::vec::Vec;
-use core::hash::BuildHasher;
-use hashbrown::HashTable;
 
+use super::key_pool::KeyPool;
 use super::links::{Links, List, NIL};
-use super::reserve::{OutOfMemory, descending, filled, table};
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
+use crate::reserve::{AllocError, Lazy};
 
 const NONE: u8 = 0;
 const T1: u8 = 1;
@@ -21,7 +20,7 @@ const T2: u8 = 2;
 #[derive(Clone, Debug)]
 pub(crate) struct Arc<K> {
     links: Links,
-    which: Vec<u8>,
+    which: Lazy<u8>,
     t1: List,
     t2: List,
     ghosts: Ghosts<K>,
@@ -30,16 +29,26 @@ pub(crate) struct Arc<K> {
 }
 
 impl<K: OffloadKey> Arc<K> {
-    pub(crate) fn new(n: u32, filler: K, hasher: FixedState) -> Result<Self, OutOfMemory> {
+    pub(crate) fn new(n: u32, hasher: FixedState) -> Result<Self, AllocError> {
         Ok(Arc {
-            links: Links::new(n as usize)?,
-            which: filled(n as usize, NONE)?,
+            links: Links::new(n)?,
+            which: Lazy::new(n as usize, NONE)?,
             t1: List::EMPTY,
             t2: List::EMPTY,
-            ghosts: Ghosts::new(n, filler, hasher)?,
+            ghosts: Ghosts::new(n, hasher)?,
             target: 0.0,
             capacity: n,
         })
+    }
+
+    /// The bytes [`Arc::new`] allocates for `n` slots (and `2 · n` ghost nodes).
+    pub(crate) fn bytes(n: u64) -> u64 {
+        let ghosts = n.saturating_mul(2);
+        Links::bytes(n)
+            .saturating_add(Lazy::<u8>::bytes(n))
+            .saturating_add(KeyPool::<K>::bytes(ghosts))
+            .saturating_add(Links::bytes(ghosts))
+            .saturating_add(Lazy::<u8>::bytes(ghosts))
     }
 
     /// The adaptive target size of T1.
@@ -59,19 +68,19 @@ impl<K: OffloadKey> Arc<K> {
 
     /// A new chunk goes to the MRU end of T1 and leaves the ghost lists.
     pub(crate) fn insert(&mut self, slot: u32, key: &K) {
-        self.which[slot as usize] = T1;
+        self.which.set(slot as usize, T1);
         self.links.push_back(&mut self.t1, slot);
         self.ghosts.remove(key);
     }
 
     /// Forgets a chunk without a ghost entry (failed store).
     pub(crate) fn remove(&mut self, slot: u32) {
-        match self.which[slot as usize] {
+        match self.which.get(slot as usize) {
             T1 => self.links.unlink(&mut self.t1, slot),
             T2 => self.links.unlink(&mut self.t2, slot),
             _ => return,
         }
-        self.which[slot as usize] = NONE;
+        self.which.set(slot as usize, NONE);
     }
 
     /// Ghost adaptation for a key that is not resident.
@@ -81,7 +90,7 @@ impl<K: OffloadKey> Arc<K> {
         };
         let cap = f64::from(self.capacity);
         let (b1, b2) = (f64::from(self.ghosts.b1.len), f64::from(self.ghosts.b2.len));
-        if self.ghosts.which[node as usize] == B1 {
+        if self.ghosts.which.get(node as usize) == B1 {
             let delta = py_max_one(b2 / b1);
             let t = self.target + delta;
             self.target = if t <= cap { t } else { cap };
@@ -98,10 +107,10 @@ impl<K: OffloadKey> Arc<K> {
     /// resident, with its readiness.
     pub(crate) fn touch(&mut self, key: &K, slot: Option<(u32, bool)>) {
         match slot {
-            Some((s, ready)) => match self.which[s as usize] {
+            Some((s, ready)) => match self.which.get(s as usize) {
                 T1 if ready => {
                     self.links.move_to_back(&mut self.t1, &mut self.t2, s);
-                    self.which[s as usize] = T2;
+                    self.which.set(s as usize, T2);
                 }
                 T1 => self.links.move_to_tail(&mut self.t1, s),
                 T2 => self.links.move_to_tail(&mut self.t2, s),
@@ -113,7 +122,7 @@ impl<K: OffloadKey> Arc<K> {
 
     /// The end of a request, for one resident key (callers walk tail to head).
     pub(crate) fn on_finished(&mut self, slot: u32, insertion_only: bool, reused: bool) {
-        let w = self.which[slot as usize];
+        let w = self.which.get(slot as usize);
         if insertion_only {
             match w {
                 T1 => self.links.move_to_tail(&mut self.t1, slot),
@@ -124,7 +133,7 @@ impl<K: OffloadKey> Arc<K> {
             match w {
                 T1 => {
                     self.links.move_to_back(&mut self.t1, &mut self.t2, slot);
-                    self.which[slot as usize] = T2;
+                    self.which.set(slot as usize, T2);
                 }
                 T2 => self.links.move_to_tail(&mut self.t2, slot),
                 _ => {}
@@ -145,7 +154,10 @@ impl<K: OffloadKey> Arc<K> {
         out: &mut Vec<u32>,
     ) -> bool {
         let start = out.len();
-        let eligible = |s: u32| ref_cnt[s as usize] == 0 && stamps[s as usize] != stamp;
+        let eligible = |s: u32| {
+            ref_cnt.get(s as usize) == Some(&0)
+                && stamps.get(s as usize).copied().unwrap_or(0) != stamp
+        };
         let mut c1 = self.t1.head;
         let mut c2 = self.t2.head;
         let links = &self.links;
@@ -188,14 +200,14 @@ impl<K: OffloadKey> Arc<K> {
         }
         for &s in &out[start..] {
             let key = keys[s as usize];
-            if self.which[s as usize] == T1 {
+            if self.which.get(s as usize) == T1 {
                 self.links.unlink(&mut self.t1, s);
                 self.ghosts.push(B1, key);
             } else {
                 self.links.unlink(&mut self.t2, s);
                 self.ghosts.push(B2, key);
             }
-            self.which[s as usize] = NONE;
+            self.which.set(s as usize, NONE);
         }
         true
     }
@@ -204,7 +216,7 @@ impl<K: OffloadKey> Arc<K> {
     pub(crate) fn clear(&mut self) {
         self.t1 = List::EMPTY;
         self.t2 = List::EMPTY;
-        self.which.iter_mut().for_each(|w| *w = NONE);
+        self.which.clear();
         self.ghosts.clear();
         self.target = 0.0;
     }
@@ -224,7 +236,7 @@ impl<K: OffloadKey> Arc<K> {
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.which.capacity() * 9 + self.ghosts.heap_bytes()
+        self.links.heap_bytes() + self.which.heap_bytes() + self.ghosts.heap_bytes()
     }
 }
 
@@ -238,30 +250,25 @@ const B1: u8 = 1;
 const B2: u8 = 2;
 
 /// The ghost lists: keys recently evicted from T1 (B1) and T2 (B2), each at most `capacity`
-/// long, in a fixed pool of `2 · capacity` nodes.
+/// long, in a pool of `2 · capacity` nodes.
 #[derive(Clone, Debug)]
 struct Ghosts<K> {
+    pool: KeyPool<K>,
     links: Links,
-    keys: Vec<K>,
-    which: Vec<u8>,
-    free: Vec<u32>,
-    index: HashTable<u32>,
-    hasher: FixedState,
+    which: Lazy<u8>,
     b1: List,
     b2: List,
     capacity: u32,
 }
 
 impl<K: OffloadKey> Ghosts<K> {
-    fn new(capacity: u32, filler: K, hasher: FixedState) -> Result<Self, OutOfMemory> {
-        let n = 2 * capacity as usize;
+    fn new(capacity: u32, hasher: FixedState) -> Result<Self, AllocError> {
+        // The configuration keeps 2 · capacity below 2^32.
+        let n = capacity.checked_mul(2).ok_or(AllocError)?;
         Ok(Ghosts {
+            pool: KeyPool::new(n, hasher)?,
             links: Links::new(n)?,
-            keys: filled(n, filler)?,
-            which: filled(n, NONE)?,
-            free: descending(u32::try_from(n).map_err(|_| OutOfMemory)?)?,
-            index: table(n)?,
-            hasher,
+            which: Lazy::new(n as usize, NONE)?,
             b1: List::EMPTY,
             b2: List::EMPTY,
             capacity,
@@ -269,31 +276,21 @@ impl<K: OffloadKey> Ghosts<K> {
     }
 
     fn find(&self, key: &K) -> Option<u32> {
-        let keys = &self.keys;
-        self.index
-            .find(self.hasher.hash_one(key), |&g| keys[g as usize] == *key)
-            .copied()
+        self.pool.find(key)
     }
 
     fn remove(&mut self, key: &K) {
-        let keys = &self.keys;
-        let Ok(entry) = self
-            .index
-            .find_entry(self.hasher.hash_one(key), |&g| keys[g as usize] == *key)
-        else {
-            return;
-        };
-        let (node, _) = entry.remove();
-        self.unlink_node(node);
+        if let Some(node) = self.pool.remove_key(key) {
+            self.unlink_node(node);
+        }
     }
 
     fn unlink_node(&mut self, node: u32) {
-        match self.which[node as usize] {
+        match self.which.get(node as usize) {
             B1 => self.links.unlink(&mut self.b1, node),
             _ => self.links.unlink(&mut self.b2, node),
         }
-        self.which[node as usize] = NONE;
-        self.free.push(node);
+        self.which.set(node as usize, NONE);
     }
 
     fn drop_lru(&mut self, list: u8) {
@@ -305,11 +302,7 @@ impl<K: OffloadKey> Ghosts<K> {
         if head == NIL {
             return;
         }
-        let key = self.keys[head as usize];
-        let h = self.hasher.hash_one(key);
-        if let Ok(entry) = self.index.find_entry(h, |&g| g == head) {
-            entry.remove();
-        }
+        self.pool.remove(head);
         self.unlink_node(head);
     }
 
@@ -323,33 +316,25 @@ impl<K: OffloadKey> Ghosts<K> {
         if len >= self.capacity {
             self.drop_lru(list);
         }
-        let Some(node) = self.free.pop() else { return };
-        self.keys[node as usize] = key;
-        self.which[node as usize] = list;
+        let Some(node) = self.pool.insert(key) else {
+            return;
+        };
+        self.which.set(node as usize, list);
         if list == B1 {
             self.links.push_back(&mut self.b1, node);
         } else {
             self.links.push_back(&mut self.b2, node);
         }
-        let keys = &self.keys;
-        let hasher = self.hasher;
-        self.index.insert_unique(hasher.hash_one(key), node, |&g| {
-            hasher.hash_one(keys[g as usize])
-        });
     }
 
     fn clear(&mut self) {
-        self.index.clear();
+        self.pool.clear();
         self.b1 = List::EMPTY;
         self.b2 = List::EMPTY;
-        self.which.iter_mut().for_each(|w| *w = NONE);
-        self.free.clear();
-        let n = u32::try_from(self.keys.len()).unwrap_or(u32::MAX);
-        self.free.extend((0..n).rev());
+        self.which.clear();
     }
 
     fn heap_bytes(&self) -> usize {
-        self.keys.capacity() * (core::mem::size_of::<K>() + 8 + 1 + 4)
-            + self.index.allocation_size()
+        self.pool.heap_bytes() + self.links.heap_bytes() + self.which.heap_bytes()
     }
 }

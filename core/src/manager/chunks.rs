@@ -1,13 +1,10 @@
-//! The chunk table: which key holds which slot, each chunk's reference count, and the slot pool.
+//! The chunk table: which key holds which slot (a [`KeyPool`] whose ids are the slots, in vLLM's
+//! slot order), each chunk's reference count and its eviction-protection stamp.
 
-use alloc::vec::Vec;
-use core::hash::BuildHasher;
-use hashbrown::HashTable;
-
-use super::reserve::{OutOfMemory, filled, table};
-use crate::allocator::SlotPool;
+use super::key_pool::KeyPool;
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
+use crate::reserve::{AllocError, Lazy};
 
 /// `ref_cnt` of a slot that holds no key.
 pub(crate) const ABSENT: i32 = i32::MIN;
@@ -17,134 +14,115 @@ pub(crate) const PENDING: i32 = -1;
 /// Slot-indexed chunk state plus the key → slot index.
 #[derive(Clone, Debug)]
 pub(crate) struct Chunks<K> {
-    /// The key held by each slot; meaningful only where `ref_cnt != ABSENT`.
-    keys: Vec<K>,
+    /// The resident keys; a key's id is its slot.
+    pub(crate) pool: KeyPool<K>,
     /// −1 pending, 0 idle (evictable), k > 0 pinned by k loads, `ABSENT` when free.
-    ref_cnt: Vec<i32>,
+    ref_cnt: Lazy<i32>,
     /// The store call that last offered the slot's key (eviction protection).
-    stamp: Vec<u32>,
-    index: HashTable<u32>,
-    hasher: FixedState,
-    pub(crate) pool: SlotPool,
+    stamp: Lazy<u32>,
 }
 
 impl<K: OffloadKey> Chunks<K> {
-    pub(crate) fn new(capacity: u32, filler: K, hasher: FixedState) -> Result<Self, OutOfMemory> {
+    pub(crate) fn new(capacity: u32, hasher: FixedState) -> Result<Self, AllocError> {
         let n = capacity as usize;
         Ok(Chunks {
-            keys: filled(n, filler)?,
-            ref_cnt: filled(n, ABSENT)?,
-            stamp: filled(n, 0)?,
-            index: table(n)?,
-            hasher,
-            pool: SlotPool::try_new(capacity).ok_or(OutOfMemory)?,
+            pool: KeyPool::new(capacity, hasher)?,
+            ref_cnt: Lazy::new(n, ABSENT)?,
+            stamp: Lazy::new(n, 0)?,
         })
     }
 
-    #[inline]
-    fn hash(&self, key: &K) -> u64 {
-        self.hasher.hash_one(key)
+    /// The bytes [`Chunks::new`] allocates for `capacity` slots.
+    pub(crate) fn bytes(capacity: u64) -> u64 {
+        KeyPool::<K>::bytes(capacity)
+            .saturating_add(Lazy::<i32>::bytes(capacity))
+            .saturating_add(Lazy::<u32>::bytes(capacity))
     }
 
     /// The slot holding `key`, if any.
     #[inline]
     pub(crate) fn find(&self, key: &K) -> Option<u32> {
-        let keys = &self.keys;
-        self.index
-            .find(self.hash(key), |&s| keys[s as usize] == *key)
-            .copied()
+        self.pool.find(key)
     }
 
     /// The slot of `key`, trying the hint `slot` first (a slot that still holds `key`).
     #[inline]
     pub(crate) fn find_hinted(&self, key: &K, slot: u32) -> Option<u32> {
-        match self.ref_cnt.get(slot as usize) {
-            Some(&r) if r != ABSENT && self.keys[slot as usize] == *key => Some(slot),
+        match self.pool.keys().get(slot as usize) {
+            Some(k) if k == key && self.ref_cnt(slot) != ABSENT => Some(slot),
             _ => self.find(key),
         }
     }
 
     #[inline]
     pub(crate) fn key(&self, slot: u32) -> K {
-        self.keys[slot as usize]
+        self.pool.key(slot)
     }
 
+    /// Keys by slot (slots never used lie beyond the end).
     #[inline]
     pub(crate) fn keys(&self) -> &[K] {
-        &self.keys
+        self.pool.keys()
     }
 
     #[inline]
     pub(crate) fn ref_cnt(&self, slot: u32) -> i32 {
-        self.ref_cnt[slot as usize]
+        self.ref_cnt.get(slot as usize)
     }
 
+    /// Reference counts by slot, as far as written (every resident slot is).
     #[inline]
     pub(crate) fn ref_cnts(&self) -> &[i32] {
-        &self.ref_cnt
+        self.ref_cnt.written()
     }
 
     #[inline]
     pub(crate) fn set_ref_cnt(&mut self, slot: u32, v: i32) {
-        self.ref_cnt[slot as usize] = v;
+        self.ref_cnt.set(slot as usize, v);
     }
 
+    /// Protection stamps by slot, as far as written (slots beyond read as 0, never a stamp).
     #[inline]
     pub(crate) fn stamps(&self) -> &[u32] {
-        &self.stamp
+        self.stamp.written()
     }
 
     #[inline]
     pub(crate) fn set_stamp(&mut self, slot: u32, stamp: u32) {
-        self.stamp[slot as usize] = stamp;
+        self.stamp.set(slot as usize, stamp);
     }
 
     /// Forgets every protection stamp (when the call counter wraps).
     pub(crate) fn clear_stamps(&mut self) {
-        self.stamp.iter_mut().for_each(|s| *s = 0);
+        self.stamp.clear();
     }
 
-    /// Records that `slot` (just allocated) holds `key`, pending.
-    pub(crate) fn insert(&mut self, key: K, slot: u32) {
-        let h = self.hash(&key);
-        self.keys[slot as usize] = key;
-        self.ref_cnt[slot as usize] = PENDING;
-        let keys = &self.keys;
-        let hasher = self.hasher;
-        self.index
-            .insert_unique(h, slot, |&s| hasher.hash_one(keys[s as usize]));
+    /// Gives `key` (not resident) the next free slot, pending; `None` when no slot is free.
+    pub(crate) fn insert(&mut self, key: K) -> Option<u32> {
+        let slot = self.pool.insert(key)?;
+        self.ref_cnt.set(slot as usize, PENDING);
+        Some(slot)
     }
 
     /// Removes `slot`'s key from the index and returns the slot to the pool.
     pub(crate) fn remove(&mut self, slot: u32) {
-        let key = self.keys[slot as usize];
-        let h = self.hash(&key);
-        if let Ok(entry) = self.index.find_entry(h, |&s| s == slot) {
-            entry.remove();
-        }
-        self.ref_cnt[slot as usize] = ABSENT;
-        // The slot was allocated (it held a key), so freeing cannot fail.
-        let _ = self.pool.free(slot);
+        self.pool.remove(slot);
+        self.ref_cnt.set(slot as usize, ABSENT);
     }
 
     /// Forgets every chunk; slot ids restart at 0.
     pub(crate) fn clear(&mut self) {
-        self.index.clear();
-        self.ref_cnt.iter_mut().for_each(|r| *r = ABSENT);
-        self.pool.reset();
+        self.pool.clear();
+        self.ref_cnt.clear();
     }
 
     /// The number of resident keys.
     pub(crate) fn len(&self) -> usize {
-        self.index.len()
+        self.pool.indexed()
     }
 
     /// Bytes of heap held (for memory accounting).
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.keys.capacity() * core::mem::size_of::<K>()
-            + self.ref_cnt.capacity() * 4
-            + self.stamp.capacity() * 4
-            + self.index.allocation_size()
-            + self.pool.heap_bytes()
+        self.pool.heap_bytes() + self.ref_cnt.heap_bytes() + self.stamp.heap_bytes()
     }
 }

@@ -100,6 +100,11 @@ pub struct ManagerConfig {
     /// The hasher seed for every map of the manager (deterministic; change it to harden
     /// against chosen-collision keys).
     pub hasher: FixedState,
+    /// The most bytes the manager may allocate at construction
+    /// ([`OffloadManager::required_bytes`](super::OffloadManager::required_bytes)); a
+    /// configuration that needs more is [`ConfigError::OutOfMemory`] before anything is
+    /// allocated. `None` (the default): no limit beyond what the allocator grants.
+    pub memory_limit: Option<u64>,
 }
 
 impl ManagerConfig {
@@ -117,6 +122,7 @@ impl ManagerConfig {
             max_requests: 4_096,
             info: None,
             hasher: FixedState::default(),
+            memory_limit: None,
         }
     }
 
@@ -143,9 +149,8 @@ impl ManagerConfig {
         }
         // ARC's ghost pool holds 2 · num_chunks nodes.
         if self.policy == PolicyKind::Arc && u64::from(self.num_chunks) * 2 >= u64::from(u32::MAX) {
-            return Err(ConfigError::TooLarge {
+            return Err(ConfigError::ArcTooLarge {
                 num_chunks: self.num_chunks,
-                max_requests: self.max_requests,
             });
         }
         Ok(())
@@ -154,19 +159,31 @@ impl ManagerConfig {
 
 /// Why a [`ManagerConfig`] was rejected.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// `max_requests` is 0: no request could ever be served.
     ZeroMaxRequests,
     /// The manager's fixed arrays for this configuration (about 62 bytes per chunk under LRU,
-    /// 125 under ARC, plus the tracker and the event queue) could not be allocated.
-    OutOfMemory,
-    /// `num_chunks + max_requests` (or `2 · num_chunks` for ARC) does not fit the u32 index
-    /// space.
+    /// 125 under ARC, plus the tracker and the event queue) exceed
+    /// [`ManagerConfig::memory_limit`], or could not be allocated.
+    OutOfMemory {
+        /// Bytes the configuration needs
+        /// ([`OffloadManager::required_bytes`](super::OffloadManager::required_bytes)).
+        needed: u64,
+        /// The limit it exceeds; `None` when there was no limit and the allocator refused.
+        limit: Option<u64>,
+    },
+    /// `num_chunks + max_requests` does not fit the u32 index space.
     TooLarge {
         /// The configured slot count.
         num_chunks: u32,
         /// The configured request limit.
         max_requests: u32,
+    },
+    /// ARC keeps `2 · num_chunks` ghost nodes, which must fit the u32 index space.
+    ArcTooLarge {
+        /// The configured slot count.
+        num_chunks: u32,
     },
 }
 
@@ -174,9 +191,21 @@ impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConfigError::ZeroMaxRequests => f.write_str("max_requests must be at least 1"),
-            ConfigError::OutOfMemory => f.write_str(
-                "cannot allocate the manager's arrays for this many chunks, tracker entries or \
-                 event keys: out of memory",
+            ConfigError::OutOfMemory {
+                needed,
+                limit: Some(limit),
+            } => write!(
+                f,
+                "the manager needs {needed} bytes for this many chunks, requests, tracker \
+                 entries and event keys, over the memory limit of {limit} bytes"
+            ),
+            ConfigError::OutOfMemory {
+                needed,
+                limit: None,
+            } => write!(
+                f,
+                "cannot allocate the manager's {needed} bytes for this many chunks, requests, \
+                 tracker entries and event keys: out of memory"
             ),
             ConfigError::TooLarge {
                 num_chunks,
@@ -184,7 +213,12 @@ impl fmt::Display for ConfigError {
             } => write!(
                 f,
                 "num_chunks ({num_chunks}) plus max_requests ({max_requests}) exceeds the u32 \
-                 index space (ARC needs 2 · num_chunks below 2^32 too)"
+                 index space"
+            ),
+            ConfigError::ArcTooLarge { num_chunks } => write!(
+                f,
+                "num_chunks ({num_chunks}) is too large for ARC: its 2 · num_chunks ghost \
+                 entries exceed the u32 index space"
             ),
         }
     }

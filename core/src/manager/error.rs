@@ -6,6 +6,7 @@ use super::request::RequestError;
 
 /// Why `prepare_load` refused (vLLM asserts instead).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum LoadError {
     /// The request handle is not live.
     Request(RequestError),
@@ -30,6 +31,7 @@ pub enum LoadError {
 
 /// Why `complete_load` refused (vLLM asserts instead).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CompleteLoadError {
     /// `keys[index]` is not in the tier.
     NotPresent {
@@ -43,8 +45,9 @@ pub enum CompleteLoadError {
     },
 }
 
-/// Why `prepare_store` refused. (Not enough room is not an error: it returns `Ok(None)`.)
+/// Why `prepare_store` refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum StoreError {
     /// The request handle is not live.
     Request(RequestError),
@@ -56,10 +59,20 @@ pub enum StoreError {
     },
     /// The positions do not fit the keys (see [`PositionError`]).
     Positions(PositionError),
+    /// Not enough room: `need` chunks had to be evicted but fewer could be (vLLM's
+    /// `prepare_store` returning `None`, an allocation failure). No chunk changed; the offer
+    /// was still counted, as in vLLM.
+    NoRoom {
+        /// Chunks that had to be evicted (candidates beyond the free slots).
+        need: u32,
+        /// Chunks that were idle, including any this offer protected from eviction.
+        evictable: u32,
+    },
 }
 
 /// A problem with the end-token positions passed alongside keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PositionError {
     /// The positions slice is not as long as the keys slice.
     LengthMismatch {
@@ -135,6 +148,11 @@ impl fmt::Display for StoreError {
                 "prepare_store: key at index {index} repeats an earlier key of the same offer"
             ),
             StoreError::Positions(e) => write!(f, "prepare_store: {e}"),
+            StoreError::NoRoom { need, evictable } => write!(
+                f,
+                "prepare_store: no room: {need} chunks must be evicted and {evictable} are \
+                 idle (idle chunks offered by this call cannot be evicted)"
+            ),
         }
     }
 }

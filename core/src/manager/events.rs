@@ -2,7 +2,7 @@
 
 use alloc::vec::Vec;
 
-use super::reserve::{OutOfMemory, with_capacity};
+use crate::reserve::{AllocError, array_bytes, with_capacity};
 
 /// What an [`OffloadEvent`] announces.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -59,7 +59,13 @@ pub(crate) struct EventQueue<K> {
 }
 
 impl<K: Copy> EventQueue<K> {
-    pub(crate) fn new(max_keys: u32) -> Result<Self, OutOfMemory> {
+    /// The bytes [`EventQueue::new`] allocates for `max_keys` keys.
+    pub(crate) fn bytes(max_keys: u64) -> u64 {
+        array_bytes(max_keys, core::mem::size_of::<K>())
+            .saturating_add(array_bytes(max_keys, core::mem::size_of::<Header>()))
+    }
+
+    pub(crate) fn new(max_keys: u32) -> Result<Self, AllocError> {
         Ok(EventQueue {
             keys: with_capacity(max_keys as usize)?,
             headers: with_capacity(max_keys as usize)?,
@@ -130,6 +136,7 @@ impl<K: Copy> EventQueue<K> {
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.keys.capacity() * core::mem::size_of::<K>() + self.headers.capacity() * 12
+        self.keys.capacity() * core::mem::size_of::<K>()
+            + self.headers.capacity() * core::mem::size_of::<Header>()
     }
 }

@@ -4,18 +4,18 @@
 //! `prev`/`next` indices sized once. A node is in at most one list of a table at a time. All
 //! operations are O(1) and allocate nothing.
 
-use alloc::vec::Vec;
-
-use super::reserve::{OutOfMemory, filled};
+use crate::reserve::{AllocError, Lazy, Split};
 
 /// The "no node" index.
 pub(crate) const NIL: u32 = u32::MAX;
 
-/// The `prev`/`next` links of `n` nodes.
+/// The `prev`/`next` links of nodes `0..lo + hi`, stored as two lazily written regions
+/// (`0..lo` and `lo..lo + hi`), so that each region touches memory only as far as its nodes
+/// are used.
 #[derive(Clone, Debug)]
 pub(crate) struct Links {
-    prev: Vec<u32>,
-    next: Vec<u32>,
+    prev: Split<u32>,
+    next: Split<u32>,
 }
 
 /// The ends and length of one list threaded through a [`Links`] table.
@@ -35,32 +35,48 @@ impl List {
 }
 
 impl Links {
-    pub(crate) fn new(n: usize) -> Result<Self, OutOfMemory> {
+    /// Links of `n` nodes in one region.
+    pub(crate) fn new(n: u32) -> Result<Self, AllocError> {
+        Links::split(n, 0)
+    }
+
+    /// Links of nodes `0..lo` and `lo..lo + hi`, each region written on demand.
+    pub(crate) fn split(lo: u32, hi: u32) -> Result<Self, AllocError> {
         Ok(Links {
-            prev: filled(n, NIL)?,
-            next: filled(n, NIL)?,
+            prev: Split::new(lo, hi, NIL)?,
+            next: Split::new(lo, hi, NIL)?,
         })
+    }
+
+    /// The bytes [`Links::split`] allocates for `nodes` nodes in all.
+    pub(crate) fn bytes(nodes: u64) -> u64 {
+        Lazy::<u32>::bytes(nodes).saturating_mul(2)
     }
 
     #[inline]
     pub(crate) fn next(&self, i: u32) -> u32 {
-        self.next[i as usize]
+        self.next.get(i)
     }
 
     #[inline]
     pub(crate) fn prev(&self, i: u32) -> u32 {
-        self.prev[i as usize]
+        self.prev.get(i)
+    }
+
+    /// Bytes of heap held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.prev.heap_bytes() + self.next.heap_bytes()
     }
 
     /// Appends unlinked node `i` at the tail of `list`.
     #[inline]
     pub(crate) fn push_back(&mut self, list: &mut List, i: u32) {
-        self.prev[i as usize] = list.tail;
-        self.next[i as usize] = NIL;
+        self.prev.set(i, list.tail);
+        self.next.set(i, NIL);
         if list.tail == NIL {
             list.head = i;
         } else {
-            self.next[list.tail as usize] = i;
+            self.next.set(list.tail, i);
         }
         list.tail = i;
         list.len += 1;
@@ -73,14 +89,14 @@ impl Links {
             self.push_back(list, i);
             return;
         }
-        let p = self.prev[at as usize];
-        self.prev[i as usize] = p;
-        self.next[i as usize] = at;
-        self.prev[at as usize] = i;
+        let p = self.prev.get(at);
+        self.prev.set(i, p);
+        self.next.set(i, at);
+        self.prev.set(at, i);
         if p == NIL {
             list.head = i;
         } else {
-            self.next[p as usize] = i;
+            self.next.set(p, i);
         }
         list.len += 1;
     }
@@ -88,20 +104,20 @@ impl Links {
     /// Removes node `i`, which must be linked in `list`.
     #[inline]
     pub(crate) fn unlink(&mut self, list: &mut List, i: u32) {
-        let p = self.prev[i as usize];
-        let n = self.next[i as usize];
+        let p = self.prev.get(i);
+        let n = self.next.get(i);
         if p == NIL {
             list.head = n;
         } else {
-            self.next[p as usize] = n;
+            self.next.set(p, n);
         }
         if n == NIL {
             list.tail = p;
         } else {
-            self.prev[n as usize] = p;
+            self.prev.set(n, p);
         }
-        self.prev[i as usize] = NIL;
-        self.next[i as usize] = NIL;
+        self.prev.set(i, NIL);
+        self.next.set(i, NIL);
         list.len -= 1;
     }
 
@@ -125,6 +141,7 @@ impl Links {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use alloc::vec::Vec;
 
     fn collect(l: &Links, list: &List) -> Vec<u32> {
         let mut v = Vec::new();
@@ -138,7 +155,7 @@ mod tests {
 
     #[test]
     fn push_insert_unlink_move() {
-        let mut l = Links::new(6).unwrap();
+        let mut l = Links::split(4, 2).unwrap();
         let mut a = List::EMPTY;
         let mut b = List::EMPTY;
         for i in [0, 1, 2] {

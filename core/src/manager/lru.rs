@@ -18,8 +18,8 @@
 use alloc::vec::Vec;
 
 use super::links::{Links, List, NIL};
-use super::reserve::{OutOfMemory, filled};
 use crate::key::OffloadKey;
+use crate::reserve::{AllocError, Lazy, Split};
 
 /// The rank state of a request, kept in the request's own state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -34,8 +34,8 @@ pub(crate) struct RequestRank {
 pub(crate) struct Lru {
     links: Links,
     order: List,
-    major: Vec<u64>,
-    minor: Vec<i64>,
+    major: Split<u64>,
+    minor: Split<i64>,
     /// Slots are nodes `0..n`; request anchors are `n..n + max_requests`.
     n: u32,
     next_rank: u64,
@@ -46,13 +46,12 @@ pub(crate) struct Lru {
 }
 
 impl Lru {
-    pub(crate) fn new(n: u32, max_requests: u32) -> Result<Self, OutOfMemory> {
-        let total = n as usize + max_requests as usize;
+    pub(crate) fn new(n: u32, max_requests: u32) -> Result<Self, AllocError> {
         Ok(Lru {
-            links: Links::new(total)?,
+            links: Links::split(n, max_requests)?,
             order: List::EMPTY,
-            major: filled(total, 0)?,
-            minor: filled(total, 0)?,
+            major: Split::new(n, max_requests, 0)?,
+            minor: Split::new(n, max_requests, 0)?,
             n,
             next_rank: 0,
             generation: 0,
@@ -72,8 +71,8 @@ impl Lru {
     /// `rank(a) < rank(b)` for linked nodes (anchors sort before their request's chunks).
     #[inline]
     fn ranks_before<K: OffloadKey>(&self, a: u32, b: u32, keys: &[K]) -> bool {
-        let ra = (self.major[a as usize], self.minor[a as usize]);
-        let rb = (self.major[b as usize], self.minor[b as usize]);
+        let ra = (self.major.get(a), self.minor.get(a));
+        let rb = (self.major.get(b), self.minor.get(b));
         if ra != rb {
             return ra < rb;
         }
@@ -101,8 +100,8 @@ impl Lru {
         }
         let major = self.fresh_major();
         let anchor = self.n + req_index;
-        self.major[anchor as usize] = major;
-        self.minor[anchor as usize] = i64::MIN;
+        self.major.set(anchor, major);
+        self.minor.set(anchor, i64::MIN);
         self.links.push_back(&mut self.order, anchor);
         *rank = RequestRank {
             major,
@@ -122,13 +121,13 @@ impl Lru {
     /// Places unlinked `slot` with rank `(major, minor)` right after the request's anchor,
     /// past the bucket's chunks that rank lower.
     fn place_in_bucket<K: OffloadKey>(&mut self, slot: u32, anchor: u32, keys: &[K]) {
-        let (major, minor) = (self.major[slot as usize], self.minor[slot as usize]);
+        let (major, minor) = (self.major.get(slot), self.minor.get(slot));
         let key = keys[slot as usize];
         let mut at = self.links.next(anchor);
         while at != NIL
             && at < self.n
-            && self.major[at as usize] == major
-            && (self.minor[at as usize], keys[at as usize]) < (minor, key)
+            && self.major.get(at) == major
+            && (self.minor.get(at), keys[at as usize]) < (minor, key)
         {
             at = self.links.next(at);
         }
@@ -147,14 +146,14 @@ impl Lru {
         match position {
             None => {
                 let m = self.fresh_major();
-                self.major[slot as usize] = m;
-                self.minor[slot as usize] = 0;
+                self.major.set(slot, m);
+                self.minor.set(slot, 0);
                 self.links.push_back(&mut self.order, slot);
             }
             Some(p) => {
                 let m = self.request_major(rank, req_index);
-                self.major[slot as usize] = m;
-                self.minor[slot as usize] = neg_position(p);
+                self.major.set(slot, m);
+                self.minor.set(slot, neg_position(p));
                 self.place_in_bucket(slot, self.n + req_index, keys);
             }
         }
@@ -168,8 +167,8 @@ impl Lru {
     /// Gives resident `slot` a fresh (largest) rank.
     pub(crate) fn refresh(&mut self, slot: u32) {
         let m = self.fresh_major();
-        self.major[slot as usize] = m;
-        self.minor[slot as usize] = 0;
+        self.major.set(slot, m);
+        self.minor.set(slot, 0);
         if self.order.tail != slot {
             self.unlink(slot);
             self.links.push_back(&mut self.order, slot);
@@ -193,12 +192,12 @@ impl Lru {
         keys: &[K],
     ) {
         let new = (request_major, neg_position(position));
-        if (self.major[slot as usize], self.minor[slot as usize]) >= new {
+        if (self.major.get(slot), self.minor.get(slot)) >= new {
             return;
         }
         self.unlink(slot);
-        self.major[slot as usize] = new.0;
-        self.minor[slot as usize] = new.1;
+        self.major.set(slot, new.0);
+        self.minor.set(slot, new.1);
         self.place_in_bucket(slot, self.n + req_index, keys);
     }
 
@@ -222,8 +221,8 @@ impl Lru {
         let mut found = 0;
         let mut first_idle_kept = NIL;
         while at != NIL && found < need {
-            if at < self.n && ref_cnt[at as usize] == 0 {
-                if stamps[at as usize] != stamp {
+            if at < self.n && ref_cnt.get(at as usize) == Some(&0) {
+                if stamps.get(at as usize).copied().unwrap_or(0) != stamp {
                     out.push(at);
                     found += 1;
                 } else if first_idle_kept == NIL {
@@ -278,9 +277,16 @@ impl Lru {
         })
     }
 
+    /// The bytes [`Lru::new`] allocates.
+    pub(crate) fn bytes(n: u64, max_requests: u64) -> u64 {
+        let nodes = n.saturating_add(max_requests);
+        Links::bytes(nodes)
+            .saturating_add(Lazy::<u64>::bytes(nodes))
+            .saturating_add(Lazy::<i64>::bytes(nodes))
+    }
+
     pub(crate) fn heap_bytes(&self) -> usize {
-        // major + minor + prev + next per node.
-        self.major.capacity() * 24
+        self.links.heap_bytes() + self.major.heap_bytes() + self.minor.heap_bytes()
     }
 }
 

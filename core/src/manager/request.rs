@@ -8,9 +8,9 @@ use core::hash::BuildHasher;
 use hashbrown::HashTable;
 
 use super::lru::RequestRank;
-use super::reserve::{OutOfMemory, with_capacity};
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
+use crate::reserve::{AllocError, array_bytes, with_capacity};
 
 /// A handle to a request's state in an [`OffloadManager`](super::OffloadManager), from
 /// [`on_new_request`](super::OffloadManager::on_new_request). It goes stale when the request
@@ -157,6 +157,7 @@ impl<K: OffloadKey> RequestState<K> {
 
 /// Why a request handle could not be used or created.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum RequestError {
     /// The handle names no live request (finished, dropped, or from another manager).
     Unknown(RequestId),
@@ -194,7 +195,13 @@ pub(crate) struct Requests<K> {
 }
 
 impl<K: OffloadKey> Requests<K> {
-    pub(crate) fn new(max: u32) -> Result<Self, OutOfMemory> {
+    /// The bytes [`Requests::new`] allocates for `max` requests (request states are added as
+    /// requests arrive and are not counted).
+    pub(crate) fn bytes(max: u64) -> u64 {
+        array_bytes(max, 4)
+    }
+
+    pub(crate) fn new(max: u32) -> Result<Self, AllocError> {
         Ok(Requests {
             states: Vec::new(),
             free: with_capacity(max as usize)?,
@@ -246,6 +253,20 @@ impl<K: OffloadKey> Requests<K> {
             s.clear();
             self.free.push(id.index);
         }
+    }
+
+    /// Bytes of heap held: the free list, and every request state with its warm buffers.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        let states: usize = self
+            .states
+            .iter()
+            .map(|s| {
+                s.entries.capacity() * core::mem::size_of::<Entry<K>>() + s.index.allocation_size()
+            })
+            .sum();
+        self.free.capacity() * 4
+            + self.states.capacity() * core::mem::size_of::<RequestState<K>>()
+            + states
     }
 
     pub(crate) fn live(&self) -> usize {

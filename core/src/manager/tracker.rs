@@ -2,46 +2,42 @@
 //! to the number of store offers that named it.
 
 use alloc::vec::Vec;
-use core::hash::BuildHasher;
-use hashbrown::HashTable;
 
+use super::key_pool::KeyPool;
 use super::links::{Links, List};
-use super::reserve::{OutOfMemory, descending, filled, table};
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
+use crate::reserve::{AllocError, Lazy};
 
 #[derive(Clone, Debug)]
 pub(crate) struct Tracker<K> {
+    pool: KeyPool<K>,
     links: Links,
-    keys: Vec<K>,
-    counts: Vec<u32>,
-    free: Vec<u32>,
-    index: HashTable<u32>,
-    hasher: FixedState,
+    counts: Lazy<u32>,
     lru: List,
     max: u32,
 }
 
 impl<K: OffloadKey> Tracker<K> {
-    pub(crate) fn new(max: u32, filler: K, hasher: FixedState) -> Result<Self, OutOfMemory> {
-        let n = max as usize;
+    pub(crate) fn new(max: u32, hasher: FixedState) -> Result<Self, AllocError> {
         Ok(Tracker {
-            links: Links::new(n)?,
-            keys: filled(n, filler)?,
-            counts: filled(n, 0)?,
-            free: descending(max)?,
-            index: table(n)?,
-            hasher,
+            pool: KeyPool::new(max, hasher)?,
+            links: Links::new(max)?,
+            counts: Lazy::new(max as usize, 0)?,
             lru: List::EMPTY,
             max,
         })
     }
 
+    /// The bytes [`Tracker::new`] allocates for `max` entries.
+    pub(crate) fn bytes(max: u64) -> u64 {
+        KeyPool::<K>::bytes(max)
+            .saturating_add(Links::bytes(max))
+            .saturating_add(Lazy::<u32>::bytes(max))
+    }
+
     fn find(&self, key: &K) -> Option<u32> {
-        let keys = &self.keys;
-        self.index
-            .find(self.hasher.hash_one(key), |&i| keys[i as usize] == *key)
-            .copied()
+        self.pool.find(key)
     }
 
     /// Records one offer of distinct `keys` (tracked ones move to the MRU end, count + 1, and
@@ -55,9 +51,10 @@ impl<K: OffloadKey> Tracker<K> {
             match self.find(key) {
                 Some(i) => {
                     self.links.move_to_tail(&mut self.lru, i);
-                    self.counts[i as usize] = self.counts[i as usize].saturating_add(1);
+                    let c = self.counts.get(i as usize).saturating_add(1);
+                    self.counts.set(i as usize, c);
                     protected += 1;
-                    counts_out.push(self.counts[i as usize]);
+                    counts_out.push(c);
                 }
                 None => counts_out.push(0),
             }
@@ -74,27 +71,19 @@ impl<K: OffloadKey> Tracker<K> {
                 self.drop_lru();
                 unprotected -= 1;
             }
-            let Some(i) = self.free.pop() else { continue };
-            self.keys[i as usize] = *key;
-            self.counts[i as usize] = 1;
+            let Some(i) = self.pool.insert(*key) else {
+                continue;
+            };
+            self.counts.set(i as usize, 1);
             self.links.push_back(&mut self.lru, i);
-            let keys = &self.keys;
-            let hasher = self.hasher;
-            self.index.insert_unique(hasher.hash_one(key), i, |&j| {
-                hasher.hash_one(keys[j as usize])
-            });
             *count = 1;
         }
     }
 
     fn drop_lru(&mut self) {
         let head = self.lru.head;
-        let h = self.hasher.hash_one(self.keys[head as usize]);
-        if let Ok(e) = self.index.find_entry(h, |&j| j == head) {
-            e.remove();
-        }
+        self.pool.remove(head);
         self.links.unlink(&mut self.lru, head);
-        self.free.push(head);
     }
 
     /// Tracked keys (for tests and invariant checks).
@@ -104,11 +93,10 @@ impl<K: OffloadKey> Tracker<K> {
 
     /// The count of `key`, 0 when untracked.
     pub(crate) fn count(&self, key: &K) -> u32 {
-        self.find(key).map_or(0, |i| self.counts[i as usize])
+        self.find(key).map_or(0, |i| self.counts.get(i as usize))
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.keys.capacity() * (core::mem::size_of::<K>() + 8 + 4 + 4)
-            + self.index.allocation_size()
+        self.pool.heap_bytes() + self.links.heap_bytes() + self.counts.heap_bytes()
     }
 }

@@ -8,8 +8,8 @@
  *   cc std-adapter/ffi/examples/replay.c -I std-adapter/ffi/include \
  *      target/release/libkvtier_ffi.a -lpthread -ldl -lm -o replay
  *
- * Protocol per request: on `L`, begin a request, look the keys up in order while they are
- * HITs, load those k keys (prepare_load) and fold k into the digest; on `S`, complete the loads
+ * Protocol per request: on `L`, begin a request, pin the leading HIT keys for loading
+ * (kvtier_pin_hit_prefix: k keys) and fold k into the digest; on `S`, complete the loads
  * and offer the remaining keys (prepare_store; KVTIER_NO_ROOM counts a store failure); on `C`,
  * complete the stores and finish the request. Key i: its hash in group 0, end-token position
  * (i + 1) * block_tokens.
@@ -131,22 +131,16 @@ static void on_load(kvtier_manager *m, uint64_t rid, const char *p, uint64_t blo
     }
     if (*p != '\0') fail("more hashes than announced");
     check(kvtier_request_begin(m, &r.req), "request_begin");
+    /* The leading HITs, pinned in the same call (no eviction between a HIT and its pin). */
+    uint32_t *slots = xcalloc(r.n, sizeof *slots);
     size_t k = 0;
-    for (; k < r.n; k++) {
-        uint32_t res;
-        check(kvtier_lookup(m, &r.keys[k], &res), "lookup");
-        if (res == KVTIER_LOOKUP_HIT) continue;
-        if (res == KVTIER_LOOKUP_HIT_PENDING) c->stopped_at_pending++;
-        break;
-    }
-    if (k > 0) {
-        uint32_t *slots = xcalloc(k, sizeof *slots);
-        size_t len = 0;
-        check(kvtier_prepare_load(m, r.req, r.keys, k, r.ends, slots, k, &len), "prepare_load");
-        if (len != k) fail("prepare_load returned %zu slots for %zu keys", len, k);
-        free(slots);
-        c->hit_requests++;
-    }
+    uint32_t stopped_at_pending = 0;
+    check(kvtier_pin_hit_prefix(m, r.req, r.keys, r.n, r.ends, slots, r.n, &k,
+                                &stopped_at_pending),
+          "pin_hit_prefix");
+    free(slots);
+    if (stopped_at_pending) c->stopped_at_pending++;
+    if (k > 0) c->hit_requests++;
     r.hits = k;
     c->requests++;
     c->request_blocks += r.n;

@@ -192,6 +192,10 @@ typedef struct kvtier_config {
   // The seed of every hash map of the manager (change it to harden against chosen-collision
   // keys; the manager's decisions do not depend on it).
   uint64_t hash_seed;
+  // The most bytes the manager may allocate at construction; a configuration that needs
+  // more is `KVTIER_OUT_OF_MEMORY` before anything is allocated. 0: no limit beyond what
+  // the allocator grants.
+  uint64_t memory_limit;
 } kvtier_config;
 
 // An offload key: a 64-bit block hash plus the KV-cache group it belongs to. Ordered and
@@ -336,6 +340,20 @@ int kvtier_lookup(const struct kvtier_manager *manager, const struct kvtier_key 
 // during the call only. Thread safety: not thread-safe per handle (`KVTIER_BUSY`); distinct
 // handles are independent.
 int kvtier_prepare_load(struct kvtier_manager *manager, uint64_t request, const struct kvtier_key *keys, size_t n_keys, const uint64_t *end_tokens, uint32_t *slots, size_t slots_cap, size_t *slots_len);
+
+// Looks `keys[0..n_keys]` up in order while they are readable (HITs) and pins that prefix for
+// loading, in one call, so that no eviction can fall between a HIT and its pin: `*hits` leading
+// keys are pinned, their slots written to `slots[0..*hits]`, and `*stopped_at_pending` is 1
+// when the scan stopped at a key whose store is pending (else 0). With no hit nothing is
+// pinned. `end_tokens`: NULL, or `n_keys` end-token positions (the pinned prefix uses its
+// part). Complete the loads with `kvtier_complete_load(keys, *hits)`.
+//
+// Errors: `KVTIER_BUFFER_TOO_SMALL` when `slots_cap < n_keys` (the most that can hit;
+// `*hits` = `n_keys`); `KVTIER_UNKNOWN_REQUEST`; `KVTIER_TOO_MANY_PINS`;
+// `KVTIER_BAD_POSITION`. Ownership: every array is the caller's, used during the call only.
+// Thread safety: not thread-safe per handle (`KVTIER_BUSY`); distinct handles are
+// independent.
+int kvtier_pin_hit_prefix(struct kvtier_manager *manager, uint64_t request, const struct kvtier_key *keys, size_t n_keys, const uint64_t *end_tokens, uint32_t *slots, size_t slots_cap, size_t *hits, uint32_t *stopped_at_pending);
 
 // Undoes one pin per key of `keys[0..n_keys]`; a chunk whose last load completes becomes
 // evictable.

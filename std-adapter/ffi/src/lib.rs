@@ -39,9 +39,9 @@ pub use handle::kvtier_manager;
 pub use manager::{
     kvtier_complete_load, kvtier_complete_store, kvtier_config_init, kvtier_drain_events,
     kvtier_events_dropped, kvtier_inspect, kvtier_lookup, kvtier_manager_free, kvtier_manager_new,
-    kvtier_prepare_load, kvtier_prepare_store, kvtier_request_begin, kvtier_request_drop,
-    kvtier_request_finish, kvtier_reset_cache, kvtier_stats_max_len, kvtier_take_stats,
-    kvtier_touch,
+    kvtier_pin_hit_prefix, kvtier_prepare_load, kvtier_prepare_store, kvtier_request_begin,
+    kvtier_request_drop, kvtier_request_finish, kvtier_reset_cache, kvtier_stats_max_len,
+    kvtier_take_stats, kvtier_touch,
 };
 pub use status::kvtier_status;
 pub use types::{

@@ -24,6 +24,7 @@ use core::ffi::c_int;
 
 use kvtier_core::manager::{
     CompleteLoadError, ConfigError, LoadError, OffloadManager, RequestError, RequestId, StoreError,
+    StoreOutcome, StorePlan,
 };
 use kvtier_core::stats::{Payload, wire};
 
@@ -40,6 +41,8 @@ use crate::types::{
 #[derive(Debug)]
 pub(crate) struct State {
     manager: OffloadManager<kvtier_key>,
+    /// The last store decision (reused: the warm path allocates nothing).
+    plan: StorePlan<kvtier_key>,
     /// Drained events not yet delivered (at most `max_event_keys` keys).
     events: Vec<kvtier_event>,
     event_keys: Vec<kvtier_key>,
@@ -55,6 +58,7 @@ impl State {
         let manager = OffloadManager::new(cfg.to_core()?).map_err(config_status)?;
         Ok(State {
             manager,
+            plan: StorePlan::new(),
             events: Vec::new(),
             event_keys: Vec::new(),
             stats: None,
@@ -65,10 +69,8 @@ impl State {
 
 fn config_status(e: ConfigError) -> Status {
     let status = match e {
-        ConfigError::OutOfMemory => Status::KVTIER_OUT_OF_MEMORY,
-        ConfigError::ZeroMaxRequests | ConfigError::TooLarge { .. } => {
-            Status::KVTIER_INVALID_CONFIG
-        }
+        ConfigError::OutOfMemory { .. } => Status::KVTIER_OUT_OF_MEMORY,
+        _ => Status::KVTIER_INVALID_CONFIG,
     };
     fail(status, e)
 }
@@ -77,6 +79,7 @@ fn request_status(e: RequestError) -> Status {
     let status = match e {
         RequestError::Unknown(_) => Status::KVTIER_UNKNOWN_REQUEST,
         RequestError::TooManyRequests { .. } => Status::KVTIER_TOO_MANY_REQUESTS,
+        _ => Status::KVTIER_INVALID_ARGUMENT,
     };
     fail(status, e)
 }
@@ -88,6 +91,7 @@ fn load_status(e: LoadError) -> Status {
         LoadError::NotReady { .. } => Status::KVTIER_NOT_READY,
         LoadError::TooManyPins { .. } => Status::KVTIER_TOO_MANY_PINS,
         LoadError::Positions(_) => Status::KVTIER_BAD_POSITION,
+        _ => Status::KVTIER_INVALID_ARGUMENT,
     };
     fail(status, e)
 }
@@ -96,6 +100,7 @@ fn complete_load_status(e: CompleteLoadError) -> Status {
     let status = match e {
         CompleteLoadError::NotPresent { .. } => Status::KVTIER_NOT_PRESENT,
         CompleteLoadError::NotPinned { .. } => Status::KVTIER_NOT_PINNED,
+        _ => Status::KVTIER_INVALID_ARGUMENT,
     };
     fail(status, e)
 }
@@ -105,6 +110,8 @@ fn store_status(e: StoreError) -> Status {
         StoreError::Request(r) => return request_status(r),
         StoreError::DuplicateKey { .. } => Status::KVTIER_DUPLICATE_KEY,
         StoreError::Positions(_) => Status::KVTIER_BAD_POSITION,
+        StoreError::NoRoom { .. } => Status::KVTIER_NO_ROOM,
+        _ => Status::KVTIER_INVALID_ARGUMENT,
     };
     fail(status, e)
 }
@@ -285,6 +292,56 @@ pub unsafe extern "C" fn kvtier_prepare_load(
     })
 }
 
+/// Looks `keys[0..n_keys]` up in order while they are readable (HITs) and pins that prefix for
+/// loading, in one call, so that no eviction can fall between a HIT and its pin: `*hits` leading
+/// keys are pinned, their slots written to `slots[0..*hits]`, and `*stopped_at_pending` is 1
+/// when the scan stopped at a key whose store is pending (else 0). With no hit nothing is
+/// pinned. `end_tokens`: NULL, or `n_keys` end-token positions (the pinned prefix uses its
+/// part). Complete the loads with `kvtier_complete_load(keys, *hits)`.
+///
+/// Errors: `KVTIER_BUFFER_TOO_SMALL` when `slots_cap < n_keys` (the most that can hit;
+/// `*hits` = `n_keys`); `KVTIER_UNKNOWN_REQUEST`; `KVTIER_TOO_MANY_PINS`;
+/// `KVTIER_BAD_POSITION`. Ownership: every array is the caller's, used during the call only.
+/// Thread safety: not thread-safe per handle (`KVTIER_BUSY`); distinct handles are
+/// independent.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn kvtier_pin_hit_prefix(
+    manager: *mut kvtier_manager,
+    request: u64,
+    keys: *const kvtier_key,
+    n_keys: usize,
+    end_tokens: *const u64,
+    slots: *mut u32,
+    slots_cap: usize,
+    hits: *mut usize,
+    stopped_at_pending: *mut u32,
+) -> c_int {
+    with_state(manager, |st| {
+        // SAFETY: the caller passes `n_keys` readable keys (checked).
+        let keys = unsafe { input(keys, n_keys, "keys", "n_keys") }?;
+        // SAFETY: NULL or `n_keys` readable positions (checked).
+        let ends = unsafe { optional_input(end_tokens, n_keys, "end_tokens", "n_keys") }?;
+        // SAFETY: the caller passes room for `slots_cap` slots (checked).
+        let mut out = unsafe { OutBuf::new(slots, slots_cap, "slots") }?;
+        // SAFETY: the caller passes a pointer valid for one write (checked).
+        let mut out_hits = unsafe { OutRef::new(hits, "hits") }?;
+        // SAFETY: the caller passes a pointer valid for one write (checked).
+        let mut out_pending = unsafe { OutRef::new(stopped_at_pending, "stopped_at_pending") }?;
+        if !out.fits(keys.len()) {
+            out_hits.set(keys.len());
+            return Err(too_small("slots", keys.len(), slots_cap));
+        }
+        let found = st
+            .manager
+            .pin_hit_prefix(RequestId::from_u64(request), keys, ends)
+            .map_err(load_status)?;
+        out.write(found.slots);
+        out_hits.set(found.hits);
+        out_pending.set(u32::from(found.stopped_at_pending));
+        Ok(())
+    })
+}
+
 /// Undoes one pin per key of `keys[0..n_keys]`; a chunk whose last load completes becomes
 /// evictable.
 ///
@@ -381,22 +438,15 @@ pub unsafe extern "C" fn kvtier_prepare_store(
                 store_cap.min(evicted_cap),
             ));
         }
-        let out = st
-            .manager
-            .prepare_store(RequestId::from_u64(request), keys, ends)
-            .map_err(store_status)?
-            .ok_or_else(|| {
-                fail(
-                    Status::KVTIER_NO_ROOM,
-                    "prepare_store: the offer needs more evictions than there are idle chunks; \
-                     nothing was stored",
-                )
-            })?;
-        out_keys.write(out.keys);
-        out_slots.write(out.slots);
-        out_len.set(out.keys.len());
-        out_evicted.write(out.evicted);
-        out_evicted_len.set(out.evicted.len());
+        let plan = &mut st.plan;
+        st.manager
+            .prepare_store(RequestId::from_u64(request), keys, ends, plan)
+            .map_err(store_status)?;
+        out_keys.write(plan.keys());
+        out_slots.write(plan.slots());
+        out_len.set(plan.keys().len());
+        out_evicted.write(plan.evicted());
+        out_evicted_len.set(plan.evicted().len());
         Ok(())
     })
 }
@@ -419,9 +469,9 @@ pub unsafe extern "C" fn kvtier_complete_store(
     with_state(manager, |st| {
         // SAFETY: the caller passes `n_keys` readable keys (checked).
         let keys = unsafe { input(keys, n_keys, "keys", "n_keys") }?;
-        let success = match outcome {
-            KVTIER_STORE_SUCCEEDED => true,
-            KVTIER_STORE_FAILED => false,
+        let outcome = match outcome {
+            KVTIER_STORE_SUCCEEDED => StoreOutcome::Stored,
+            KVTIER_STORE_FAILED => StoreOutcome::Failed,
             o => {
                 return Err(fail(
                     Status::KVTIER_INVALID_ARGUMENT,
@@ -431,7 +481,7 @@ pub unsafe extern "C" fn kvtier_complete_store(
                 ));
             }
         };
-        st.manager.complete_store(keys, success);
+        st.manager.complete_store(keys, outcome);
         Ok(())
     })
 }
@@ -544,7 +594,7 @@ pub unsafe extern "C" fn kvtier_take_stats(
         let mut out = unsafe { OutBuf::new(buf, cap, "buf") }?;
         // SAFETY: the caller passes a pointer valid for one write (checked).
         let mut out_len = unsafe { OutRef::new(len, "len") }?;
-        let fresh = st.manager.get_stats_payload();
+        let fresh = st.manager.take_stats_payload();
         let pending = match &mut st.stats {
             Some(p) => {
                 // Two drains of one manager share every family's kind and bounds.
@@ -604,15 +654,15 @@ pub unsafe extern "C" fn kvtier_inspect(
     with_state(manager, |st| {
         // SAFETY: the caller passes a pointer valid for one write (checked).
         let mut out = unsafe { OutRef::new(info, "info") }?;
-        let m = &st.manager;
+        let i = st.manager.inspect();
         out.set(kvtier_manager_info {
-            num_chunks: m.capacity(),
-            allocated: m.allocated(),
-            free_chunks: m.free_chunks(),
-            evictable: m.evictable(),
-            write_pending: m.write_pending(),
-            live_requests: u32::try_from(m.live_requests()).unwrap_or(u32::MAX),
-            heap_bytes: u64::try_from(m.heap_bytes()).unwrap_or(u64::MAX),
+            num_chunks: i.capacity(),
+            allocated: i.allocated(),
+            free_chunks: i.free_chunks(),
+            evictable: i.evictable(),
+            write_pending: i.write_pending(),
+            live_requests: u32::try_from(st.manager.live_requests()).unwrap_or(u32::MAX),
+            heap_bytes: u64::try_from(i.heap_bytes()).unwrap_or(u64::MAX),
         });
         Ok(())
     })

@@ -84,6 +84,10 @@ pub struct kvtier_config {
     /// The seed of every hash map of the manager (change it to harden against chosen-collision
     /// keys; the manager's decisions do not depend on it).
     pub hash_seed: u64,
+    /// The most bytes the manager may allocate at construction; a configuration that needs
+    /// more is `KVTIER_OUT_OF_MEMORY` before anything is allocated. 0: no limit beyond what
+    /// the allocator grants.
+    pub memory_limit: u64,
 }
 
 impl kvtier_config {
@@ -102,6 +106,7 @@ impl kvtier_config {
             max_event_keys: c.max_event_keys,
             max_requests: c.max_requests,
             hash_seed: c.hasher.seed,
+            memory_limit: c.memory_limit.unwrap_or(0),
         }
     }
 
@@ -133,6 +138,7 @@ impl kvtier_config {
         c.max_event_keys = self.max_event_keys;
         c.max_requests = self.max_requests;
         c.hasher = FixedState::with_seed(self.hash_seed);
+        c.memory_limit = (self.memory_limit > 0).then_some(self.memory_limit);
         Ok(c)
     }
 }

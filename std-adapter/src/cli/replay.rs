@@ -44,6 +44,10 @@ pub struct ReplayArgs {
     /// error naming the record).
     #[arg(long, default_value_t = 65_536, value_name = "N")]
     pub max_requests: u32,
+    /// The most bytes the manager may allocate (default: the machine's available memory); a
+    /// configuration that needs more is refused before anything is allocated.
+    #[arg(long, value_name = "BYTES")]
+    pub memory_limit: Option<u64>,
     /// Tokens per block (default: the trace header's `block_tokens`).
     #[arg(long, value_name = "N")]
     pub block_tokens: Option<u32>,
@@ -279,8 +283,8 @@ where
     Ok(ReplayReport {
         source: name,
         counts,
-        resident_blocks: replayer.manager().allocated(),
-        manager_heap_bytes: replayer.manager().heap_bytes() as u64,
+        resident_blocks: replayer.manager().inspect().allocated(),
+        manager_heap_bytes: replayer.manager().inspect().heap_bytes() as u64,
         policy: args.policy_kind().name(),
         capacity,
         store_threshold: args.store_threshold,
@@ -321,6 +325,7 @@ impl ReplayArgs {
         cfg.store_threshold = self.store_threshold;
         cfg.max_tracker_size = self.max_tracker_size;
         cfg.max_requests = self.max_requests;
+        cfg.memory_limit = self.memory_limit.or_else(crate::memory::available_bytes);
         Ok((
             OffloadManager::new(cfg).map_err(|e| e.to_string())?,
             capacity,

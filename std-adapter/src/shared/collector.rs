@@ -228,7 +228,7 @@ impl<K: OffloadKey> Worker<K> {
             };
             let first = !self.info_sent.get(i).copied().unwrap_or(true);
             let mut payload = manager.with(|m| {
-                let mut p = m.get_stats_payload();
+                let mut p = m.take_stats_payload();
                 if first {
                     // One info series always fits.
                     let _ = p.set_info(vec![m.config_info()]);

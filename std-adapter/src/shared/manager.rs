@@ -27,14 +27,14 @@ pub struct Pinned {
 ///
 /// ```
 /// use kvtier::shared::SharedManager;
-/// use kvtier_core::manager::{ManagerConfig, OffloadManager};
+/// use kvtier_core::manager::{ManagerConfig, OffloadManager, StoreOutcome, StorePlan};
 ///
 /// let shared = SharedManager::new(OffloadManager::<u64>::new(ManagerConfig::new(4))?);
-/// let stored = shared.with(|m| -> Result<usize, Box<dyn std::error::Error>> {
+/// let mut plan = StorePlan::new();
+/// let stored = shared.with(|m| -> Result<usize, kvtier::Error> {
 ///     let req = m.on_new_request()?;
-///     let n = m.prepare_store(req, &[1, 2], None)?.map_or(0, |out| out.keys.len());
-///     m.complete_store(&[1, 2], true);
-///     Ok(n)
+///     m.prepare_store(req, &[1, 2], None, &mut plan)?;
+///     Ok(m.complete_store(plan.keys(), StoreOutcome::Stored))
 /// })?;
 /// assert_eq!(stored, 2);
 /// let req = shared.with(|m| m.on_new_request())?;
@@ -74,13 +74,13 @@ impl<K: OffloadKey> SharedManager<K> {
         lock(&self.inner).lookup(key)
     }
 
-    /// Looks `keys` up in order while they are HITs and pins that prefix with `prepare_load`
-    /// for request `req`, in one critical section: no eviction can fall between a HIT and its
-    /// pin. `end_tokens`, if given, holds one position per key (only the pinned prefix is used).
+    /// [`OffloadManager::pin_hit_prefix`] in one critical section, with the slots copied out:
+    /// no eviction can fall between a HIT and its pin. `end_tokens`, if given, holds one
+    /// position per key (only the pinned prefix is used).
     ///
     /// # Errors
-    /// [`LoadError`] from `prepare_load` (e.g. a request that is not live, or positions of the
-    /// wrong length); nothing is pinned then.
+    /// [`LoadError`] (e.g. a request that is not live, or positions of the wrong length);
+    /// nothing is pinned then.
     pub fn lookup_and_pin(
         &self,
         req: RequestId,
@@ -88,41 +88,17 @@ impl<K: OffloadKey> SharedManager<K> {
         end_tokens: Option<&[u64]>,
     ) -> Result<Pinned, LoadError> {
         let mut m = lock(&self.inner);
-        let mut hits = 0;
-        let mut stopped_at_pending = false;
-        for key in keys {
-            match m.lookup(key) {
-                LookupResult::Hit => hits += 1,
-                LookupResult::HitPending => {
-                    stopped_at_pending = true;
-                    break;
-                }
-                LookupResult::Miss => break,
-            }
-        }
-        if let Some(p) = end_tokens
-            && p.len() != keys.len()
-        {
-            // Let the manager report the length mismatch (it changes nothing).
-            m.prepare_load(req, keys, end_tokens)?;
-        }
-        let prefix = keys.get(..hits).unwrap_or(&[]);
-        let positions = end_tokens.and_then(|p| p.get(..hits));
-        let slots = if hits == 0 {
-            Vec::new()
-        } else {
-            m.prepare_load(req, prefix, positions)?.to_vec()
-        };
+        let p = m.pin_hit_prefix(req, keys, end_tokens)?;
         Ok(Pinned {
-            hits,
-            slots,
-            stopped_at_pending,
+            hits: p.hits,
+            slots: p.slots.to_vec(),
+            stopped_at_pending: p.stopped_at_pending,
         })
     }
 
-    /// Drains the manager's stats as a payload ([`OffloadManager::get_stats_payload`]).
+    /// Drains the manager's stats as a payload ([`OffloadManager::take_stats_payload`]).
     pub fn drain_payload(&self) -> Payload {
-        lock(&self.inner).get_stats_payload()
+        lock(&self.inner).take_stats_payload()
     }
 
     /// The manager back (recovered if the lock was poisoned).

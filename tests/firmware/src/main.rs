@@ -1,8 +1,8 @@
 //! kvtier-core on a Cortex-M4 (`thumbv7em-none-eabihf`, QEMU `mps2-an386`).
 //!
 //! Runs, with a fixed heap (`embedded-alloc`'s linked-list first-fit heap), the same code the
-//! host tests run — it includes `tests/src/scenarios.rs` and `tests/src/allocator_model.rs` by
-//! path:
+//! host tests run — it includes `tests/src/scenarios.rs`, `tests/src/store.rs` and
+//! `tests/src/allocator_model.rs` by path:
 //! 1. every manager scenario port (C1, C3, C4, C5, C7, C9, ARC);
 //! 2. the allocator models against `SlotPool`/`FreeQueue` over a fixed pseudo-random sequence;
 //! 3. the Llama-3-8B capacity hand check;
@@ -32,6 +32,10 @@ mod allocator_model;
 #[allow(dead_code, reason = "the firmware uses part of the shared scenarios")]
 #[path = "../../src/scenarios.rs"]
 mod scenarios;
+
+#[allow(dead_code, reason = "the scenarios use part of the store helpers")]
+#[path = "../../src/store.rs"]
+mod store;
 
 /// The heap: enough for the scenarios with vLLM's default sizes (C1's event queue of 65,536
 /// keys and C5's reuse tracker of 64,000 keys are the largest).

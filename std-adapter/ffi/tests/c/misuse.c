@@ -66,6 +66,10 @@ int main(void) {
     EXPECT(kvtier_manager_new(&cfg, &m), KVTIER_INVALID_CONFIG);
     TRUE(strcmp(kvtier_last_error(), "max_requests must be at least 1") == 0);
     cfg.max_requests = 2;
+    cfg.memory_limit = 64; /* far below what 4 chunks need: refused before allocating */
+    EXPECT(kvtier_manager_new(&cfg, &m), KVTIER_OUT_OF_MEMORY);
+    TRUE(m == NULL);
+    cfg.memory_limit = 0;
     EXPECT(kvtier_manager_new(&cfg, &m), KVTIER_OK);
     TRUE(m != NULL);
 
@@ -147,6 +151,18 @@ int main(void) {
     EXPECT(kvtier_complete_load(m, keys, 1), KVTIER_NOT_PINNED);
     EXPECT(kvtier_prepare_load(m, req, keys, 3, ends, slots, 3, &slots_len), KVTIER_OK);
     TRUE(slots_len == 3 && slots[0] == 0 && slots[2] == 2);
+    EXPECT(kvtier_complete_load(m, keys, 3), KVTIER_OK);
+    size_t hits = 0;
+    uint32_t pending = 7;
+    EXPECT(kvtier_pin_hit_prefix(m, req, keys, 3, ends, slots, 2, &hits, &pending),
+           KVTIER_BUFFER_TOO_SMALL);
+    TRUE(hits == 3 && pending == 7);
+    EXPECT(kvtier_pin_hit_prefix(m, req, keys, 3, ends, slots, 3, NULL, &pending),
+           KVTIER_NULL_POINTER);
+    EXPECT(kvtier_inspect(m, &info), KVTIER_OK);
+    TRUE(info.evictable == 3); /* nothing pinned by the refused calls */
+    EXPECT(kvtier_pin_hit_prefix(m, req, keys, 3, ends, slots, 3, &hits, &pending), KVTIER_OK);
+    TRUE(hits == 3 && pending == 0 && slots[1] == 1);
     EXPECT(kvtier_complete_load(m, keys, 3), KVTIER_OK);
 
     /* Events: short buffers keep them; the retry delivers them. */

@@ -1,0 +1,129 @@
+//! The policy behind a manager (LRU or ARC) and the request bookkeeping that feeds it: vLLM's
+//! record of a request's cache accesses and the key order a finished request commits.
+
+use alloc::vec::Vec;
+
+use super::PositionError;
+use super::arc::Arc;
+use super::chunks::Chunks;
+use super::links;
+use super::lru::Lru;
+use super::request::{INSERTED, REUSED, RequestState, SEEN};
+use crate::key::OffloadKey;
+
+/// The eviction policy of one manager.
+#[derive(Clone, Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "one per manager, never moved in a hot path"
+)]
+pub(crate) enum Policy<K> {
+    Lru(Lru),
+    Arc(Arc<K>),
+}
+
+/// Checks an optional positions slice against the keys.
+pub(crate) fn check_positions(
+    keys: usize,
+    end_tokens: Option<&[u64]>,
+) -> Result<(), PositionError> {
+    let Some(p) = end_tokens else { return Ok(()) };
+    if p.len() != keys {
+        return Err(PositionError::LengthMismatch {
+            keys,
+            positions: p.len(),
+        });
+    }
+    match p.iter().position(|&v| v > i64::MAX as u64) {
+        Some(index) => Err(PositionError::TooLarge { index }),
+        None => Ok(()),
+    }
+}
+
+/// vLLM's `_record_request_cache_access`: marks the entries seen (in order), marks those
+/// flagged `reused` as reused unless this request inserted them, then tells the policy about
+/// the newly seen ones. Each item carries the key's slot when resident (`NIL` when absent),
+/// which the caller has just looked up.
+pub(crate) fn record_access<K: OffloadKey>(
+    st: &mut RequestState<K>,
+    req_index: u32,
+    items: impl Iterator<Item = (u32, bool, u32)>,
+    policy: &mut Policy<K>,
+    chunks: &Chunks<K>,
+    s_new: &mut Vec<(u32, u32)>,
+) {
+    s_new.clear();
+    for (e, reused, slot) in items {
+        if st.observe(e) {
+            s_new.push((e, slot));
+        }
+        let entry = &mut st.entries[e as usize];
+        if slot != links::NIL {
+            entry.slot = slot;
+        }
+        if reused && entry.flags & INSERTED == 0 {
+            entry.flags |= REUSED;
+        }
+    }
+    if !s_new.is_empty()
+        && let Policy::Lru(lru) = policy
+    {
+        let major = lru.begin_access(&mut st.rank, req_index);
+        for &(e, slot) in s_new.iter() {
+            if let (Some(p), true) = (st.entries[e as usize].pos, slot != links::NIL) {
+                lru.on_access(slot, p, major, req_index, chunks.keys());
+            }
+        }
+    }
+}
+
+/// The request's seen keys head to tail, as vLLM orders them for `on_request_finished`.
+pub(crate) fn order_keys<K: OffloadKey>(st: &RequestState<K>, order: &mut Vec<u32>) {
+    order.clear();
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "keys per request stay below 2^32"
+    )]
+    order.extend(
+        st.entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.flags & SEEN != 0)
+            .map(|(i, _)| i as u32),
+    );
+    let es = &st.entries;
+    let all_pos = order.iter().all(|&i| es[i as usize].pos.is_some());
+    if all_pos {
+        // Per-group position sort, then groups in order, then a stable sort by position:
+        // (position, group, observation order). A scheduler usually offers blocks head to
+        // tail, so the observation order is often already that order.
+        let sort_key = |i: &u32| {
+            let e = &es[*i as usize];
+            (e.pos, e.key.group(), e.seq)
+        };
+        // `entries` is in creation order, not observation order: compare by the full key.
+        if order.is_sorted_by_key(sort_key) {
+            return;
+        }
+        order.sort_unstable_by_key(|&i| {
+            let e = &es[i as usize];
+            (e.pos, e.key.group(), e.seq)
+        });
+        return;
+    }
+    order.sort_unstable_by_key(|&i| (es[i as usize].key.group(), es[i as usize].seq));
+    // Within each group, by position if every key of the group has one.
+    let mut start = 0;
+    while start < order.len() {
+        let g = es[order[start] as usize].key.group();
+        let mut end = start;
+        while end < order.len() && es[order[end] as usize].key.group() == g {
+            end += 1;
+        }
+        let run = &mut order[start..end];
+        if run.iter().all(|&i| es[i as usize].pos.is_some()) {
+            run.sort_unstable_by_key(|&i| (es[i as usize].pos, es[i as usize].seq));
+        }
+        start = end;
+    }
+}

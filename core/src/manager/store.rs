@@ -1,0 +1,319 @@
+//! The store path: [`OffloadManager::prepare_store`] (reuse filter, eviction, allocation) and
+//! [`OffloadManager::complete_store`].
+
+use alloc::vec::Vec;
+
+use super::chunks::PENDING;
+use super::links;
+use super::policy::{Policy, check_positions, record_access};
+use super::request::{INSERTED, Requests, STORE_MISS};
+use super::{EventKind, OffloadManager, RequestId, StoreError};
+use crate::key::OffloadKey;
+
+/// Per offered key, how `prepare_store` classified it.
+const CANDIDATE: u8 = 0;
+const READY: u8 = 1;
+const PENDING_KEY: u8 = 2;
+const SKIPPED: u8 = 3;
+
+/// What [`OffloadManager::prepare_store`] decided, written into a buffer the caller owns and
+/// reuses: holding it borrows nothing, so the caller can pass its keys straight to
+/// [`complete_store`](OffloadManager::complete_store).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StorePlan<K> {
+    keys: Vec<K>,
+    slots: Vec<u32>,
+    evicted: Vec<K>,
+}
+
+impl<K> StorePlan<K> {
+    /// An empty plan.
+    #[must_use]
+    pub const fn new() -> Self {
+        StorePlan {
+            keys: Vec::new(),
+            slots: Vec::new(),
+            evicted: Vec::new(),
+        }
+    }
+
+    /// The keys to store, in offer order (pending until completed).
+    #[must_use]
+    pub fn keys(&self) -> &[K] {
+        &self.keys
+    }
+
+    /// `slots()[i]` is the slot allocated to `keys()[i]`.
+    #[must_use]
+    pub fn slots(&self) -> &[u32] {
+        &self.slots
+    }
+
+    /// Keys evicted to make room, in victim order.
+    #[must_use]
+    pub fn evicted(&self) -> &[K] {
+        &self.evicted
+    }
+
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.slots.clear();
+        self.evicted.clear();
+    }
+}
+
+/// How the stores of [`OffloadManager::complete_store`]'s keys ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum StoreOutcome {
+    /// The data was written: the keys become readable.
+    Stored,
+    /// The transfer failed: the keys are dropped and their slots freed.
+    Failed,
+}
+
+impl<K: OffloadKey> OffloadManager<K> {
+    /// Decides which of the offered `keys` to store, evicting idle chunks if needed, and
+    /// writes the decision into `plan` (cleared first; reuse one plan across calls and the
+    /// warm path allocates nothing): the keys to store (absent keys that passed the reuse
+    /// filter, in offer order), their slots, and the evicted keys in victim order. The new
+    /// chunks are pending until [`complete_store`](Self::complete_store). Every offered key
+    /// is protected from eviction by this call.
+    ///
+    /// # Errors
+    /// [`StoreError::NoRoom`] when the needed evictions cannot be satisfied: no chunk changes,
+    /// but, as in vLLM, the offer still counts (the reuse tracker, the allocation-size
+    /// histogram, the request's record of the keys it saw). Any other [`StoreError`] (the
+    /// request is not live, a key repeats, the positions do not fit) changes nothing. `plan`
+    /// is empty after an error.
+    pub fn prepare_store(
+        &mut self,
+        req: RequestId,
+        keys: &[K],
+        end_tokens: Option<&[u64]>,
+        plan: &mut StorePlan<K>,
+    ) -> Result<(), StoreError> {
+        plan.clear();
+        check_positions(keys.len(), end_tokens).map_err(StoreError::Positions)?;
+        self.refresh_request(req)?;
+        let ri = Requests::<K>::index(req);
+        let hasher = self.cfg.hasher;
+        let st = self.requests.get_mut(req)?;
+
+        // 1. Validate: no key twice in one offer.
+        self.offer_stamp += 1;
+        let stamp = self.offer_stamp;
+        self.s_entry.clear();
+        for (index, key) in keys.iter().enumerate() {
+            let e = st.entry(*key, hasher);
+            let entry = &mut st.entries[e as usize];
+            if entry.offer == stamp {
+                return Err(StoreError::DuplicateKey { index });
+            }
+            entry.offer = stamp;
+            self.s_entry.push(e);
+        }
+        if let Some(p) = end_tokens {
+            for (&e, &pos) in self.s_entry.iter().zip(p) {
+                st.entries[e as usize].pos = Some(pos);
+            }
+        }
+
+        // 2. The reuse tracker counts the whole offer.
+        if let Some(t) = &mut self.tracker {
+            t.record(keys, &mut self.s_count);
+        }
+
+        // 3. Partition; protect every resident offered key from this call's eviction.
+        self.call_stamp = self.call_stamp.wrapping_add(1);
+        if self.call_stamp == 0 || self.call_stamp == u32::MAX {
+            self.chunks.clear_stamps();
+            self.call_stamp = 1;
+        }
+        self.s_class.clear();
+        self.s_rslot.clear();
+        let mut candidates = 0usize;
+        let mut skipped = 0u64;
+        for (i, key) in keys.iter().enumerate() {
+            let found = self.chunks.find(key);
+            self.s_rslot.push(found.unwrap_or(links::NIL));
+            let class = match found {
+                None => {
+                    let admitted = match &self.tracker {
+                        Some(_) => self.s_count[i] >= self.cfg.store_threshold,
+                        None => true,
+                    };
+                    if admitted {
+                        candidates += 1;
+                        CANDIDATE
+                    } else {
+                        skipped += 1;
+                        SKIPPED
+                    }
+                }
+                Some(s) => {
+                    self.chunks.set_stamp(s, self.call_stamp);
+                    if self.chunks.ref_cnt(s) >= 0 {
+                        READY
+                    } else {
+                        PENDING_KEY
+                    }
+                }
+            };
+            self.s_class.push(class);
+        }
+        self.stores_skipped = self.stores_skipped.saturating_add(skipped);
+
+        // 4. Store misses this request has not reported yet (ARC adapts on ghost hits).
+        if let Policy::Arc(arc) = &mut self.policy {
+            for i in (0..keys.len()).rev() {
+                let e = &mut st.entries[self.s_entry[i] as usize];
+                if self.s_class[i] == CANDIDATE && e.flags & STORE_MISS == 0 {
+                    arc.adapt(&keys[i]);
+                }
+            }
+        }
+        for i in 0..keys.len() {
+            if self.s_class[i] == CANDIDATE {
+                st.entries[self.s_entry[i] as usize].flags |= STORE_MISS;
+            }
+        }
+
+        // 5. Record the request's access to candidates and ready keys, in offer order.
+        let classes = &self.s_class;
+        record_access(
+            st,
+            ri,
+            self.s_entry
+                .iter()
+                .zip(classes)
+                .zip(&self.s_rslot)
+                .filter(|((_, c), _)| **c <= READY)
+                .map(|((&e, &c), &slot)| (e, c == READY, slot)),
+            &mut self.policy,
+            &self.chunks,
+            &mut self.s_new,
+        );
+
+        if candidates == 0 {
+            return Ok(());
+        }
+
+        // 6. Sample the allocation size, then make room.
+        self.alloc_sizes.observe(candidates as u64);
+        let free = self.chunks.pool.free_count() as usize;
+        if candidates > free {
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "candidates <= keys offered, and free < candidates is a u32"
+            )]
+            let need = (candidates - free).min(u32::MAX as usize) as u32;
+            let no_room = StoreError::NoRoom {
+                need,
+                evictable: self.evictable,
+            };
+            if need > self.evictable {
+                return Err(no_room);
+            }
+            self.victims.clear();
+            let ok = match &mut self.policy {
+                Policy::Lru(lru) => lru.evict(
+                    need,
+                    self.chunks.ref_cnts(),
+                    self.chunks.stamps(),
+                    self.call_stamp,
+                    &mut self.victims,
+                ),
+                Policy::Arc(arc) => arc.evict(
+                    need,
+                    self.chunks.keys(),
+                    self.chunks.ref_cnts(),
+                    self.chunks.stamps(),
+                    self.call_stamp,
+                    &mut self.victims,
+                ),
+            };
+            if !ok {
+                return Err(no_room);
+            }
+            self.evictable -= need;
+            for &v in &self.victims {
+                plan.evicted.push(self.chunks.key(v));
+                self.chunks.remove(v);
+            }
+            if let Some(ev) = &mut self.events {
+                ev.push(EventKind::Removed, plan.evicted.iter().copied());
+            }
+        }
+
+        // 7. Allocate and insert the candidates, pending.
+        let st = self.requests.get_mut(req)?;
+        for (i, key) in keys.iter().enumerate() {
+            if self.s_class[i] != CANDIDATE {
+                continue;
+            }
+            let Some(slot) = self.chunks.insert(*key) else {
+                break;
+            };
+            let entry = &mut st.entries[self.s_entry[i] as usize];
+            entry.flags |= INSERTED;
+            entry.slot = slot;
+            let pos = entry.pos;
+            match &mut self.policy {
+                Policy::Lru(lru) => lru.insert(slot, pos, &mut st.rank, ri, self.chunks.keys()),
+                Policy::Arc(arc) => arc.insert(slot, key),
+            }
+            plan.keys.push(*key);
+            plan.slots.push(slot);
+        }
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "candidates <= num_chunks, a u32"
+        )]
+        let added = plan.keys.len() as u32;
+        self.write_pending += added;
+        Ok(())
+    }
+
+    /// Completes stores. [`StoreOutcome::Stored`]: each pending key becomes readable and
+    /// evictable (one `Stored` event). [`StoreOutcome::Failed`]: each pending key is removed
+    /// and its slot freed (one metadata-only removal event). Keys that are absent or already
+    /// readable are skipped, as in vLLM, so completing twice, or after a
+    /// [`reset_cache`](Self::reset_cache) dropped the store, is harmless; the returned count
+    /// says how many keys were pending and completed.
+    pub fn complete_store(&mut self, keys: &[K], outcome: StoreOutcome) -> usize {
+        let success = outcome == StoreOutcome::Stored;
+        self.s_done.clear();
+        for key in keys {
+            let Some(s) = self.chunks.find(key) else {
+                continue;
+            };
+            if self.chunks.ref_cnt(s) != PENDING {
+                continue;
+            }
+            self.write_pending -= 1;
+            if success {
+                self.chunks.set_ref_cnt(s, 0);
+                self.evictable += 1;
+                if let Policy::Lru(lru) = &mut self.policy {
+                    lru.on_evictable(s, self.chunks.keys());
+                }
+            } else {
+                match &mut self.policy {
+                    Policy::Lru(lru) => lru.remove(s),
+                    Policy::Arc(arc) => arc.remove(s),
+                }
+                self.chunks.remove(s);
+            }
+            self.s_done.push(*key);
+        }
+        if let Some(ev) = &mut self.events {
+            let kind = if success {
+                EventKind::Stored
+            } else {
+                EventKind::RemovedMetadataOnly
+            };
+            ev.push(kind, self.s_done.iter().copied());
+        }
+        self.s_done.len()
+    }
+}
