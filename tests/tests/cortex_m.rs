@@ -40,7 +40,7 @@ fn target_installed() -> bool {
         .is_dir()
 }
 
-/// Builds the firmware (release) and returns the image.
+/// Builds the firmware images (release) and returns the directory holding them.
 fn build() -> PathBuf {
     let dir = firmware_dir();
     let out = Command::new(cargo())
@@ -56,9 +56,7 @@ fn build() -> PathBuf {
     let target_dir = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| dir.join("target"));
-    let image = target_dir.join(TARGET).join("release/kvtier-firmware");
-    assert!(image.is_file(), "{} is missing", image.display());
-    image
+    target_dir.join(TARGET).join("release")
 }
 
 /// Boots `image` under QEMU; returns its exit code and output. A run that does not finish in
@@ -127,8 +125,8 @@ fn firmware_runs_the_shared_checks_on_a_cortex_m4() {
         );
         return;
     }
-    let image = build();
-    let (code, out) = boot(&image);
+    let images = build();
+    let (code, out) = boot(&images.join("kvtier-firmware"));
     assert_eq!(code, Some(0), "the firmware failed:\n{out}");
     let lines: Vec<&str> = out.lines().map(str::trim_end).collect();
     let has = |want: &str| lines.contains(&want);
@@ -166,4 +164,15 @@ fn firmware_runs_the_shared_checks_on_a_cortex_m4() {
         Some("kvtier firmware: all checks passed"),
         "{out}"
     );
+
+    // The minimal image: one 1,024-chunk LRU manager in a 96 KiB heap.
+    let (code, out) = boot(&images.join("manager-1024"));
+    assert_eq!(code, Some(0), "manager-1024 failed:\n{out}");
+    let (r, _) = scenarios::workload(PolicyKind::Lru, 1024, 3_000);
+    let want = format!(
+        "manager_1024 lru digest={:016x} resident={} manager_heap=",
+        r.digest, r.resident
+    );
+    assert!(out.trim_start().starts_with(&want), "want {want:?}:\n{out}");
+    println!("{}", out.trim());
 }

@@ -1,94 +1,45 @@
 //! kvtier-core on a Cortex-M4 (`thumbv7em-none-eabihf`, QEMU `mps2-an386`).
 //!
-//! Runs, with a fixed heap (`embedded-alloc`'s linked-list first-fit heap), the same code the
-//! host tests run — it includes `tests/src/scenarios.rs`, `tests/src/store.rs` and
-//! `tests/src/allocator_model.rs` by path:
+//! Runs, with a fixed heap (`embedded-alloc`), the same code the host tests run (the shared
+//! modules of `tests/src`, see the library):
 //! 1. every manager scenario port (C1, C3, C4, C5, C7, C9, ARC);
 //! 2. the allocator models against `SlotPool`/`FreeQueue` over a fixed pseudo-random sequence;
 //! 3. the Llama-3-8B capacity hand check;
 //! 4. a 1,024-chunk workload under LRU and ARC, with the heap it needed.
 //!
-//! Each result is one semihosting line; the host runner (`tests/tests/firmware.rs`) compares
+//! Each result is one semihosting line; the host runner (`tests/tests/cortex_m.rs`) compares
 //! them with the same functions run on the host. The exit status is success only when every
 //! check passed; a panic prints its message and exits with failure.
 #![no_std]
 #![no_main]
 
-extern crate alloc;
-
-use core::alloc::{GlobalAlloc, Layout};
 use core::mem::MaybeUninit;
-use core::sync::atomic::{AtomicUsize, Ordering};
 
 use cortex_m_rt::entry;
-use cortex_m_semihosting::{debug, hprintln};
-use embedded_alloc::LlffHeap;
+use cortex_m_semihosting::hprintln;
 use kvtier_core::manager::PolicyKind;
-
-#[allow(dead_code, reason = "the firmware uses part of the shared models")]
-#[path = "../../src/allocator_model.rs"]
-mod allocator_model;
-
-#[allow(dead_code, reason = "the firmware uses part of the shared scenarios")]
-#[path = "../../src/scenarios.rs"]
-mod scenarios;
-
-#[allow(dead_code, reason = "the scenarios use part of the store helpers")]
-#[path = "../../src/store.rs"]
-mod store;
+use kvtier_firmware::{PeakHeap, allocator_model, exit, scenarios};
 
 /// The heap: enough for the scenarios with vLLM's default sizes (C1's event queue of 65,536
 /// keys and C5's reuse tracker of 64,000 keys are the largest).
 const HEAP_SIZE: usize = 3 * 1024 * 1024;
 
-/// `embedded-alloc`'s heap, plus the peak of its `used()` bytes.
-struct PeakHeap {
-    heap: LlffHeap,
-    peak: AtomicUsize,
-}
-
-// SAFETY: every call is forwarded unchanged to `LlffHeap`, a correct `GlobalAlloc`; the peak
-// bookkeeping touches no allocated memory.
-unsafe impl GlobalAlloc for PeakHeap {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: forwarded with the caller's guarantees for `layout`.
-        let p = unsafe { self.heap.alloc(layout) };
-        self.peak.fetch_max(self.heap.used(), Ordering::Relaxed);
-        p
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded: `ptr` came from this allocator with this `layout`.
-        unsafe { self.heap.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static HEAP: PeakHeap = PeakHeap {
-    heap: LlffHeap::empty(),
-    peak: AtomicUsize::new(0),
-};
-
-/// Starts a new peak measurement at the current use.
-fn reset_peak() -> usize {
-    let now = HEAP.heap.used();
-    HEAP.peak.store(now, Ordering::Relaxed);
-    now
-}
+static HEAP: PeakHeap = PeakHeap::empty();
 
 #[entry]
 fn main() -> ! {
     static mut HEAP_MEM: [MaybeUninit<u8>; HEAP_SIZE] = [MaybeUninit::uninit(); HEAP_SIZE];
     // SAFETY: `#[entry]` gives this function the only `&mut` to `HEAP_MEM`; the heap is
     // initialised once, before anything allocates, over memory nothing else uses.
-    unsafe { HEAP.heap.init(HEAP_MEM.as_mut_ptr() as usize, HEAP_SIZE) };
+    unsafe { HEAP.init(HEAP_MEM.as_mut_ptr() as usize, HEAP_SIZE) };
 
     hprintln!("kvtier firmware: heap {} bytes", HEAP_SIZE);
     for (name, run) in scenarios::ALL {
         run();
         hprintln!("scenario {} ok", name);
     }
-    hprintln!("scenarios peak_heap={}", HEAP.peak.load(Ordering::Relaxed));
+    hprintln!("scenarios peak_heap={}", HEAP.peak());
 
     match allocator_model::run_fixed_sequence(7, 24, 4_000) {
         Ok(r) => hprintln!(
@@ -105,9 +56,8 @@ fn main() -> ! {
     hprintln!("capacity llama-3-8b bytes_per_block=2097152 ok");
 
     for policy in [PolicyKind::Lru, PolicyKind::Arc] {
-        let base = reset_peak();
+        let base = HEAP.reset_peak();
         let (r, manager_heap) = scenarios::workload(policy, 1024, 3_000);
-        let peak = HEAP.peak.load(Ordering::Relaxed) - base;
         hprintln!(
             "workload {} chunks=1024 requests={} hit_blocks={} stored_blocks={} \
              evicted_blocks={} store_failures={} stopped_at_pending={} resident={} \
@@ -122,22 +72,10 @@ fn main() -> ! {
             r.resident,
             r.digest,
             manager_heap,
-            peak
+            HEAP.peak() - base
         );
     }
 
     hprintln!("kvtier firmware: all checks passed");
-    debug::exit(debug::EXIT_SUCCESS);
-    loop {
-        cortex_m::asm::wfi();
-    }
-}
-
-#[panic_handler]
-fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
-    hprintln!("kvtier firmware: FAILED: {}", info);
-    debug::exit(debug::EXIT_FAILURE);
-    loop {
-        cortex_m::asm::wfi();
-    }
+    exit(true)
 }
