@@ -334,3 +334,34 @@ fn the_header_works_from_cpp() {
     );
     assert_eq!(stdout.trim(), "c++: stored 2 in slots 0,1; lookup hit");
 }
+
+/// The README's "Use from C" snippet compiles, links with the README's line and runs.
+#[test]
+fn the_readme_c_snippet_compiles_and_runs() {
+    let readme = std::fs::read_to_string(manifest_dir().join("../../README.md")).expect("README");
+    let section = readme
+        .split("## Use from C")
+        .nth(1)
+        .expect("a \"Use from C\" section");
+    let snippet = section
+        .split("```c\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("a C block");
+    let (includes, body): (Vec<&str>, Vec<&str>) =
+        snippet.lines().partition(|l| l.starts_with("#include"));
+    let program = format!(
+        "#include <stdio.h>\n{}\nint main(void) {{\n{}\n    return rc == KVTIER_OK ? 0 : 1;\n}}\n",
+        includes.join("\n"),
+        body.join("\n")
+    );
+    let src = out_dir().join("readme.c");
+    std::fs::write(&src, program).expect("write readme.c");
+    let exe = compile("cc", &[&src], "readme", &["-std=c11"]).unwrap_or_else(|e| panic!("{e}"));
+    let out = run(&mut Command::new(&exe));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
