@@ -29,6 +29,13 @@ pub(crate) fn with_capacity<T>(n: usize) -> Result<Vec<T>, AllocError> {
     Ok(out)
 }
 
+/// `n` copies of `v` (writes every element: for arrays that are used whole from the start).
+pub(crate) fn filled<T: Clone>(n: usize, v: T) -> Result<Vec<T>, AllocError> {
+    let mut out = with_capacity(n)?;
+    out.resize(n, v);
+    Ok(out)
+}
+
 /// An empty hash table with room for `n` entries ([`table_bytes`] bytes).
 pub(crate) fn table<T>(n: usize) -> Result<HashTable<T>, AllocError> {
     let mut t = HashTable::new();

@@ -123,7 +123,7 @@ pub enum Op {
         /// End-token positions (any length: a wrong one is an error).
         positions: Option<Vec<u64>>,
     },
-    /// `complete_store(keys, success)`.
+    /// `complete_store(keys, Stored or Failed)`.
     CompleteStore {
         /// Key ids.
         keys: Vec<u8>,
@@ -151,7 +151,7 @@ pub enum Op {
     },
     /// `reset_cache()`.
     ResetCache,
-    /// `get_stats()`.
+    /// `take_stats()`.
     GetStats,
     /// `take_events()`.
     TakeEvents,
@@ -278,7 +278,7 @@ pub struct StoreDecision {
     pub evicted: Vec<u8>,
 }
 
-/// One drained `get_stats`.
+/// One drained `take_stats`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StatsSnapshot {
     /// `num_used`.
@@ -312,7 +312,7 @@ pub enum Outcome {
     CompleteLoad(Result<(), Failure>),
     /// `complete_store`, `touch`, `reset_cache`.
     Done,
-    /// `get_stats`.
+    /// `take_stats`.
     Stats(StatsSnapshot),
     /// `take_events`, as key ids.
     Events(Vec<(EventKind, Vec<u8>)>),

@@ -203,3 +203,93 @@ fn events_overflow_is_counted_not_half_applied() {
     assert_eq!(ev.len(), 1);
     assert_eq!(ev[0].1, vec![k(1), k(2)]);
 }
+
+#[test]
+fn no_room_is_an_error_that_changes_no_chunk_and_counts_a_failure() {
+    for policy in [PolicyKind::Lru, PolicyKind::Arc] {
+        // 4 slots: 1, 2 readable, 3 pending; pin 1 and 2 so nothing is evictable.
+        let (mut m, r) = setup(policy);
+        m.prepare_load(r, &[k(1), k(2)], None).unwrap();
+        let first = m.take_stats();
+        assert_eq!(first.allocation_failures, 0);
+        assert_eq!(first.config_info, Some(m.config_info()));
+        let before = snapshot(&m);
+        let mut plan = kvtier_core::manager::StorePlan::new();
+        m.prepare_store(r, &[k(3), k(10)], None, &mut plan).unwrap();
+        assert_eq!(plan.keys(), &[k(10)], "{policy:?}: one free slot left");
+        m.complete_store(plan.keys(), StoreOutcome::Failed);
+        let err = m
+            .prepare_store(r, &[k(11), k(12)], None, &mut plan)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            StoreError::NoRoom {
+                need: 1,
+                evictable: 0
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "prepare_store: no room: 1 chunks must be evicted and 0 are idle (idle chunks \
+             offered by this call cannot be evicted)"
+        );
+        assert!(plan.keys().is_empty() && plan.slots().is_empty() && plan.evicted().is_empty());
+        assert_eq!(snapshot(&m), before, "{policy:?}: no chunk changed");
+        let s = m.take_stats();
+        assert_eq!((s.allocation_failures, s.config_info.is_none()), (1, true));
+        let step = s.to_step_payload();
+        assert_eq!(
+            step.counter(kvtier_core::stats::catalogue::ALLOCATION_FAILURE, &[]),
+            Some(1)
+        );
+        assert_eq!(
+            step.info(),
+            None,
+            "config_info is reported on the first drain only"
+        );
+        assert_eq!(m.take_stats().allocation_failures, 0, "drained");
+    }
+}
+
+#[test]
+fn complete_store_counts_what_it_completed_and_skips_the_rest() {
+    let (mut m, _) = setup(PolicyKind::Lru);
+    // 1 is readable, 3 pending, 9 absent: only 3 completes.
+    assert_eq!(
+        m.complete_store(&[k(1), k(3), k(9)], StoreOutcome::Stored),
+        1
+    );
+    assert_eq!(m.complete_store(&[k(3)], StoreOutcome::Stored), 0);
+    assert_eq!(m.inspect().chunk(&k(3)), Some((2, ChunkState::Idle)));
+}
+
+#[test]
+fn pin_hit_prefix_pins_the_readable_prefix_and_stops_at_pending() {
+    let (mut m, r) = setup(PolicyKind::Lru);
+    let p = m
+        .pin_hit_prefix(r, &[k(1), k(2), k(3), k(1)], Some(&[16, 32, 48, 64]))
+        .unwrap();
+    assert_eq!(
+        (p.hits, p.stopped_at_pending, p.slots),
+        (2, true, &[0, 1][..])
+    );
+    assert_eq!(m.inspect().chunk(&k(2)), Some((1, ChunkState::Pinned(1))));
+    let p = m.pin_hit_prefix(r, &[k(9), k(1)], None).unwrap();
+    assert_eq!((p.hits, p.stopped_at_pending), (0, false));
+    let before = snapshot(&m);
+    assert_eq!(
+        m.pin_hit_prefix(r, &[k(1)], Some(&[16, 32])).unwrap_err(),
+        LoadError::Positions(PositionError::LengthMismatch {
+            keys: 1,
+            positions: 2
+        })
+    );
+    assert_eq!(snapshot(&m), before);
+    m.on_request_finished(r).unwrap();
+    let after_finish = snapshot(&m);
+    assert_eq!(
+        m.pin_hit_prefix(r, &[k(1)], None).unwrap_err(),
+        LoadError::Request(RequestError::Unknown(r))
+    );
+    assert_eq!(snapshot(&m), after_finish, "a refused pin changes nothing");
+}

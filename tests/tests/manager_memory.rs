@@ -257,3 +257,30 @@ fn lru_overflow_does_not_mention_arc() {
          exceed the u32 index space"
     );
 }
+
+fn replay_args(extra: &[&str]) -> kvtier::cli::replay::ReplayArgs {
+    let mut argv = vec!["kvtier", "replay"];
+    argv.extend_from_slice(extra);
+    let Command::Replay(args) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!("not a replay");
+    };
+    args
+}
+
+#[test]
+fn the_command_line_limit_defaults_to_the_available_memory() {
+    let (m, _) = replay_args(&["--memory-limit", "123456789"])
+        .manager(None)
+        .unwrap();
+    assert_eq!(m.config().memory_limit, Some(123_456_789));
+    let (m, _) = replay_args(&[]).manager(None).unwrap();
+    // MemAvailable moves between two reads: only its presence is stable.
+    assert_eq!(
+        m.config().memory_limit.is_some(),
+        kvtier::memory::available_bytes().is_some()
+    );
+    assert_eq!(
+        m.config().memory_limit.is_some(),
+        cfg!(target_os = "linux") && std::path::Path::new("/proc/meminfo").exists()
+    );
+}

@@ -180,10 +180,8 @@ impl FreeQueue {
             .ok()
             .and_then(|c| c.checked_add(1))
             .ok_or(err)?;
-        let mut next = Vec::new();
-        next.try_reserve_exact(slots).map_err(|_| err)?;
-        let mut prev = Vec::new();
-        prev.try_reserve_exact(slots).map_err(|_| err)?;
+        let mut next: Vec<u32> = crate::reserve::with_capacity(slots).map_err(|_| err)?;
+        let mut prev: Vec<u32> = crate::reserve::with_capacity(slots).map_err(|_| err)?;
         // Every slot (the sentinel included) starts as a self-loop: nothing linked.
         next.extend(0..=capacity);
         prev.extend(0..=capacity);

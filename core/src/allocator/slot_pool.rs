@@ -75,17 +75,15 @@ pub struct SlotPool {
 }
 
 impl SlotPool {
-    /// A pool of `capacity` ids, all free, or `None` when its `capacity · 4.125` bytes cannot be
-    /// allocated. The only allocation the pool ever makes.
-    #[must_use]
-    pub fn try_new(capacity: u32) -> Option<Self> {
+    /// A pool of `capacity` ids, all free. The only allocation the pool ever makes.
+    ///
+    /// # Errors
+    /// [`AllocError`](crate::AllocError) when its `capacity · 4.125` bytes cannot be allocated.
+    pub fn try_new(capacity: u32) -> Result<Self, crate::AllocError> {
         let words = (capacity as usize).div_ceil(64);
-        let mut free_stack = Vec::new();
-        free_stack.try_reserve_exact(capacity as usize).ok()?;
-        let mut held = Vec::new();
-        held.try_reserve_exact(words).ok()?;
-        held.resize(words, 0);
-        Some(SlotPool {
+        let free_stack = crate::reserve::with_capacity(capacity as usize)?;
+        let held = crate::reserve::filled(words, 0)?;
+        Ok(SlotPool {
             capacity,
             fresh: 0,
             free_stack,
@@ -94,7 +92,7 @@ impl SlotPool {
     }
 
     /// A pool of `capacity` ids, all free. The only allocation the pool ever makes; like `Vec`,
-    /// it aborts when the memory cannot be had ([`SlotPool::try_new`] returns `None` instead).
+    /// it aborts when the memory cannot be had ([`SlotPool::try_new`] returns an error instead).
     #[must_use]
     pub fn new(capacity: u32) -> Self {
         let words = (capacity as usize).div_ceil(64);

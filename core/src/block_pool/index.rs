@@ -57,8 +57,8 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
         let num_buckets = num_blocks.max(1).checked_next_power_of_two()?;
         Some(KeyIndex {
             hasher: FixedState::default(),
-            slots: super::try_filled_vec(num_blocks, Slot::EMPTY)?,
-            buckets: super::try_filled_vec(num_buckets, NIL)?,
+            slots: crate::reserve::filled(num_blocks, Slot::EMPTY).ok()?,
+            buckets: crate::reserve::filled(num_buckets, NIL).ok()?,
             keys: 0,
         })
     }

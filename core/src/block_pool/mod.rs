@@ -33,22 +33,8 @@ pub use types::{BlockHash, BlockPoolConfig, PoolEvent, Usage};
 
 use crate::allocator::FreeQueue;
 use crate::key::BlockKey;
+use crate::reserve::{filled, with_capacity};
 use index::KeyIndex;
-
-/// A `Vec` of `len` copies of `value`, or `None` when it cannot be allocated.
-fn try_filled_vec<T: Clone>(len: usize, value: T) -> Option<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(len).ok()?;
-    v.resize(len, value);
-    Some(v)
-}
-
-/// An empty `Vec` with room for `cap` items, or `None` when it cannot be allocated.
-fn try_empty_vec<T>(cap: usize) -> Option<Vec<T>> {
-    let mut v = Vec::new();
-    v.try_reserve_exact(cap).ok()?;
-    Some(v)
-}
 
 /// vLLM's GPU block pool over a [`FreeQueue`], generic over the prefix-cache key `K`
 /// ([`BlockKey`] is the natural choice).
@@ -115,12 +101,12 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
         Ok(BlockPool {
             config,
             queue,
-            ref_cnt: try_filled_vec(n, 0).ok_or(fail)?,
+            ref_cnt: filled(n, 0).map_err(|_| fail)?,
             index: KeyIndex::try_new(n).ok_or(fail)?,
             events,
             dropped_events: 0,
-            to_front: try_empty_vec(n).ok_or(fail)?,
-            to_back: try_empty_vec(n).ok_or(fail)?,
+            to_front: with_capacity(n).map_err(|_| fail)?,
+            to_back: with_capacity(n).map_err(|_| fail)?,
         })
     }
 

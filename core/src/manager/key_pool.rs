@@ -30,7 +30,7 @@ impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
             keys: with_capacity(n as usize)?,
             index: table(n as usize)?,
             hasher,
-            ids: SlotPool::try_new(n).ok_or(AllocError)?,
+            ids: SlotPool::try_new(n)?,
         })
     }
 

@@ -114,6 +114,10 @@ pub struct OffloadManager<K: OffloadKey = BlockKey> {
     write_pending: u32,
     tracker: Option<Tracker<K>>,
     stores_skipped: u64,
+    /// `prepare_store` calls that found no room since the last drain.
+    alloc_failures: u64,
+    /// Whether a drain has reported `config_info` yet.
+    info_reported: bool,
     alloc_sizes: Histogram,
     events: Option<EventQueue<K>>,
     requests: Requests<K>,
@@ -180,6 +184,8 @@ impl<K: OffloadKey> OffloadManager<K> {
             write_pending: 0,
             tracker,
             stores_skipped: 0,
+            alloc_failures: 0,
+            info_reported: false,
             alloc_sizes,
             events,
             requests: Requests::new(cfg.max_requests).map_err(oom)?,
@@ -532,7 +538,12 @@ impl<K: OffloadKey> OffloadManager<K> {
         self.alloc_sizes.clear();
         let skipped = self.tracker.is_some().then_some(self.stores_skipped);
         self.stores_skipped = 0;
+        let allocation_failures = core::mem::take(&mut self.alloc_failures);
+        let config_info = (!self.info_reported).then(|| self.config_info());
+        self.info_reported = true;
         ManagerStats {
+            allocation_failures,
+            config_info,
             num_used: u64::from(self.chunks.pool.len() - self.evictable),
             write_pending: u64::from(self.write_pending),
             num_chunks: u64::from(self.cfg.num_chunks),
@@ -551,7 +562,8 @@ impl<K: OffloadKey> OffloadManager<K> {
             .map_or_else(crate::stats::InfoSeries::new, CpuTierInfo::to_info_series)
     }
 
-    /// [`take_stats`](Self::take_stats) as vLLM's payload.
+    /// [`take_stats`](Self::take_stats) as vLLM's manager payload (see
+    /// [`ManagerStats::to_step_payload`] for what a whole scheduler step reports).
     pub fn take_stats_payload(&mut self) -> crate::stats::Payload {
         self.take_stats().to_payload()
     }

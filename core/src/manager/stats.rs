@@ -1,13 +1,16 @@
-//! What `get_stats` reports: the usage gauges as exact ratios, the allocation-size samples and
-//! the reuse filter's skipped stores, drained per call as in vLLM.
+//! What `take_stats` reports: the usage gauges as exact ratios, the allocation-size samples and
+//! the reuse filter's skipped stores, drained per call as vLLM's manager reports them; plus what
+//! vLLM's offloading scheduler adds per drain (allocation failures, the tier's facts once).
 
 use crate::stats::catalogue;
 use crate::stats::{Gauge, Histogram, InfoSeries, InfoValue, Payload};
 
 use super::CpuTierInfo;
 
-/// One drained `get_stats` result of an [`OffloadManager`](super::OffloadManager).
+/// One drained [`take_stats`](super::OffloadManager::take_stats) result of an
+/// [`OffloadManager`](super::OffloadManager).
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ManagerStats {
     /// Chunks pinned by a pending store or an in-flight load (`allocated − free − evictable`).
     pub num_used: u64,
@@ -21,6 +24,14 @@ pub struct ManagerStats {
     /// Candidates the reuse filter rejected since the last call; `None` when the filter is
     /// off (vLLM then emits no `stores_skipped` at all; with the filter on it emits 0 too).
     pub stores_skipped: Option<u64>,
+    /// `prepare_store` calls that found no room ([`StoreError::NoRoom`]) since the last call
+    /// (vLLM's scheduler counts them as `allocation_failure`).
+    ///
+    /// [`StoreError::NoRoom`]: super::StoreError::NoRoom
+    pub allocation_failures: u64,
+    /// The tier's facts ([`config_info`](super::OffloadManager::config_info)) on the first
+    /// drain of the manager, `None` on every later one (vLLM's scheduler sends them once).
+    pub config_info: Option<InfoSeries>,
 }
 
 impl ManagerStats {
@@ -81,6 +92,33 @@ impl ManagerStats {
     pub fn to_payload(&self) -> Payload {
         let mut p = Payload::new();
         self.write_to(&mut p);
+        p
+    }
+
+    /// Adds this drain to `payload` as vLLM's offloading scheduler reports a step: what
+    /// [`write_to`](Self::write_to) adds, plus `allocation_failure` (only when there were
+    /// failures) and, on the manager's first drain, the `config_info` series (even when empty,
+    /// so that the metric exists whenever offloading runs).
+    pub fn write_step_to(&self, payload: &mut Payload) {
+        self.write_to(payload);
+        if self.allocation_failures > 0 {
+            let _ = payload.increase_counter(
+                catalogue::ALLOCATION_FAILURE,
+                &[],
+                self.allocation_failures,
+            );
+        }
+        if let Some(info) = &self.config_info {
+            // One info series always fits.
+            let _ = payload.set_info(alloc::vec![info.clone()]);
+        }
+    }
+
+    /// This drain as a new step payload (see [`ManagerStats::write_step_to`]).
+    #[must_use]
+    pub fn to_step_payload(&self) -> Payload {
+        let mut p = Payload::new();
+        self.write_step_to(&mut p);
         p
     }
 }

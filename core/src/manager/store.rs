@@ -212,6 +212,7 @@ impl<K: OffloadKey> OffloadManager<K> {
                 evictable: self.evictable,
             };
             if need > self.evictable {
+                self.alloc_failures = self.alloc_failures.saturating_add(1);
                 return Err(no_room);
             }
             self.victims.clear();
@@ -233,6 +234,7 @@ impl<K: OffloadKey> OffloadManager<K> {
                 ),
             };
             if !ok {
+                self.alloc_failures = self.alloc_failures.saturating_add(1);
                 return Err(no_room);
             }
             self.evictable -= need;

@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use kvtier_core::stats::catalogue;
 use prometheus::Registry;
 
 use super::replay::ReplayArgs;
@@ -109,27 +108,11 @@ impl Serving {
 struct Drive<'a> {
     sender: &'a PayloadSender,
     replayer: Replayer,
-    failures_sent: u64,
-    info_sent: bool,
 }
 
 impl Drive<'_> {
     fn drain(&mut self) -> Result<(), String> {
-        let mut payload = self.replayer.drain_stats().to_payload();
-        let failures = self.replayer.counts().store_failures;
-        let delta = failures.saturating_sub(self.failures_sent);
-        if delta > 0 {
-            payload
-                .increase_counter(catalogue::ALLOCATION_FAILURE, &[], delta)
-                .map_err(|e| e.to_string())?;
-        }
-        self.failures_sent = failures;
-        if !self.info_sent {
-            payload
-                .set_info(vec![self.replayer.manager().config_info()])
-                .map_err(|e| e.to_string())?;
-            self.info_sent = true;
-        }
+        let payload = self.replayer.drain_stats().to_step_payload();
         self.sender.send(0, payload).map_err(|e| e.to_string())
     }
 }
@@ -150,8 +133,6 @@ where
     let mut d = Drive {
         sender,
         replayer: Replayer::new(manager, u64::from(block_tokens)),
-        failures_sent: 0,
-        info_sent: false,
     };
     let start = Instant::now();
     let mut last_drain = Instant::now();

@@ -197,7 +197,6 @@ pub struct StatsCollector {
 struct Worker<K: OffloadKey> {
     exporter: OffloadExporter,
     sources: Vec<Source<K>>,
-    info_sent: Vec<bool>,
     pending: BTreeMap<usize, Payload>,
     report: CollectorReport,
 }
@@ -226,18 +225,7 @@ impl<K: OffloadKey> Worker<K> {
             else {
                 continue;
             };
-            let first = !self.info_sent.get(i).copied().unwrap_or(true);
-            let mut payload = manager.with(|m| {
-                let mut p = m.take_stats_payload();
-                if first {
-                    // One info series always fits.
-                    let _ = p.set_info(vec![m.config_info()]);
-                }
-                p
-            });
-            if first && let Some(flag) = self.info_sent.get_mut(i) {
-                *flag = true;
-            }
+            let mut payload = manager.with(|m| m.take_stats().to_step_payload());
             self.report.drains += 1;
             self.add(engine, &std::mem::take(&mut payload));
         }
@@ -316,7 +304,6 @@ impl StatsCollector {
         let (tx, rx) = mpsc::channel();
         let worker = Worker {
             exporter,
-            info_sent: vec![false; sources.len()],
             sources,
             pending: BTreeMap::new(),
             report: CollectorReport::default(),
