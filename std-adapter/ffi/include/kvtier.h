@@ -420,9 +420,11 @@ int kvtier_drain_events(struct kvtier_manager *manager, struct kvtier_event *eve
 int kvtier_events_dropped(const struct kvtier_manager *manager, uint64_t *events, uint64_t *keys);
 
 // Takes the stats collected since the last successful call (vLLM's `get_stats`, once per
-// scheduler step) as the canonical `kvtier_core::stats::wire` encoding: `*len` bytes
-// written to `buf`. The usage gauges are the current ones; the allocation-size histogram and
-// `stores_skipped` cover everything since the last successful call.
+// scheduler step) as the canonical `kvtier_core::stats::wire` encoding of what vLLM's
+// scheduler reports for a step: `*len` bytes written to `buf`. The usage gauges are the
+// current ones; the allocation-size histogram, `stores_skipped` and the allocation failures
+// (`KVTIER_NO_ROOM` results) cover everything since the last successful call; the first take
+// also carries the tier's `config_info`.
 //
 // When `cap` is too short: `KVTIER_BUFFER_TOO_SMALL` with the needed length in `*len`; the
 // taken stats are kept and returned, with anything collected meanwhile, by the next call.

@@ -572,9 +572,11 @@ pub unsafe extern "C" fn kvtier_events_dropped(
 }
 
 /// Takes the stats collected since the last successful call (vLLM's `get_stats`, once per
-/// scheduler step) as the canonical `kvtier_core::stats::wire` encoding: `*len` bytes
-/// written to `buf`. The usage gauges are the current ones; the allocation-size histogram and
-/// `stores_skipped` cover everything since the last successful call.
+/// scheduler step) as the canonical `kvtier_core::stats::wire` encoding of what vLLM's
+/// scheduler reports for a step: `*len` bytes written to `buf`. The usage gauges are the
+/// current ones; the allocation-size histogram, `stores_skipped` and the allocation failures
+/// (`KVTIER_NO_ROOM` results) cover everything since the last successful call; the first take
+/// also carries the tier's `config_info`.
 ///
 /// When `cap` is too short: `KVTIER_BUFFER_TOO_SMALL` with the needed length in `*len`; the
 /// taken stats are kept and returned, with anything collected meanwhile, by the next call.
@@ -594,7 +596,7 @@ pub unsafe extern "C" fn kvtier_take_stats(
         let mut out = unsafe { OutBuf::new(buf, cap, "buf") }?;
         // SAFETY: the caller passes a pointer valid for one write (checked).
         let mut out_len = unsafe { OutRef::new(len, "len") }?;
-        let fresh = st.manager.take_stats_payload();
+        let fresh = st.manager.take_stats().to_step_payload();
         let pending = match &mut st.stats {
             Some(p) => {
                 // Two drains of one manager share every family's kind and bounds.

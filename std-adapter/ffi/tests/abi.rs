@@ -287,8 +287,14 @@ fn stats_are_wire_bytes_and_a_short_buffer_loses_nothing() {
         p.gauge(catalogue::CPU_CACHE_USAGE_PERC, &[]),
         Some(Gauge::fraction(1, 4))
     );
-    assert!(needed >= wire::encoded_len(&wire::decode(&first).unwrap()));
+    assert!(needed > 3);
     assert_eq!(wire::encode_to_vec(&p), second, "canonical bytes");
+    let first_p = wire::decode(&first).unwrap();
+    assert!(
+        first_p.info().is_some(),
+        "the first take carries config_info"
+    );
+    assert!(p.info().is_none(), "only the first");
     // Drained: no histogram now.
     let third = wire::decode(&m.stats(4096).unwrap()).unwrap();
     assert!(
@@ -296,6 +302,10 @@ fn stats_are_wire_bytes_and_a_short_buffer_loses_nothing() {
             .histogram(catalogue::CPU_ALLOCATION_SIZE, &[])
             .is_none()
     );
+    // The needed length is exact: a buffer of exactly that size takes the kept stats.
+    m.ps(&[6]).unwrap();
+    let (_, needed) = m.stats(1).unwrap_err();
+    assert_eq!(m.stats(needed).unwrap().len(), needed);
     assert_eq!(kvtier_stats_max_len(), wire::MAX_ENCODED_LEN);
 }
 
@@ -382,4 +392,21 @@ fn distinct_handles_work_from_two_threads_at_once() {
     assert_eq!(a, run(KVTIER_POLICY_LRU));
     assert_eq!(b, run(KVTIER_POLICY_ARC));
     assert_eq!((a.1, b.1), (64, 64));
+}
+
+#[test]
+fn a_store_without_room_is_counted_in_the_next_stats() {
+    let m = M::new(1, false);
+    m.ps(&[1]).unwrap();
+    // The only chunk is pending: no room for another.
+    assert_eq!(m.ps(&[2]), Err(kvtier_status::KVTIER_NO_ROOM as i32));
+    assert!(last_error().contains("prepare_store"), "{}", last_error());
+    let p = wire::decode(&m.stats(4096).unwrap()).unwrap();
+    assert_eq!(p.counter(catalogue::ALLOCATION_FAILURE, &[]), Some(1));
+    let h = p.histogram(catalogue::CPU_ALLOCATION_SIZE, &[]).unwrap();
+    assert_eq!(
+        (h.count(), h.sum()),
+        (2, 2),
+        "the refused offer is sampled too"
+    );
 }
