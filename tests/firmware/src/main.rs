@@ -36,10 +36,10 @@ fn main() -> ! {
 
     hprintln!("kvtier firmware: heap {} bytes", HEAP_SIZE);
     for (name, run) in scenarios::ALL {
+        let base = HEAP.reset_peak();
         run();
-        hprintln!("scenario {} ok", name);
+        hprintln!("scenario {} ok peak_heap={}", name, HEAP.peak() - base);
     }
-    hprintln!("scenarios peak_heap={}", HEAP.peak());
 
     match allocator_model::run_fixed_sequence(7, 24, 4_000) {
         Ok(r) => hprintln!(
