@@ -54,11 +54,90 @@ const NEEDS: &[Need] = &[
         deb: Some("prometheus"),
         used_by: "tests/tests/serve.rs, dashboard.rs (a real Prometheus scrapes kvtier serve)",
     },
+    Need {
+        check: Check::Program("valgrind"),
+        deb: Some("valgrind"),
+        used_by: "std-adapter/ffi/tests/c_example.rs (the C example and misuse under valgrind)",
+    },
+    Need {
+        check: Check::DebPackage("libasan8"),
+        deb: Some("libasan8"),
+        used_by: "std-adapter/ffi/tests/c_example.rs (the C example under AddressSanitizer)",
+    },
+    Need {
+        check: Check::Program("c++"),
+        deb: Some("g++"),
+        used_by: "std-adapter/ffi/tests/c_example.rs (the header from C++)",
+    },
+    Need {
+        check: Check::Program("qemu-system-arm"),
+        deb: Some("qemu-system-arm"),
+        used_by: "tests/tests/cortex_m.rs (the firmware on an emulated Cortex-M4)",
+    },
+    Need {
+        check: Check::RustTarget("thumbv7em-none-eabihf"),
+        deb: None,
+        used_by: "tests/tests/cortex_m.rs (the firmware's target)",
+    },
+    Need {
+        check: Check::RustTarget("i686-unknown-linux-gnu"),
+        deb: None,
+        used_by: "the 32-bit suite (cargo test --target i686-unknown-linux-gnu)",
+    },
+    Need {
+        check: Check::DebPackage("gcc-multilib"),
+        deb: Some("gcc-multilib"),
+        used_by: "the 32-bit suite (linking i686 test binaries)",
+    },
 ];
 
-/// The suites that are not cargo tests: a name and the program that runs it, relative to the
-/// workspace root. Each exits non-zero on failure.
-const SCRIPT_SUITES: &[(&str, &[&str])] = &[];
+/// The suites run after `cargo test --workspace`: a name and the command (`cargo` means the
+/// cargo that runs this task), run from the workspace root. Each exits non-zero on failure.
+const SUITES: &[(&str, &[&str])] = &[
+    (
+        "32-bit host: the core's tests at i686 (every usize-width path at 32 bits)",
+        &["cargo", "test", "-p", "kvtier-core", "--target", I686],
+    ),
+    (
+        "32-bit host: the scenario, model and replay tests at i686",
+        &[
+            "cargo",
+            "test",
+            "-p",
+            "kvtier-tests",
+            "--target",
+            I686,
+            "--test",
+            "manager_scenarios",
+            "--test",
+            "manager_model",
+            "--test",
+            "manager_errors",
+            "--test",
+            "manager_memory",
+            "--test",
+            "allocator_model",
+            "--test",
+            "free_queue",
+            "--test",
+            "block_pool",
+            "--test",
+            "capacity",
+            "--test",
+            "capacity_props",
+            "--test",
+            "stats_scenarios",
+            "--test",
+            "stats_props",
+            "--test",
+            "wire_props",
+            "--test",
+            "replay_expected",
+        ],
+    ),
+];
+
+const I686: &str = "i686-unknown-linux-gnu";
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = env::args_os().skip(1).collect();
@@ -130,16 +209,21 @@ fn test(args: &[OsString]) -> Result<(), String> {
     if !status.success() {
         failed.push(String::from("cargo test"));
     }
-    for (name, argv) in SCRIPT_SUITES {
+    for (name, argv) in SUITES {
         step(name);
         let Some((program, program_args)) = argv.split_first() else {
             continue;
         };
-        let status = Command::new(root().join(program))
+        let program = if *program == "cargo" {
+            cargo()
+        } else {
+            root().join(program).into_os_string()
+        };
+        let status = Command::new(&program)
             .current_dir(root())
             .args(program_args.iter())
             .status()
-            .map_err(|e| format!("could not run {program}: {e}"))?;
+            .map_err(|e| format!("could not run {}: {e}", program.to_string_lossy()))?;
         if !status.success() {
             failed.push((*name).to_string());
         }
