@@ -10,9 +10,9 @@
 //!
 //! | module | holds |
 //! |---|---|
-//! | [`time`] | [`time::Tick`] nanosecond values passed in by the caller; the core never reads a clock |
 //! | [`hashing`] | [`hashing::FixedState`], the deterministic hasher every map in the core uses |
 //! | [`key`] | [`key::BlockKey`], the provided 64-bit hash + KV-group key |
+//! | [`ratio`] | [`ratio::Ratio`], the exact rational of usage, concurrency and gauges, and its `gcd` |
 //! | [`capacity`] | KV layout specs, page sizes, blocks from a memory budget, max concurrency, the CPU tier's size |
 //! | [`allocator`] | [`allocator::SlotPool`] (the CPU tier's slot order) and [`allocator::FreeQueue`] (the GPU pool's free list) |
 //! | [`manager`] | [`manager::OffloadManager`]: lookup, load, store, eviction policies (LRU, ARC), the reuse filter, events |
@@ -36,9 +36,9 @@ pub mod capacity;
 pub mod hashing;
 pub mod key;
 pub mod manager;
+pub mod ratio;
 mod reserve;
 pub mod stats;
-pub mod time;
 
 pub use key::{BlockKey, OffloadKey};
 pub use reserve::AllocError;

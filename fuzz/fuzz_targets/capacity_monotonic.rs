@@ -14,10 +14,10 @@
 
 use arbitrary::Arbitrary;
 use kvtier_core::capacity::{
-    ConcurrencyError, CpuTierConfig, CpuTierError, GpuCapacityError, GroupedLayout, LayerKind,
-    LayerSpec, PoolLayout, Ratio, Workload, gpu_capacity, max_fitting_len, size_cpu_tier,
-    worker_blocks,
+    ConcurrencyError, CpuTierConfig, CpuTierError, GpuCapacityError, GroupedLayout, LayerSpec,
+    PoolLayout, Ratio, Workload, gpu_capacity, max_fitting_len, size_cpu_tier, worker_blocks,
 };
+use kvtier_tests::capacity_gen::{layer_kind, realistic_spec};
 use libfuzzer_sys::fuzz_target;
 
 #[derive(Arbitrary, Debug)]
@@ -37,22 +37,7 @@ struct RawSpec {
 
 impl RawSpec {
     fn spec(&self) -> LayerSpec {
-        let kind = |a: u64, b: u64| match self.kind % 7 {
-            0 => LayerKind::Full,
-            1 => LayerKind::Mla,
-            2 => LayerKind::SlidingWindow {
-                window: a,
-                extra_retained_tokens: b,
-            },
-            3 => LayerKind::ChunkedLocal { chunk: a },
-            4 => LayerKind::Mamba {
-                state_bytes: a,
-                speculative_blocks: b,
-                prefill_checkpoint_blocks: b / 2,
-            },
-            5 => LayerKind::Cross,
-            _ => LayerKind::EncoderOnly,
-        };
+        let kind = |a: u64, b: u64| layer_kind(self.kind, a, b);
         if self.raw {
             return LayerSpec {
                 kind: kind(self.a, self.b),
@@ -66,20 +51,19 @@ impl RawSpec {
             };
         }
         let block = [1u64, 8, 16, 32][(self.block % 4) as usize];
-        match kind(self.a % 5000 + 1, self.b % 64) {
-            k @ LayerKind::Mamba { .. } => {
-                let mut s = LayerSpec::mamba(block, self.a % 100_000 + 1);
-                s.kind = k;
-                s
-            }
-            k => LayerSpec::attention(
-                k,
-                block,
-                self.heads % 8 + 1,
-                [64, 128][(self.head % 2) as usize],
-                self.dtype % 4 + 1,
-            ),
-        }
+        // Mamba state bytes range wider than windows and chunks.
+        let a = if self.kind % 7 == 4 {
+            self.a % 100_000 + 1
+        } else {
+            self.a % 5000 + 1
+        };
+        realistic_spec(
+            kind(a, self.b % 64),
+            block,
+            self.heads % 8 + 1,
+            [64, 128][(self.head % 2) as usize],
+            self.dtype % 4 + 1,
+        )
     }
 }
 

@@ -1,7 +1,9 @@
 //! `wire_decode`: arbitrary bytes to `stats::wire::decode`. It never panics; its allocation is
 //! bounded (the peak bytes live during one decode stay under a fixed bound, whatever counts
 //! the input declares); a successful decode re-encodes to exactly the same bytes
-//! (`encoded_len` included) and every strict prefix of those bytes is reported as truncated.
+//! (`encoded_len` included) and every strict prefix of those bytes is reported as truncated;
+//! `decode_view` accepts and rejects exactly what `decode` does, lends the same series, and
+//! allocates nothing for a payload without info series.
 #![no_main]
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -69,6 +71,30 @@ fuzz_target!(|data: &[u8]| {
         "decoding {} bytes held {peak} heap bytes",
         data.len()
     );
+    // The borrowed view validates exactly as decode does, and allocates nothing unless the
+    // payload carries info series.
+    let before = LIVE.load(Ordering::Relaxed);
+    PEAK.store(before, Ordering::Relaxed);
+    let view = wire::decode_view(data);
+    let view_peak = PEAK.load(Ordering::Relaxed) - before;
+    match (&decoded, &view) {
+        (Ok(p), Ok(v)) => {
+            assert_eq!(v.len(), p.series().len(), "view length");
+            if !v.has_info() {
+                assert_eq!(view_peak, 0, "a view without info allocated");
+            }
+            for (owned, lent) in p.series().iter().zip(v.series()) {
+                assert_eq!(owned.name(), lent.name);
+                assert_eq!(owned.value(), &lent.value.to_value());
+            }
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b, "decode and decode_view disagree"),
+        _ => panic!(
+            "decode {:?} but decode_view {:?}",
+            decoded.is_ok(),
+            view.is_ok()
+        ),
+    }
     let Ok(payload) = decoded else {
         return;
     };

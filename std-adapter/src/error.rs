@@ -9,7 +9,7 @@ use kvtier_core::manager::{
 };
 
 use crate::export::{EncodeError, ExporterError, ObserveError};
-use crate::shared::{CollectorClosed, FrameError};
+use crate::shared::{CollectorClosed, FrameError, MetricsRegisterError};
 
 /// Any error of the std adapter's service layer.
 #[derive(Debug)]
@@ -25,6 +25,8 @@ pub enum Error {
     Frame(FrameError),
     /// The stats collector has stopped.
     CollectorClosed(CollectorClosed),
+    /// The registry refused the stats collector's own metrics.
+    CollectorMetrics(MetricsRegisterError),
     /// Binding, accepting or a thread failed.
     Io(io::Error),
     /// A manager configuration was rejected.
@@ -52,6 +54,7 @@ impl fmt::Display for Error {
             Error::Encode(e) => e.fmt(f),
             Error::Frame(e) => e.fmt(f),
             Error::CollectorClosed(e) => e.fmt(f),
+            Error::CollectorMetrics(e) => e.fmt(f),
             Error::Io(e) => e.fmt(f),
             Error::Config(e) => e.fmt(f),
             Error::Request(e) => e.fmt(f),
@@ -72,6 +75,7 @@ impl std::error::Error for Error {
             Error::Encode(e) => Some(e),
             Error::Frame(e) => Some(e),
             Error::CollectorClosed(e) => Some(e),
+            Error::CollectorMetrics(e) => Some(e),
             Error::Io(e) => Some(e),
             Error::Config(e) => Some(e),
             Error::Request(e) => Some(e),
@@ -100,6 +104,7 @@ from!(
     EncodeError => Encode,
     FrameError => Frame,
     CollectorClosed => CollectorClosed,
+    MetricsRegisterError => CollectorMetrics,
     io::Error => Io,
     String => Other,
     ConfigError => Config,

@@ -250,6 +250,26 @@ fn kvtier_encode_decode(bencher: Bencher) {
     });
 }
 
+/// The borrowed view: validated as `decode` validates, series walked, nothing allocated.
+#[divan::bench]
+fn kvtier_decode_view(bencher: Bencher) {
+    let bytes = wire::encode_to_vec(&step_payload());
+    bencher.bench_local(|| {
+        wire::decode_view(black_box(&bytes))
+            .map(|v| v.series().map(|s| s.labels.len()).sum::<usize>())
+    });
+}
+
+#[divan::bench]
+fn kvtier_encode_decode_view(bencher: Bencher) {
+    let p = step_payload();
+    let mut buf = vec![0u8; wire::encoded_len(&p)];
+    bencher.bench_local(|| {
+        let n = wire::encode(black_box(&p), &mut buf).unwrap_or(0);
+        wire::decode_view(black_box(&buf[..n])).map(|v| v.len())
+    });
+}
+
 #[divan::bench]
 fn kvtier_aggregate(bencher: Bencher) {
     let p = step_payload();

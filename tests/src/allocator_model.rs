@@ -7,8 +7,16 @@
 //!
 //! `apply_*` run an op on the real allocator and return the same outcome type as the model, so
 //! a driver compares the two with `==`. No proptest types here: strategies live in the tests.
+//! [`run_fixed_sequence`] is a driver of its own over a fixed pseudo-random op sequence.
+//!
+//! `no_std` + `alloc` on purpose: the Cortex-M firmware (`tests/firmware`) includes this file by
+//! path and runs the same models.
 
-use std::collections::{BTreeSet, VecDeque};
+use alloc::collections::{BTreeSet, VecDeque};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec;
+use alloc::vec::Vec;
 
 use kvtier_core::allocator::{FreeQueue, PopError, PushError, RemoveError, SlotError, SlotPool};
 
@@ -283,4 +291,153 @@ pub fn apply_queue(queue: &mut FreeQueue, op: &QueueOp) -> QueueOutcome {
         QueueOp::PushBackN(ids) => queue.push_back_n(ids).map(done).map_err(QueueError::Push),
         QueueOp::PushFrontN(ids) => queue.push_front_n(ids).map(done).map_err(QueueError::Push),
     }
+}
+
+/// A small deterministic generator for [`run_fixed_sequence`] (xorshift64*).
+#[derive(Clone, Debug)]
+pub struct OpRng(u64);
+
+impl OpRng {
+    /// A generator from `seed` (0 is replaced by a fixed non-zero state).
+    #[must_use]
+    pub fn new(seed: u64) -> Self {
+        OpRng(if seed == 0 {
+            0x9e37_79b9_7f4a_7c15
+        } else {
+            seed
+        })
+    }
+
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A value in `0..n` (`n ≥ 1`).
+    pub fn below(&mut self, n: u32) -> u32 {
+        #[expect(clippy::cast_possible_truncation, reason = "the remainder is below n")]
+        let v = (self.next_u64() % u64::from(n.max(1))) as u32;
+        v
+    }
+}
+
+/// What [`run_fixed_sequence`] did, to compare across targets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SequenceReport {
+    /// Ops applied to each allocator.
+    pub steps: u32,
+    /// `SlotPool` ops that succeeded.
+    pub slot_ok: u32,
+    /// `FreeQueue` ops that succeeded.
+    pub queue_ok: u32,
+    /// A fold of every outcome (ids handed out, error kinds), equal on every target.
+    pub checksum: u64,
+}
+
+fn fold(sum: u64, v: u64) -> u64 {
+    sum.wrapping_mul(1_000_003).wrapping_add(v)
+}
+
+fn random_slot_op(rng: &mut OpRng, cap: u32) -> SlotOp {
+    match rng.below(12) {
+        0..=3 => SlotOp::Alloc,
+        4..=5 => SlotOp::AllocN(rng.below(cap + 2)),
+        6..=10 => SlotOp::Free(rng.below(cap + 1)),
+        _ => SlotOp::Reset,
+    }
+}
+
+fn random_queue_op(rng: &mut OpRng, cap: u32) -> QueueOp {
+    let batch = |rng: &mut OpRng| (0..rng.below(5)).map(|_| rng.below(cap + 1)).collect();
+    match rng.below(17) {
+        0..=2 => QueueOp::PopFront,
+        3..=4 => QueueOp::PopFrontN(rng.below(cap + 2)),
+        5..=7 => QueueOp::Remove(rng.below(cap + 1)),
+        8..=10 => QueueOp::PushBack(rng.below(cap + 1)),
+        11..=12 => QueueOp::PushFront(rng.below(cap + 1)),
+        13..=14 => QueueOp::PushBackN(batch(rng)),
+        _ => QueueOp::PushFrontN(batch(rng)),
+    }
+}
+
+/// Runs `steps` pseudo-random ops from `seed` on a `SlotPool` of `cap` ids and on a full
+/// `FreeQueue` of `cap` ids, against [`SlotModel`] and [`QueueModel`]: the same outcome for
+/// every op, nothing changed by an error, and the same state (held ids, queue order) after
+/// every step.
+///
+/// # Errors
+/// A description of the first difference.
+pub fn run_fixed_sequence(seed: u64, cap: u32, steps: u32) -> Result<SequenceReport, String> {
+    let mut rng = OpRng::new(seed);
+    let mut pool = SlotPool::new(cap);
+    let mut slots = SlotModel::new(cap);
+    let mut queue = FreeQueue::new_full(cap).map_err(|e| format!("FreeQueue::new_full: {e:?}"))?;
+    let mut items = QueueModel::new_full(cap);
+    let mut report = SequenceReport {
+        steps,
+        slot_ok: 0,
+        queue_ok: 0,
+        checksum: 0,
+    };
+    for step in 0..steps {
+        let op = random_slot_op(&mut rng, cap);
+        let before = pool.clone();
+        let got = apply_slot(&mut pool, &op);
+        let want = slots.apply(&op);
+        if got != want {
+            return Err(format!(
+                "step {step}: {op:?} gave {got:?}, the model {want:?}"
+            ));
+        }
+        match &got {
+            Ok(ids) => {
+                report.slot_ok += 1;
+                report.checksum = ids
+                    .iter()
+                    .fold(report.checksum, |c, &id| fold(c, u64::from(id)));
+            }
+            Err(_) if pool != before => {
+                return Err(format!("step {step}: {op:?} failed but changed the pool"));
+            }
+            Err(_) => report.checksum = fold(report.checksum, u64::MAX),
+        }
+        if pool.free_count() != slots.free_count()
+            || (0..=cap).any(|id| pool.is_allocated(id) != slots.held.contains(&id))
+        {
+            return Err(format!(
+                "step {step}: after {op:?} the pool and the model hold different ids"
+            ));
+        }
+
+        let op = random_queue_op(&mut rng, cap);
+        let before = queue.clone();
+        let got = apply_queue(&mut queue, &op);
+        let want = items.apply(&op);
+        if got != want {
+            return Err(format!(
+                "step {step}: {op:?} gave {got:?}, the model {want:?}"
+            ));
+        }
+        match &got {
+            Ok(ids) => {
+                report.queue_ok += 1;
+                report.checksum = ids
+                    .iter()
+                    .fold(report.checksum, |c, &id| fold(c, u64::from(id)));
+            }
+            Err(_) if queue != before => {
+                return Err(format!("step {step}: {op:?} failed but changed the queue"));
+            }
+            Err(_) => report.checksum = fold(report.checksum, u64::MAX - 1),
+        }
+        if !queue.iter().eq(items.items.iter().copied()) {
+            return Err(format!(
+                "step {step}: after {op:?} the queue order differs from the model"
+            ));
+        }
+    }
+    Ok(report)
 }

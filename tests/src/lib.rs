@@ -2,9 +2,21 @@
 //! against `expected.tsv`, and the operation enums and reference models that both the proptests
 //! here and the fuzz targets in `fuzz/` drive.
 
+extern crate alloc;
+
 pub mod allocator_model;
 pub mod block_pool_model;
+pub mod capacity_gen;
 pub mod manager_checks;
 pub mod manager_model;
+pub mod prometheus_server;
+pub mod scenarios;
 pub mod stats_model;
 pub mod store;
+pub mod trace_order;
+
+/// The repository README's Rust examples, compiled and run as doctests so they cannot rot
+/// (here rather than in a published crate, whose package does not hold the repository README).
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

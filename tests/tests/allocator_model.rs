@@ -104,3 +104,19 @@ proptest! {
         }
     }
 }
+
+/// The fixed sequence the firmware runs (`tests/firmware`), here on the host: every op agrees
+/// with the model, and both allocators see successes and errors.
+#[test]
+fn fixed_sequence_matches_model() {
+    let report = kvtier_tests::allocator_model::run_fixed_sequence(7, 24, 4_000).unwrap();
+    assert_eq!(report.steps, 4_000);
+    assert!(
+        report.slot_ok > 1_000 && report.slot_ok < 4_000,
+        "{report:?}"
+    );
+    assert!(
+        report.queue_ok > 1_000 && report.queue_ok < 4_000,
+        "{report:?}"
+    );
+}

@@ -566,3 +566,9 @@ fn cpu_tier_zero_capacity_and_none() {
         Err(CpuTierError::ZeroTokensPerBlock { group: 0 })
     );
 }
+
+/// The Llama-3-8B hand check the firmware also runs (`tests/firmware`).
+#[test]
+fn llama_3_8b_hand_check_shared_with_the_firmware() {
+    kvtier_tests::scenarios::capacity_llama_3_8b();
+}

@@ -116,9 +116,11 @@ fn gemma2_alternating_and_layer_types() {
         "2048",
     ])
     .unwrap();
-    // 21 sliding + 21 full → two groups of 21; fp32 page 8 · 16 · 512 · 4 = 262 144.
+    // 21 sliding + 21 full → two groups of 21. The config says float32, but vLLM 0.33.0's
+    // `dtype=auto` downcasts float32 to bfloat16 (`_resolve_auto_dtype`, vllm/config/model.py)
+    // and `kv_cache_dtype=auto` takes the model dtype: page 8 · 16 · 512 · 2 = 131 072.
     assert_eq!(r.groups.len(), 2);
-    assert_eq!(r.bytes_per_block, 21 * 262_144);
+    assert_eq!(r.bytes_per_block, 21 * 131_072);
     // full 8192/16 = 512; sliding cdiv(4095 + 2048, 16) + 1 = 385.
     assert_eq!(r.blocks_per_request, 512 + 385);
     let r = run(&[
@@ -360,4 +362,436 @@ fn workers_take_the_minimum() {
     assert_eq!(one.bytes_per_block, 80 * 65_536);
     assert_eq!(three.bytes_per_block, 27 * 65_536);
     assert_eq!(three.num_blocks, Some((70u64 << 30) / (27 * 65_536)));
+}
+
+/// Writes `contents` to a fresh file named for the calling test and returns its path.
+fn temp_file(name: &str, contents: &[u8]) -> String {
+    let dir = std::env::temp_dir().join(format!("kvtier-capacity-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let path = dir.join(name);
+    std::fs::write(&path, contents).expect("temp file");
+    path.to_string_lossy().into_owned()
+}
+
+const LLAMA_LAYOUT: &str = r#"{ "max_model_len": 1024, "layers": [ { "kind": "full", "block_size": 16, "num_kv_heads": 2, "head_size": 64, "dtype_bytes": 2, "layers": 4 } ] }"#;
+
+#[test]
+fn dev_zero_is_refused_after_4_mib() {
+    // A device that never ends is refused after 4 MiB + 1 bytes, naming the file and the limit.
+    for option in ["--hf-config", "--layout"] {
+        let e = err(&[option, "/dev/zero", "--memory", "1GiB"]);
+        assert_eq!(
+            e,
+            format!("/dev/zero: larger than 4 MiB (4,194,304 bytes), the limit for {option} files")
+        );
+    }
+}
+
+#[test]
+fn input_files_are_capped_at_4_mib() {
+    const CAP: usize = 4 << 20;
+    // Valid JSON padded with spaces: exactly 4 MiB is read, one byte more is refused.
+    let mut text = LLAMA_LAYOUT.as_bytes().to_vec();
+    text.resize(CAP, b' ');
+    let at_cap = temp_file("at-cap.layout.json", &text);
+    let r = run(&["--layout", &at_cap, "--num-gpu-blocks-override", "100"]).unwrap();
+    assert_eq!(r.bytes_per_block, 4 * 8192);
+    text.push(b' ');
+    let over = temp_file("over-cap.layout.json", &text);
+    let e = err(&["--layout", &over, "--memory", "1GiB"]);
+    assert_eq!(
+        e,
+        format!("{over}: larger than 4 MiB (4,194,304 bytes), the limit for --layout files")
+    );
+    let e = err(&["--hf-config", &over, "--memory", "1GiB"]);
+    assert!(e.ends_with("the limit for --hf-config files"), "{e}");
+}
+
+#[test]
+fn gemma2_float32_config_is_a_bfloat16_cache() {
+    // vLLM 0.33.0, dtype=auto: float32 → bfloat16 (`_resolve_auto_dtype`); kv_cache_dtype=auto
+    // takes it. Page 8 · 16 · (256 + 256) · 2 = 131 072; 21 layers per group.
+    let r = run(&[
+        "--hf-config",
+        &data("gemma2-9b.config.json"),
+        "--memory",
+        "70GiB",
+    ])
+    .unwrap();
+    assert_eq!(r.groups[0].page_bytes, 131_072);
+    assert_eq!(r.bytes_per_block, 2_752_512);
+    // ⌊70 GiB / 2 752 512⌋ = 27 306 (a 4-byte cache would give 13 653).
+    assert_eq!(r.num_blocks, Some(27_306));
+    // An explicit --dtype still wins.
+    let r = run(&[
+        "--hf-config",
+        &data("gemma2-9b.config.json"),
+        "--memory",
+        "70GiB",
+        "--dtype",
+        "fp32",
+    ])
+    .unwrap();
+    assert_eq!(r.num_blocks, Some(13_653));
+}
+
+#[test]
+fn state_layer_models_are_refused_naming_field_and_type() {
+    let e = err(&[
+        "--hf-config",
+        &data("jamba-v0.1.config.json"),
+        "--memory",
+        "70GiB",
+    ]);
+    let path = data("jamba-v0.1.config.json");
+    assert!(
+        e.starts_with(&format!(
+            "{path}: attn_layer_period: is a state-layer field (model type \"jamba\")"
+        )),
+        "{e}"
+    );
+    assert!(e.contains("--layout file with \"mamba\" entries"), "{e}");
+    let e = err(&[
+        "--hf-config",
+        &data("qwen3-next-80b-a3b.config.json"),
+        "--memory",
+        "70GiB",
+    ]);
+    assert!(
+        e.contains("full_attention_interval: is a state-layer field (model type \"qwen3_next\")"),
+        "{e}"
+    );
+    // Without any state-layer field: the architecture, then the model type, then layer_types.
+    let bare = |extra: &str| {
+        format!(
+            r#"{{ {extra} "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64 }}"#
+        )
+    };
+    let f = temp_file(
+        "arch.config.json",
+        bare(r#""model_type": "x", "architectures": ["MambaForCausalLM"],"#).as_bytes(),
+    );
+    let e = err(&["--hf-config", &f, "--memory", "1GiB"]);
+    assert!(
+        e.starts_with(&format!(
+            "{f}: architectures: \"MambaForCausalLM\" has state layers (model type \"x\")"
+        )),
+        "{e}"
+    );
+    let f = temp_file(
+        "type.config.json",
+        bare(r#""model_type": "nemotron_h","#).as_bytes(),
+    );
+    let e = err(&["--hf-config", &f, "--memory", "1GiB"]);
+    assert!(
+        e.starts_with(&format!(
+            "{f}: model_type: has state layers (model type \"nemotron_h\")"
+        )),
+        "{e}"
+    );
+    let f = temp_file(
+        "types.config.json",
+        bare(r#""model_type": "y", "layer_types": ["full_attention", "linear_attention", "full_attention", "full_attention"],"#).as_bytes(),
+    );
+    let e = err(&["--hf-config", &f, "--memory", "1GiB"]);
+    assert!(
+        e.starts_with(&format!(
+            "{f}: layer_types[1]: \"linear_attention\" is a state layer (model type \"y\")"
+        )),
+        "{e}"
+    );
+}
+
+#[test]
+fn llama4_chunked_layers_follow_vllm() {
+    let scout = data("llama4-scout.config.json");
+    // NoPE layers 3, 7, ..., 47 (no_rope_layer_interval 4) are full attention, the other 36
+    // chunked local attention over 8192 tokens: buckets of 36 and 12 → group size 12 →
+    // 3 chunked groups and 1 full group of 12 layers.
+    let args = [
+        "--hf-config",
+        &scout,
+        "--memory",
+        "70GiB",
+        "--max-model-len",
+        "131072",
+    ];
+    let r = run(&args).unwrap();
+    assert_eq!(r.model, "llama4_text");
+    let kinds: Vec<&str> = r.groups.iter().map(|g| g.kind.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["chunked_local", "chunked_local", "chunked_local", "full"]
+    );
+    assert!(r.groups.iter().all(|g| g.layers == 12));
+    // page 8 · 16 · 256 · 2 = 65 536; 12 layers per group.
+    assert_eq!(r.bytes_per_block, 12 * 65_536);
+    // full 131072/16 = 8192; chunked cdiv(min(8192 + 8192, 131072), 16) = 1024, three groups.
+    assert_eq!(r.blocks_per_request, 8192 + 3 * 1024);
+    assert_eq!(r.num_blocks, Some(95_573));
+    // With vLLM's --disable-hybrid-kv-cache-manager every layer is allocated as full attention.
+    let mut off = args.to_vec();
+    off.push("--disable-hybrid-kv-cache-manager");
+    let r = run(&off).unwrap();
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!(r.groups[0].kind, "full");
+    assert_eq!(r.bytes_per_block, 48 * 65_536);
+    assert_eq!(r.num_blocks, Some(23_893));
+    assert_eq!(r.blocks_per_request, 8192);
+    // An explicit no_rope_layers list is read; a wrong one is an error naming it.
+    let with_list = |list: &str| {
+        format!(
+            r#"{{"model_type": "llama4_text", "num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 64, "attention_chunk_size": 32, "no_rope_layers": {list}, "max_position_embeddings": 1024}}"#
+        )
+    };
+    let f = temp_file("nope.config.json", with_list("[0, 1, 1, 0]").as_bytes());
+    let r = run(&["--hf-config", &f, "--num-gpu-blocks-override", "1000"]).unwrap();
+    let kinds: Vec<&str> = r.groups.iter().map(|g| g.kind.as_str()).collect();
+    assert_eq!(kinds, ["full", "chunked_local"]);
+    assert_eq!(r.groups[0].layers, 2);
+    let f = temp_file("bad-nope.config.json", with_list("[0, 1, 2, 0]").as_bytes());
+    let e = err(&["--hf-config", &f, "--num-gpu-blocks-override", "100"]);
+    assert_eq!(
+        e,
+        format!("{f}: no_rope_layers[2]: must be 0 (NoPE layer) or 1 (RoPE layer)")
+    );
+    let f = temp_file("short-nope.config.json", with_list("[0, 1]").as_bytes());
+    let e = err(&["--hf-config", &f, "--num-gpu-blocks-override", "100"]);
+    assert_eq!(
+        e,
+        format!("{f}: no_rope_layers: has 2 entries for 4 layers")
+    );
+}
+
+#[test]
+fn attention_chunk_size_on_an_unknown_pattern_is_refused() {
+    let f = temp_file(
+        "chunk.config.json",
+        br#"{"model_type": "mystery", "num_hidden_layers": 4, "num_attention_heads": 8, "head_dim": 64, "attention_chunk_size": 128}"#,
+    );
+    let e = err(&[
+        "--hf-config",
+        &f,
+        "--memory",
+        "1GiB",
+        "--max-model-len",
+        "1024",
+    ]);
+    assert!(
+        e.starts_with(&format!(
+            "{f}: attention_chunk_size: which layers use chunked local attention is not known for model type \"mystery\""
+        )),
+        "{e}"
+    );
+    // With layer_types the pattern is known: 3 chunked + 1 full, group size 1 → 3 chunked
+    // groups and 1 full group; chunked: cdiv(min(128 + 8192, 1024), 16) = 64 each.
+    let f = temp_file(
+        "chunk-types.config.json",
+        br#"{"model_type": "mystery", "num_hidden_layers": 4, "num_attention_heads": 8, "head_dim": 64, "attention_chunk_size": 128, "layer_types": ["chunked_attention", "chunked_attention", "chunked_attention", "full_attention"]}"#,
+    );
+    let args = [
+        "--hf-config",
+        &f,
+        "--num-gpu-blocks-override",
+        "1000",
+        "--max-model-len",
+        "1024",
+    ];
+    let r = run(&args).unwrap();
+    assert_eq!(r.groups.len(), 4);
+    assert_eq!(r.blocks_per_request, 4 * 64);
+    let mut off = args.to_vec();
+    off.push("--disable-hybrid-kv-cache-manager");
+    let r = run(&off).unwrap();
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!(r.blocks_per_request, 64);
+    // Explicit groups and Mamba layers cannot be promoted.
+    let e = err(&[
+        "--layout",
+        &data("groups.layout.json"),
+        "--num-gpu-blocks-override",
+        "650",
+        "--disable-hybrid-kv-cache-manager",
+    ]);
+    assert_eq!(
+        e,
+        "--disable-hybrid-kv-cache-manager: does not apply to a layout file's explicit groups (give layers)"
+    );
+    let f = temp_file(
+        "mamba.layout.json",
+        br#"{ "max_model_len": 1024, "layers": [ { "kind": "full", "block_size": 16, "num_kv_heads": 2, "head_size": 64, "dtype_bytes": 2 }, { "kind": "mamba", "block_size": 16, "state_bytes": 4096 } ] }"#,
+    );
+    assert_eq!(
+        err(&[
+            "--layout",
+            &f,
+            "--memory",
+            "1GiB",
+            "--disable-hybrid-kv-cache-manager"
+        ]),
+        "--disable-hybrid-kv-cache-manager: layer 1 is a Mamba layer, which needs the hybrid KV-cache manager"
+    );
+}
+
+#[test]
+fn zero_budgets_and_string_bools_are_errors() {
+    let base = ["--model", "llama-3-8b", "--memory", "70GiB"];
+    let with = |extra: &[&'static str]| {
+        let mut a = base.to_vec();
+        a.extend_from_slice(extra);
+        err(&a)
+    };
+    assert_eq!(
+        with(&["--max-num-batched-tokens", "0"]),
+        "--max-num-batched-tokens: must be at least 1"
+    );
+    assert_eq!(
+        with(&["--max-concurrent-batches", "0"]),
+        "--max-concurrent-batches: must be at least 1"
+    );
+    assert_eq!(
+        with(&["--cpu-bytes", "1GiB", "--world-size", "0"]),
+        "--world-size: must be at least 1"
+    );
+    for (field, value) in [("max_num_batched_tokens", 0), ("max_concurrent_batches", 0)] {
+        let f = temp_file(
+            &format!("{field}.layout.json"),
+            format!(
+                r#"{{ "max_model_len": 1024, "{field}": {value}, "layers": [ {{ "kind": "full", "block_size": 16, "num_kv_heads": 2, "head_size": 64, "dtype_bytes": 2 }} ] }}"#
+            )
+            .as_bytes(),
+        );
+        assert_eq!(
+            err(&["--layout", &f, "--memory", "1GiB"]),
+            format!("{f}: {field}: must be at least 1")
+        );
+    }
+    let f = temp_file(
+        "string-bool.config.json",
+        br#"{"model_type": "qwen2", "num_hidden_layers": 4, "num_attention_heads": 8, "head_dim": 64, "use_sliding_window": "true", "sliding_window": 128, "max_window_layers": 2}"#,
+    );
+    assert_eq!(
+        err(&[
+            "--hf-config",
+            &f,
+            "--memory",
+            "1GiB",
+            "--max-model-len",
+            "1024"
+        ]),
+        format!("{f}: use_sliding_window: must be true or false (a JSON bool), not \"true\"")
+    );
+    // `sliding_window: 0` is vLLM's "no sliding window": every layer is full attention.
+    let f = temp_file(
+        "window-zero.config.json",
+        br#"{"model_type": "mistral", "num_hidden_layers": 4, "num_attention_heads": 8, "head_dim": 64, "sliding_window": 0}"#,
+    );
+    let r = run(&[
+        "--hf-config",
+        &f,
+        "--num-gpu-blocks-override",
+        "1000",
+        "--max-model-len",
+        "1024",
+    ])
+    .unwrap();
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!(r.groups[0].kind, "full");
+}
+
+#[test]
+fn size_messages_say_what_is_wrong() {
+    assert_eq!(
+        parse_size_floor("-1"),
+        Err("\"-1\" is negative: a size is a byte count of 0 or more".to_owned())
+    );
+    assert_eq!(
+        parse_size_floor("1e30"),
+        Err("\"1e30\" is too large: exceeds 2^64 bytes (sizes are 64 bits)".to_owned())
+    );
+    assert!(
+        parse_size_floor("1e3")
+            .unwrap_err()
+            .contains("is not an integer byte count"),
+    );
+    assert_eq!(
+        parse_size_floor("99999999999TiB"),
+        Err("\"99999999999TiB\" is too large: exceeds 2^64 bytes (sizes are 64 bits)".to_owned())
+    );
+    let e = err(&["--model", "llama-3-8b", "--memory", "-1"]);
+    assert!(e.contains("--memory") && e.contains("is negative"), "{e}");
+    // A CPU chunk too large for 64 bits names the option that made it so.
+    let e = err(&[
+        "--model",
+        "llama-3-8b",
+        "--cpu-bytes",
+        "1GiB",
+        "--blocks-per-chunk",
+        "18446744073709551615",
+    ]);
+    assert!(
+        e.starts_with("--blocks-per-chunk: CPU tier size overflows u64: a chunk of 18446744073709551615 GPU block(s) of 2097152 bytes for 1 rank(s) is too large"),
+        "{e}"
+    );
+    let e = err(&["--model", "llama-3-8b", "--memory", "1e30"]);
+    assert!(
+        e.contains("--memory") && e.contains("exceeds 2^64 bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn layout_messages_name_file_and_field() {
+    for field in ["layers", "groups"] {
+        let f = temp_file(
+            &format!("empty-{field}.layout.json"),
+            format!(r#"{{ "max_model_len": 1024, "{field}": [] }}"#).as_bytes(),
+        );
+        assert_eq!(
+            err(&["--layout", &f, "--memory", "1GiB"]),
+            format!("{f}: {field}: is empty: a layout needs at least one layer")
+        );
+    }
+    // Only encoder-only layers: no request needs a block.
+    let f = temp_file(
+        "encoder-only.layout.json",
+        br#"{ "max_model_len": 1024, "layers": [ { "kind": "encoder_only", "block_size": 16, "num_kv_heads": 2, "head_size": 64, "dtype_bytes": 2 } ] }"#,
+    );
+    let e = err(&["--layout", &f, "--memory", "1GiB"]);
+    assert!(
+        e.starts_with(&format!("{f}: layers: no layer keeps KV cache per request")),
+        "{e}"
+    );
+    // A JSON syntax error: one separator between the file and the message.
+    let f = temp_file("broken.layout.json", b"{ \"max_model_len\": ");
+    let e = err(&["--layout", &f, "--memory", "1GiB"]);
+    assert!(e.starts_with(&format!("{f}: layout file: EOF")), "{e}");
+    assert!(!e.contains(": : "), "{e}");
+    let f = temp_file("broken.config.json", b"[1, 2");
+    let e = err(&["--hf-config", &f, "--memory", "1GiB"]);
+    assert!(e.starts_with(&format!("{f}: config.json: EOF")), "{e}");
+    assert!(!e.contains(": : "), "{e}");
+    // A zero length from config.json names the file and its key, not an option not given.
+    let f = temp_file(
+        "zero-len.config.json",
+        br#"{"model_type": "llama", "num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64, "max_position_embeddings": 0}"#,
+    );
+    assert_eq!(
+        err(&["--hf-config", &f, "--memory", "1GiB"]),
+        format!(
+            "{f}: max_position_embeddings: max_model_len must be at least 1 (give --max-model-len)"
+        )
+    );
+    // More workers than layers.
+    assert_eq!(
+        err(&[
+            "--model",
+            "llama-3-8b",
+            "--memory",
+            "70GiB",
+            "--workers",
+            "1024"
+        ]),
+        "--workers: 1024 pipeline workers for 32 layers: every worker needs at least one layer"
+    );
 }

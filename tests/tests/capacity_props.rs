@@ -5,27 +5,20 @@ use kvtier_core::capacity::{
     CpuTierConfig, GroupedLayout, LayerKind, LayerSpec, PoolLayout, Workload, check_admission,
     gpu_capacity, max_fitting_len, size_cpu_tier, worker_blocks,
 };
+use kvtier_tests::capacity_gen::{layer_kind, realistic_spec};
 use proptest::prelude::*;
 
 const LO: PoolLayout = PoolLayout::LayerOutermost;
 
 fn small_kind() -> impl Strategy<Value = LayerKind> {
-    prop_oneof![
-        Just(LayerKind::Full),
-        Just(LayerKind::Mla),
-        (1u64..5000, 0u64..64).prop_map(|(window, e)| LayerKind::SlidingWindow {
-            window,
-            extra_retained_tokens: e
-        }),
-        (1u64..5000).prop_map(|chunk| LayerKind::ChunkedLocal { chunk }),
-        (1u64..100_000, 0u64..3, 0u64..3).prop_map(|(s, sp, c)| LayerKind::Mamba {
-            state_bytes: s,
-            speculative_blocks: sp,
-            prefill_checkpoint_blocks: c
-        }),
-        Just(LayerKind::Cross),
-        Just(LayerKind::EncoderOnly),
-    ]
+    (0u8..7, 1u64..5000, 0u64..64, 1u64..100_000, 0u64..3).prop_map(|(k, a, b, state, spec)| {
+        if k == 4 {
+            // Mamba: state bytes and speculative blocks in their own ranges.
+            layer_kind(k, state, spec)
+        } else {
+            layer_kind(k, a, b)
+        }
+    })
 }
 
 fn small_spec() -> impl Strategy<Value = LayerSpec> {
@@ -36,13 +29,8 @@ fn small_spec() -> impl Strategy<Value = LayerSpec> {
         prop::sample::select(vec![64u64, 128]),
         1u64..5,
     )
-        .prop_map(|(kind, block, heads, head, dtype)| match kind {
-            LayerKind::Mamba { state_bytes, .. } => {
-                let mut s = LayerSpec::mamba(block, state_bytes);
-                s.kind = kind;
-                s
-            }
-            _ => LayerSpec::attention(kind, block, heads, head, dtype),
+        .prop_map(|(kind, block, heads, head, dtype)| {
+            realistic_spec(kind, block, heads, head, dtype)
         })
 }
 
@@ -78,22 +66,7 @@ fn any_spec() -> impl Strategy<Value = LayerSpec> {
     )
         .prop_map(
             |(k, block, heads, head, hv, dtype, padded, align, (a, b))| {
-                let kind = match k % 7 {
-                    0 => LayerKind::Full,
-                    1 => LayerKind::Mla,
-                    2 => LayerKind::SlidingWindow {
-                        window: a,
-                        extra_retained_tokens: b,
-                    },
-                    3 => LayerKind::ChunkedLocal { chunk: a },
-                    4 => LayerKind::Mamba {
-                        state_bytes: a,
-                        speculative_blocks: b,
-                        prefill_checkpoint_blocks: b,
-                    },
-                    5 => LayerKind::Cross,
-                    _ => LayerKind::EncoderOnly,
-                };
+                let kind = layer_kind(k, a, b);
                 LayerSpec {
                     kind,
                     block_size: block % 4 * (block >> 2),

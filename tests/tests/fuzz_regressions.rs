@@ -1,4 +1,4 @@
-//! Regressions found by the fuzz targets in `fuzz/` (issue 6): each test is the minimal
+//! Regressions found by the fuzz targets in `fuzz/`: each test is the minimal
 //! reproducer of one finding, with the target that found it and the fix (or why it is ignored).
 
 use kvtier::trace::{TraceReader, TraceWriter};

@@ -152,8 +152,14 @@ fn huge() -> Vec<(ManagerConfig, u64)> {
     let mut one = ManagerConfig::new(4_000_000_000);
     one.max_requests = 1;
     // Bytes per chunk (or tracker entry), rounded down: keys, reference counts, stamps, slot
-    // pool, table and the policy's arrays.
-    [(lru, 59), (arc, 120), (tracker, 41), (one, 59)]
+    // pool, table and the policy's arrays (a few of them pointer-sized).
+    #[cfg(target_pointer_width = "64")]
+    let per = [59, 120, 41, 59];
+    #[cfg(not(target_pointer_width = "64"))]
+    let per = [58, 113, 38, 58];
+    [lru, arc, tracker, one]
+        .into_iter()
+        .zip(per)
         .into_iter()
         .map(|(c, per)| {
             let n = u64::from(

@@ -1,4 +1,4 @@
-//! Model-based proptests of the `OffloadManager` (issue 2): random operation sequences run on
+//! Model-based proptests of the `OffloadManager`: random operation sequences run on
 //! the real manager and on the reference model of `kvtier_tests::manager_model`, checking after
 //! every step that
 //! * both return the same outcome (slots, victims, events, stats, typed errors),

@@ -61,7 +61,11 @@ fn json_has_every_field_with_vllm_values() {
         "policy",
         "capacity",
         "store_threshold",
+        "parse_s",
+        "replay_s",
+        "other_s",
         "wall_s",
+        "replay_request_blocks_per_s",
         "request_blocks_per_s",
     ] {
         assert!(o.contains_key(field), "missing {field}");
@@ -107,15 +111,10 @@ fn metrics_payload_carries_the_run() {
         .unwrap();
     assert_eq!(full.counts.store_failures, 0);
     assert_eq!(h.sum(), 17_726);
-    let text = kvtier::exposition::render(
-        p,
-        &kvtier::exposition::EngineLabels::new("m", "0"),
-        &kvtier::exposition::ExpositionOptions::default(),
-    )
-    .unwrap();
+    let text = kvtier::export::render(p, kvtier::export::ExporterConfig::new("m", 1)).unwrap();
     assert!(
         text.contains(
-            "vllm:kv_offload_allocation_failure_total{model_name=\"m\",engine=\"0\"} 312.0"
+            "vllm:kv_offload_allocation_failure_total{engine=\"0\",model_name=\"m\"} 312.0"
         )
     );
     assert!(text.contains("cpu_num_chunks=\"256\""));
@@ -147,13 +146,185 @@ fn malformed_trace_is_an_error_naming_the_line() {
 }
 
 #[test]
-fn too_many_open_requests_is_an_error_naming_the_record() {
+fn too_many_open_requests_is_an_error_naming_the_line() {
     let trace = data("small-a.kvtrace");
-    // small-a keeps up to 33 requests open.
+    // small-a keeps up to 33 requests open; its ninth `L` is line 25.
     let err = replay(&args(&["--trace", &trace, "--max-requests", "8"]), false).unwrap_err();
     assert!(
-        err.contains("record") && err.contains("8 request slots"),
+        err.contains("line 25: request 8 arrives while 8 requests are in flight")
+            && err.ends_with("(raise it with --max-requests)"),
         "{err}"
     );
     assert!(replay(&args(&["--trace", &trace, "--max-requests", "33"]), false).is_ok());
+}
+
+/// Asserts the timing fields of a report's JSON: present, non-negative, parse + replay within
+/// wall (their sum with `other_s` is wall), and each rate the request blocks over its time.
+fn assert_timings(v: &serde_json::Value) {
+    let f = |k: &str| {
+        v[k].as_f64()
+            .unwrap_or_else(|| panic!("{k} missing in {v}"))
+    };
+    let (parse, replay, other, wall) = (f("parse_s"), f("replay_s"), f("other_s"), f("wall_s"));
+    for (name, t) in [("parse_s", parse), ("replay_s", replay), ("other_s", other)] {
+        assert!(t >= 0.0, "{name} = {t}");
+    }
+    assert!(replay > 0.0 && wall > 0.0, "{v}");
+    assert!(parse + replay <= wall + 1e-9, "{parse} + {replay} > {wall}");
+    assert!(
+        (parse + replay + other - wall).abs() <= 1e-9 * wall.max(1.0),
+        "{v}"
+    );
+    let blocks = v["request_blocks"].as_u64().unwrap() as f64;
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    assert!(
+        close(f("replay_request_blocks_per_s"), blocks / replay),
+        "{v}"
+    );
+    assert!(close(f("request_blocks_per_s"), blocks / wall), "{v}");
+}
+
+#[test]
+fn json_times_parsing_and_replay_apart() {
+    let trace = data("small-b.kvtrace");
+    let r = replay(&args(&["--trace", &trace, "--json"]), false).unwrap();
+    let v = json_value(&r);
+    assert_eq!(v["request_blocks"], 302_290);
+    assert!(
+        v["parse_s"].as_f64().unwrap() > 0.0,
+        "reading a 5 MB file takes time"
+    );
+    assert_timings(&v);
+    // The built-in workload: generating counts as parsing.
+    let r = replay(&args(&["--requests", "3000", "--json"]), false).unwrap();
+    assert_timings(&json_value(&r));
+    // With log lines, whose time is neither parsing nor replay.
+    let r = replay(
+        &args(&["--requests", "3000", "--log-interval", "500"]),
+        false,
+    )
+    .unwrap();
+    assert_timings(&json_value(&r));
+}
+
+#[test]
+fn human_report_shows_each_time_and_both_rates() {
+    let trace = data("small-a.kvtrace");
+    let r = replay(&args(&["--trace", &trace]), false).unwrap();
+    let text = kvtier::cli::replay::human(&r);
+    for label in [
+        "parse time",
+        "replay time",
+        "other time",
+        "wall time",
+        "replay throughput",
+        "wall throughput",
+    ] {
+        assert!(text.contains(label), "{label} missing in\n{text}");
+    }
+    assert!(text.contains(&format!("{:>12.3} s", r.replay_s)), "{text}");
+}
+
+#[test]
+fn open_blocks_are_bounded_by_an_option_named_in_the_error() {
+    let trace = data("small-a.kvtrace");
+    // small-a's open requests hold at most 1,265 blocks at once.
+    assert!(
+        replay(
+            &args(&["--trace", &trace, "--max-open-blocks", "1265"]),
+            false
+        )
+        .is_ok()
+    );
+    let err = replay(
+        &args(&["--trace", &trace, "--max-open-blocks", "1264"]),
+        false,
+    )
+    .unwrap_err();
+    assert!(err.contains(": line "), "{err}");
+    assert!(err.contains("over the limit of 1264"), "{err}");
+    assert!(err.ends_with("(raise it with --max-open-blocks)"), "{err}");
+    let err = replay(
+        &args(&["--trace", &trace, "--max-open-blocks", "500"]),
+        false,
+    )
+    .unwrap_err();
+    assert!(
+        err.ends_with(
+            "line 33: request 16's 55 blocks would bring the open requests to 550 blocks, \
+             over the limit of 500 (raise it with --max-open-blocks)"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn zero_block_tokens_is_refused() {
+    let e = Cli::try_parse_from(["kvtier", "replay", "--block-tokens", "0"]).unwrap_err();
+    assert!(e.to_string().contains("--block-tokens"), "{e}");
+    // Built without clap, the replay refuses it too (positions would all be 0).
+    let mut a = args(&["--requests", "10"]);
+    a.block_tokens = Some(0);
+    assert_eq!(
+        replay(&a, false).unwrap_err(),
+        "--block-tokens must be at least 1"
+    );
+}
+
+#[test]
+fn zero_capacity_stores_nothing_as_in_vllm() {
+    // vLLM's CPUOffloadingManager accepts num_chunks = 0: every store offer fails.
+    let trace = data("small-a.kvtrace");
+    let r = replay(&args(&["--trace", &trace, "--capacity", "0"]), false).unwrap();
+    let c = r.counts;
+    assert_eq!((c.requests, c.hit_blocks, c.stored_blocks), (1000, 0, 0));
+    assert_eq!(c.store_failures, 1000);
+    assert_eq!(r.resident_blocks, 0);
+    assert_eq!(r.capacity, 0);
+}
+
+#[test]
+fn a_repeated_hash_names_the_line_of_its_load() {
+    let dir = std::env::temp_dir().join(format!("kvtier-replay-rep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("repeat.kvtrace");
+    let (a, b) = ("000000000000000a", "000000000000000b");
+    std::fs::write(
+        &path,
+        format!("# format=kvtrace v1\nL 0 1 {a}\nS 0\nC 0\nL 1 3 {a} {b} {b}\nS 1\nC 1\n"),
+    )
+    .unwrap();
+    let p = path.display().to_string();
+    let err = replay(&args(&["--trace", &p]), false).unwrap_err();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        err,
+        format!(
+            "{p}: line 5: request 1 repeats block hash 000000000000000b (blocks 2 and 3) in the \
+             blocks it would store: a store offer cannot hold a key twice"
+        )
+    );
+}
+
+#[test]
+fn rejected_configurations_name_the_options_and_the_policy() {
+    let err = |extra: &[&str]| {
+        let mut a = vec!["--requests", "10"];
+        a.extend_from_slice(extra);
+        replay(&args(&a), false).unwrap_err()
+    };
+    assert_eq!(
+        err(&["--max-requests", "0"]),
+        "--max-requests must be at least 1"
+    );
+    // Under ARC, 2 · capacity must fit: the sum with --max-requests is not the reason.
+    assert_eq!(
+        err(&["--capacity", "2200000000", "--policy", "arc"]),
+        "capacity 2200000000 is too large for --policy arc: ARC's ghost lists need 2 · capacity \
+         below 4294967295 (capacity at most 2147483647)"
+    );
+    assert_eq!(
+        err(&["--capacity", "4294967000"]),
+        "capacity 4294967000 plus --max-requests 65536 must be below 4294967295"
+    );
 }

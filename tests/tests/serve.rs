@@ -9,17 +9,16 @@
 )]
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kvtier::cli::serve::{ServeArgs, start};
+use kvtier::cli::serve::{MIN_RATE, ServeArgs, start};
 use kvtier::cli::{Cli, Command as Sub};
 use kvtier::http::{MetricsServer, ServerConfig};
 use kvtier_core::stats::catalogue;
+use kvtier_tests::prometheus_server::{PrometheusServer, http_get, require_prometheus};
 
 fn serve_args(extra: &[&str]) -> ServeArgs {
     let mut argv = vec!["kvtier", "serve", "--listen", "127.0.0.1:0"];
@@ -32,58 +31,13 @@ fn serve_args(extra: &[&str]) -> ServeArgs {
 
 /// One HTTP/1.0 GET on loopback: (status line, head, body).
 fn get(addr: SocketAddr, target: &str) -> (String, String, String) {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(s, "GET {target} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").unwrap();
-    let mut raw = String::new();
-    s.read_to_string(&mut raw).unwrap();
-    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
-    let status = head.lines().next().unwrap_or("").to_owned();
-    (status, head.to_owned(), body.to_owned())
-}
-
-/// Kills and reaps the Prometheus server however the test ends.
-struct Reaper(Child, PathBuf);
-
-impl Drop for Reaper {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-        let _ = std::fs::remove_dir_all(&self.1);
-    }
-}
-
-fn free_loopback_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The value of the first series of an instant query, once Prometheus has one.
-fn query(prom: SocketAddr, expr: &str) -> Option<f64> {
-    let (status, _, body) = get(prom, &format!("/api/v1/query?query={expr}"));
-    if !status.contains(" 200 ") {
-        return None;
-    }
-    let v: serde_json::Value = serde_json::from_str(&body).ok()?;
-    v["data"]["result"][0]["value"][1].as_str()?.parse().ok()
+    http_get(addr, target).unwrap()
 }
 
 #[test]
+#[ignore = "needs a Prometheus server (Debian package prometheus); run via `cargo xtask test`"]
 fn prometheus_scrapes_kvtier_serve() {
-    let prometheus_bin = "prometheus";
-    if Command::new(prometheus_bin)
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        panic!(
-            "this test runs a real Prometheus server: install the Debian package `prometheus` \
-             (.ci/run does when it is missing)"
-        );
-    }
+    require_prometheus();
     let args = serve_args(&[
         "--requests",
         "3000",
@@ -111,65 +65,33 @@ fn prometheus_scrapes_kvtier_serve() {
     assert_eq!(summary.counts.stores_skipped, Some(skipped));
     assert_eq!(summary.capacity, 256);
 
-    let dir = std::env::temp_dir().join(format!(
-        "kvtier-prometheus-{}-{}",
-        std::process::id(),
-        addr.port()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        format!(
-            "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n\
-             scrape_configs:\n  - job_name: kvtier\n    static_configs:\n      \
-             - targets: ['{addr}']\n"
-        ),
-    )
-    .unwrap();
-    let prom: SocketAddr = format!("127.0.0.1:{}", free_loopback_port())
-        .parse()
-        .unwrap();
-    let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-    let child = Command::new(prometheus_bin)
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={prom}"))
-        .stdout(Stdio::null())
-        .stderr(log)
-        .spawn()
-        .unwrap();
-    let reaper = Reaper(child, dir.clone());
-
+    let prom = PrometheusServer::start(addr, "kvtier", 1).unwrap();
     let deadline = Instant::now() + Duration::from_secs(90);
     let (mut got_skipped, mut got_usage) = (None, None);
     while Instant::now() < deadline && (got_skipped.is_none() || got_usage.is_none()) {
         thread::sleep(Duration::from_millis(500));
-        if TcpStream::connect_timeout(&prom, Duration::from_secs(1)).is_err() {
+        if !prom.is_up() {
             continue;
         }
-        got_skipped = query(prom, "vllm:kv_offload_stores_skipped_total");
-        got_usage = query(prom, "vllm:kv_offload_cpu_cache_usage_perc");
+        got_skipped = prom.value("vllm:kv_offload_stores_skipped_total");
+        got_usage = prom.value("vllm:kv_offload_cpu_cache_usage_perc");
     }
-    let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
     assert!(
         got_skipped.is_some() && got_usage.is_some(),
-        "Prometheus never had the series; its log:\n{log}"
+        "Prometheus never had the series; its log:\n{}",
+        prom.log()
     );
     #[expect(clippy::cast_precision_loss, reason = "Prometheus holds floats")]
     let skipped_f = skipped as f64;
     assert_eq!(got_skipped, Some(skipped_f));
     assert_eq!(got_usage, Some(usage));
-    let failures = query(prom, "vllm:kv_offload_allocation_failure_total");
+    let failures = prom.value("vllm:kv_offload_allocation_failure_total");
     #[expect(clippy::cast_precision_loss, reason = "Prometheus holds floats")]
     let failures_f = expected.counts.store_failures as f64;
     assert_eq!(failures, Some(failures_f));
-    let chunks = query(prom, "vllm:kv_offload_config_info{cpu_num_chunks=\"256\"}");
+    let chunks = prom.value("vllm:kv_offload_config_info{cpu_num_chunks=\"256\"}");
     assert_eq!(chunks, Some(1.0));
-    drop(reaper);
+    drop(prom);
     serving.stop();
 }
 
@@ -206,7 +128,7 @@ fn endpoint_answers_scrapes_and_nothing_else() {
 #[test]
 fn a_stalled_client_does_not_stall_other_scrapes() {
     let mut config = ServerConfig::default();
-    config.io_timeout = Duration::from_secs(30);
+    config.head_deadline = Duration::from_secs(30);
     let server = MetricsServer::bind("127.0.0.1:0", config, || Ok("x 1\n".to_owned())).unwrap();
     let addr = server.local_addr();
     // Several clients that send half a request and then nothing.
@@ -221,10 +143,18 @@ fn a_stalled_client_does_not_stall_other_scrapes() {
     let (status, _, body) = get(addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert_eq!(body, "x 1\n");
-    // Far below the stalled clients' 30 s timeout: they hold only their own threads.
+    // Far below the stalled clients' 30 s head deadline: they hold only their own threads.
     assert!(t.elapsed() < Duration::from_secs(10));
     drop(stalled);
     server.stop();
+}
+
+/// A payload's series but the measured (wall-clock) lookup times.
+fn deterministic(p: &kvtier_core::stats::Payload) -> Vec<&kvtier_core::stats::Series> {
+    p.series()
+        .iter()
+        .filter(|s| s.name() != catalogue::LOOKUP_SYNC_DELAY_SECONDS)
+        .collect()
 }
 
 #[test]
@@ -249,15 +179,108 @@ fn log_interval_keeps_the_whole_run_in_the_report() {
     ]);
     let a = kvtier::cli::replay::replay(&with.replay, false).unwrap();
     let b = kvtier::cli::replay::replay(&without.replay, false).unwrap();
-    // Draining every 300 requests for the log line changes nothing the run reports.
+    // Draining every 300 requests for the log line changes nothing the run reports (but the
+    // measured lookup times, of which only the count is fixed).
     assert_eq!(a.counts, b.counts);
-    assert_eq!(a.payload, b.payload);
+    assert_eq!(deterministic(&a.payload), deterministic(&b.payload));
+    assert_eq!(a.payload.info(), b.payload.info());
+    let lookups = |p: &kvtier_core::stats::Payload| {
+        p.histogram(catalogue::LOOKUP_SYNC_DELAY_SECONDS, &[])
+            .map(kvtier_core::stats::Histogram::count)
+    };
+    assert_eq!(lookups(&a.payload), Some(2000));
+    assert_eq!(lookups(&b.payload), Some(2000));
     assert!(a.payload.counter(catalogue::STORES_SKIPPED, &[]).unwrap() > 0);
 }
 
 #[test]
-fn serve_rejects_a_bad_rate() {
-    let args = serve_args(&["--rate", "0"]);
-    let err = start(&args).unwrap_err();
-    assert_eq!(err.to_string(), "--rate must be a positive number, not 0");
+fn serve_rejects_a_rate_that_is_not_a_pace() {
+    // Each once panicked or slipped through: 1e-300 passed the check and its 1e300 s pause
+    // panicked in the replay thread.
+    for rate in ["1e-300", "0", "-1", "NaN", "inf", "-inf", "5e-20", "-1e300"] {
+        let args = serve_args(&[&format!("--rate={rate}")]);
+        let err = start(&args).map(|s| s.stop()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!("--rate takes requests per second: a finite number from 1e-19 up, not {rate}")
+        );
+    }
+}
+
+#[test]
+fn the_slowest_rate_is_accepted_and_stops_at_once() {
+    let args = serve_args(&["--requests", "10", &format!("--rate={MIN_RATE:e}")]);
+    let serving = start(&args).unwrap();
+    // The replay is paused for 10^19 s before its first request: a stop still ends it.
+    serving.stop();
+}
+
+#[test]
+fn replay_metrics_and_serve_print_the_same_families_and_values() {
+    let args = serve_args(&[
+        "--requests",
+        "2000",
+        "--capacity",
+        "128",
+        "--store-threshold",
+        "2",
+        "--model",
+        "llama-3-8b",
+        "--model-name",
+        "m",
+    ]);
+    // `kvtier replay --metrics` prints `render` of the run's payload.
+    let report = kvtier::cli::replay::replay(&args.replay, false).unwrap();
+    let replay_text =
+        kvtier::export::render(&report.payload, kvtier::export::ExporterConfig::new("m", 1))
+            .unwrap();
+    let mut serving = start(&args).unwrap();
+    serving.wait_replay().unwrap();
+    let served = kvtier::export::encode_text(serving.registry()).unwrap();
+    let (status, _, scraped) = get(serving.local_addr(), "/metrics");
+    serving.stop();
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    // The collector's own health families (its export count moves between two reads) are
+    // served next to the replay's; `replay --metrics` has no collector.
+    let replay_families = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| !l.contains("kvtier_collector_"))
+            .map(str::to_owned)
+            .collect()
+    };
+    assert_eq!(replay_families(&scraped), replay_families(&served));
+    assert!(served.contains("# TYPE kvtier_collector_rejected_payloads_total counter"));
+    // Everything but the measured lookup times (their count is fixed) is the same text.
+    let fixed = |t: &str| -> Vec<String> {
+        replay_families(t)
+            .into_iter()
+            .filter(|l| {
+                !(l.starts_with("vllm:kv_offload_lookup_sync_delay_seconds_bucket")
+                    || l.starts_with("vllm:kv_offload_lookup_sync_delay_seconds_sum"))
+            })
+            .collect()
+    };
+    assert_eq!(fixed(&served), fixed(&replay_text));
+    let e = "{engine=\"0\",model_name=\"m\"}";
+    // Every loaded and stored block is one 2 MiB block of Llama-3-8B.
+    let c = report.counts;
+    assert_eq!((c.hit_blocks, c.stored_blocks), (5134, 10_085));
+    #[expect(clippy::cast_precision_loss, reason = "Prometheus holds floats")]
+    let bytes = |blocks: u64| kvtier::export::format_float((blocks * 2_097_152) as f64);
+    assert_eq!(bytes(c.hit_blocks), "1.0766778368e+10");
+    assert_eq!(bytes(c.stored_blocks), "2.114977792e+10");
+    for line in [
+        format!("vllm:kv_offload_lookup_sync_delay_seconds_count{e} 2000.0"),
+        format!("vllm:kv_offload_allocation_failure_total{e} 500.0"),
+        format!("vllm:kv_offload_stores_skipped_total{e} 17531.0"),
+        format!("vllm:kv_offload_load_bytes_total{e} 1.0766778368e+10"),
+        format!("vllm:kv_offload_store_bytes_total{e} 2.114977792e+10"),
+        "vllm:kv_offload_total_bytes_total{engine=\"0\",model_name=\"m\",transfer_type=\"CPU_to_GPU\"} 1.0766778368e+10".to_owned(),
+        format!("vllm:num_requests_running{e} 0.0"),
+    ] {
+        assert!(
+            served.lines().any(|l| l == line),
+            "missing {line:?} in\n{served}"
+        );
+    }
 }

@@ -7,7 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use kvtier::exposition::{EngineLabels, ExpositionError, ExpositionOptions, render};
+use kvtier::error::Error;
+use kvtier::export::{ExporterConfig, ObserveError, render};
 use kvtier_core::stats::catalogue::SeriesMismatch;
 use kvtier_core::stats::catalogue::*;
 use kvtier_core::stats::simple_offload::{SaveOutcome, SimpleOffloadConfig, SimpleOffloadStats};
@@ -284,23 +285,21 @@ fn c12_load_blocks_count_on_completion_even_after_reset() {
     assert_eq!(s.drain(7, 0).counter(SIMPLE_LOAD_BLOCKS, &[]), Some(2));
 }
 
+/// The text `kvtier replay --metrics` prints for `p` (engine 0 of model `m`).
+fn text_of(p: &Payload) -> Result<String, Error> {
+    render(p, ExporterConfig::new("m", 1))
+}
+
 #[test]
 fn exposition_of_a_native_payload() {
     let mut p = c11_s();
     p.set_info(cpu_info()).unwrap();
     let mut wrong = p.clone();
-    let text = render(
-        &p,
-        &EngineLabels::new("m", "0"),
-        &ExpositionOptions::default(),
-    );
     // `x` is not a vLLM family: rejected before anything is written.
-    assert_eq!(
-        text,
-        Err(ExpositionError::Series(SeriesMismatch::UnknownMetric(
-            "x".into()
-        )))
-    );
+    assert!(matches!(
+        text_of(&p),
+        Err(Error::Observe(ObserveError::Series(SeriesMismatch::UnknownMetric(x)))) if x == "x"
+    ));
     p.clear();
     p.set_info(cpu_info()).unwrap();
     p.increase_counter(LOAD_BYTES, &[], 100).unwrap();
@@ -308,30 +307,31 @@ fn exposition_of_a_native_payload() {
     p.observe(LOOKUP_SYNC_DELAY_SECONDS, &[], 20_000).unwrap();
     p.set_gauge(CPU_CACHE_USAGE_PERC, &[], Gauge::fraction(1, 4))
         .unwrap();
-    let text = render(
-        &p,
-        &EngineLabels::new("m", "0"),
-        &ExpositionOptions::default(),
-    )
-    .unwrap();
-    let e = "model_name=\"m\",engine=\"0\"";
+    let text = text_of(&p).unwrap();
+    let e = "engine=\"0\"";
+    let m = "model_name=\"m\"";
     let expected_lines = [
         "# TYPE vllm:kv_offload_config_info gauge".to_owned(),
         format!(
-            "vllm:kv_offload_config_info{{{e},cpu_num_chunks=\"4\",cpu_blocks_per_chunk=\"\",cpu_kv_cache_size_bytes=\"\",cpu_kv_cache_size_tokens=\"None\"}} 1.0"
+            "vllm:kv_offload_config_info{{cpu_blocks_per_chunk=\"\",cpu_kv_cache_size_bytes=\"\",cpu_kv_cache_size_tokens=\"None\",cpu_num_chunks=\"4\",{e},{m}}} 1.0"
         ),
         "# TYPE vllm:kv_offload_cpu_cache_usage_perc gauge".to_owned(),
-        format!("vllm:kv_offload_cpu_cache_usage_perc{{{e}}} 0.25"),
-        "# TYPE vllm:kv_offload_load_bytes counter".to_owned(),
-        format!("vllm:kv_offload_load_bytes_total{{{e}}} 100.0"),
-        format!("vllm:kv_offload_load_time_total{{{e}}} 0.5"),
+        format!("vllm:kv_offload_cpu_cache_usage_perc{{{e},{m}}} 0.25"),
+        "# HELP vllm:kv_offload_load_bytes_total Bytes copied from the offload tier into GPU memory, summed over ranks.".to_owned(),
+        "# TYPE vllm:kv_offload_load_bytes_total counter".to_owned(),
+        format!("vllm:kv_offload_load_bytes_total{{{e},{m}}} 100.0"),
+        format!("vllm:kv_offload_load_time_total{{{e},{m}}} 0.5"),
         "# TYPE vllm:kv_offload_lookup_sync_delay_seconds histogram".to_owned(),
-        format!("vllm:kv_offload_lookup_sync_delay_seconds_bucket{{{e},le=\"1e-05\"}} 0.0"),
-        format!("vllm:kv_offload_lookup_sync_delay_seconds_bucket{{{e},le=\"5e-05\"}} 1.0"),
-        format!("vllm:kv_offload_lookup_sync_delay_seconds_bucket{{{e},le=\"1.0\"}} 1.0"),
-        format!("vllm:kv_offload_lookup_sync_delay_seconds_bucket{{{e},le=\"+Inf\"}} 1.0"),
-        format!("vllm:kv_offload_lookup_sync_delay_seconds_count{{{e}}} 1.0"),
-        format!("vllm:kv_offload_lookup_sync_delay_seconds_sum{{{e}}} 2e-05"),
+        format!("vllm:kv_offload_lookup_sync_delay_seconds_bucket{{{e},le=\"1e-05\",{m}}} 0.0"),
+        format!("vllm:kv_offload_lookup_sync_delay_seconds_bucket{{{e},le=\"5e-05\",{m}}} 1.0"),
+        format!("vllm:kv_offload_lookup_sync_delay_seconds_bucket{{{e},le=\"1.0\",{m}}} 1.0"),
+        format!("vllm:kv_offload_lookup_sync_delay_seconds_bucket{{{e},le=\"+Inf\",{m}}} 1.0"),
+        format!("vllm:kv_offload_lookup_sync_delay_seconds_count{{{e},{m}}} 1.0"),
+        format!("vllm:kv_offload_lookup_sync_delay_seconds_sum{{{e},{m}}} 2e-05"),
+        // Not in the payload, shown from the start at zero.
+        format!("vllm:kv_offload_stores_skipped_total{{{e},{m}}} 0.0"),
+        format!("vllm:kv_offload_store_size_count{{{e},{m}}} 0.0"),
+        format!("vllm:num_requests_running{{{e},{m}}} 0.0"),
     ];
     for line in &expected_lines {
         assert!(
@@ -339,22 +339,29 @@ fn exposition_of_a_native_payload() {
             "missing {line:?} in\n{text}"
         );
     }
-    // 5 families, each with HELP and TYPE; 1 + 1 + 1 + 1 + (11 + 1 + 2) samples.
-    assert_eq!(text.lines().filter(|l| l.starts_with("# HELP")).count(), 5);
-    assert_eq!(text.lines().filter(|l| !l.starts_with('#')).count(), 18);
+    // A histogram's count comes before its sum, as prometheus_client writes them.
+    let at = |l: &str| text.lines().position(|x| x == l).unwrap();
+    assert!(
+        at(&format!(
+            "vllm:kv_offload_lookup_sync_delay_seconds_count{{{e},{m}}} 1.0"
+        )) < at(&format!(
+            "vllm:kv_offload_lookup_sync_delay_seconds_sum{{{e},{m}}} 2e-05"
+        ))
+    );
+    // The 17 offloading-connector families and vllm:num_requests_running, shown from the
+    // start, and config_info, each once with HELP and TYPE; nothing of the simple offloader or
+    // the engine's other families.
+    assert_eq!(text.lines().filter(|l| l.starts_with("# HELP")).count(), 19);
+    assert_eq!(text.lines().filter(|l| l.starts_with("# TYPE")).count(), 19);
+    assert!(!text.contains("simple_kv_offload"));
+    assert!(!text.contains("vllm:prefix_cache"));
 
     wrong.clear();
     wrong
         .increase_counter(SIMPLE_SAVE_OUTCOMES, &[], 1)
         .unwrap();
     assert_eq!(
-        render(
-            &wrong,
-            &EngineLabels::new("m", "0"),
-            &ExpositionOptions::default()
-        )
-        .unwrap_err()
-        .to_string(),
+        text_of(&wrong).unwrap_err().to_string(),
         "metric vllm:simple_kv_offload_save_outcomes_total expects 1 labels, got 0"
     );
 }
@@ -364,21 +371,14 @@ fn exposition_of_simple_offload_stats() {
     let mut s = SimpleOffloadStats::new(SimpleOffloadConfig::new(8));
     s.record(SaveOutcome::Stored, 3);
     let p = s.drain(7, 2);
-    let text = render(
-        &p,
-        &EngineLabels::new("m", "1"),
-        &ExpositionOptions::default(),
-    )
-    .unwrap();
-    let e = "model_name=\"m\",engine=\"1\"";
+    let text = render(&p, ExporterConfig::new("m", 1)).unwrap();
+    let e = "engine=\"0\",model_name=\"m\"";
     for line in [
-        "# TYPE vllm:simple_kv_offload_save_outcomes counter".to_owned(),
+        "# TYPE vllm:simple_kv_offload_save_outcomes_total counter".to_owned(),
         format!("vllm:simple_kv_offload_save_outcomes_total{{{e},outcome=\"stored\"}} 3.0"),
         format!("vllm:simple_kv_offload_used_blocks{{{e}}} 1.0"),
         format!("vllm:simple_kv_offload_pending_store_blocks{{{e}}} 2.0"),
-        format!(
-            "vllm:simple_kv_offload_info{{{e},backend=\"cpu\",page_cache=\"false\",lazy_offload=\"false\",capacity_blocks=\"8\"}} 1.0"
-        ),
+        "vllm:simple_kv_offload_info{backend=\"cpu\",capacity_blocks=\"8\",engine=\"0\",lazy_offload=\"false\",model_name=\"m\",page_cache=\"false\"} 1.0".to_owned(),
     ] {
         assert!(
             text.lines().any(|l| l == line),
@@ -391,16 +391,13 @@ fn exposition_of_simple_offload_stats() {
 fn exposition_mirrors_deprecated_transfer_series() {
     let mut p = Payload::new();
     p.increase_counter(LOAD_BYTES, &[], 7).unwrap();
-    let opts = ExpositionOptions {
-        deprecated_transfer_series: true,
-        ..ExpositionOptions::default()
-    };
-    let text = render(&p, &EngineLabels::new("m", "0"), &opts).unwrap();
-    let e = "model_name=\"m\",engine=\"0\"";
+    // On by default, as a vLLM server with the CPU offloading spec shows them.
+    let text = render(&p, ExporterConfig::new("m", 1)).unwrap();
+    let e = "engine=\"0\",model_name=\"m\"";
     for line in [
         format!("vllm:kv_offload_total_bytes_total{{{e},transfer_type=\"CPU_to_GPU\"}} 7.0"),
         format!("vllm:kv_offload_total_bytes_total{{{e},transfer_type=\"GPU_to_CPU\"}} 0.0"),
-        format!("vllm:kv_offload_size_bucket{{{e},transfer_type=\"GPU_to_CPU\",le=\"1e+06\"}} 0.0"),
+        "vllm:kv_offload_size_bucket{engine=\"0\",le=\"1e+06\",model_name=\"m\",transfer_type=\"GPU_to_CPU\"} 0.0".to_owned(),
         format!("vllm:kv_offload_total_time_total{{{e},transfer_type=\"CPU_to_GPU\"}} 0.0"),
     ] {
         assert!(
@@ -408,4 +405,9 @@ fn exposition_mirrors_deprecated_transfer_series() {
             "missing {line:?} in\n{text}"
         );
     }
+    let mut off = ExporterConfig::new("m", 1);
+    off.deprecated_transfer_series = false;
+    let text = render(&p, off).unwrap();
+    assert!(!text.contains("transfer_type"), "{text}");
+    assert!(text.contains(&format!("vllm:kv_offload_load_bytes_total{{{e}}} 7.0\n")));
 }

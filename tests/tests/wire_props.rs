@@ -46,8 +46,58 @@ fn a_decoded_catalogue_payload_borrows_its_names() {
     assert!(matches!(s.name_text(), std::borrow::Cow::Borrowed(_)));
 }
 
+/// The borrowed view and the owned decode agree on `bytes`: both accept it (with the same
+/// series, name for name, label for label, value for value) or both reject it with the same
+/// error.
+fn view_agrees_with_decode(bytes: &[u8]) -> Result<(), TestCaseError> {
+    match (wire::decode(bytes), wire::decode_view(bytes)) {
+        (Ok(p), Ok(view)) => {
+            prop_assert_eq!(view.len(), p.series().len());
+            prop_assert_eq!(view.has_info(), p.info().is_some());
+            let mut seen = 0;
+            for (owned, lent) in p.series().iter().zip(view.series()) {
+                prop_assert_eq!(owned.name(), lent.name);
+                let labels: Vec<&str> = owned
+                    .labels()
+                    .as_slice()
+                    .iter()
+                    .map(AsRef::as_ref)
+                    .collect();
+                prop_assert_eq!(labels.as_slice(), lent.labels.as_slice());
+                prop_assert_eq!(owned.value(), &lent.value.to_value());
+                seen += 1;
+            }
+            prop_assert_eq!(seen, p.series().len());
+        }
+        (Err(a), Err(b)) => prop_assert_eq!(a, b),
+        (a, b) => prop_assert!(
+            false,
+            "decode {:?} but decode_view {:?}",
+            a.map(|_| ()),
+            b.map(|_| ())
+        ),
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn the_view_agrees_with_decode(
+        ops in ops(),
+        at in any::<prop::sample::Index>(),
+        byte in any::<u8>(),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let bytes = wire::encode_to_vec(&payload_of(&ops));
+        view_agrees_with_decode(&bytes)?;
+        let mut mutated = bytes.clone();
+        let i = at.index(mutated.len());
+        mutated[i] = byte;
+        view_agrees_with_decode(&mutated)?;
+        view_agrees_with_decode(&bytes[..cut.index(bytes.len())])?;
+    }
 
     #[test]
     fn round_trip(ops in ops()) {

@@ -1,5 +1,7 @@
 //! The block pool's configuration, events, per-block hash and usage ratio.
 
+use crate::ratio::Ratio;
+
 /// How to build a [`BlockPool`](super::BlockPool): `new(required…)`, then change the public
 /// optional fields.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +87,12 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// `used / total`, exact (0 when `total == 0`).
+    #[must_use]
+    pub fn ratio(&self) -> Ratio {
+        Ratio::new(u64::from(self.used), u64::from(self.total)).unwrap_or(Ratio::ZERO)
+    }
+
     /// Free blocks: `total − used`.
     #[must_use]
     pub const fn free(&self) -> u32 {

@@ -35,16 +35,7 @@ pub const fn round_up(x: u64, align: u64) -> Option<u64> {
     }
 }
 
-/// Greatest common divisor (`gcd(0, 0) = 0`).
-#[must_use]
-pub const fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        let t = a % b;
-        a = b;
-        b = t;
-    }
-    a
-}
+pub use crate::ratio::gcd;
 
 /// Least common multiple, or `None` on overflow; `lcm(0, x) = 0`.
 #[must_use]

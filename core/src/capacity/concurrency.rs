@@ -7,58 +7,12 @@
 //! integer: e.g. 29 blocks, 100 blocks per request, L = 100 gives exactly 29 tokens, but
 //! `29/100` is `0.28999…` in binary and `0.29 · 100 = 28.999999999999996`, so vLLM reports 28.
 
-use super::arith::{gcd, mul_div_floor};
+use super::arith::mul_div_floor;
 use super::blocks::{PoolError, PoolLayout, pool_blocks};
 use super::error::{ConcurrencyError, SizingError};
 use super::grouping::GroupedLayout;
 use super::spec::Workload;
-
-/// A non-negative rational `num / den` in lowest terms, `den ≥ 1`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Ratio {
-    num: u64,
-    den: u64,
-}
-
-impl Ratio {
-    /// `num / den` reduced, or `None` when `den = 0`.
-    #[must_use]
-    pub const fn new(num: u64, den: u64) -> Option<Self> {
-        if den == 0 {
-            return None;
-        }
-        let g = gcd(num, den);
-        // g ≥ 1 because den ≥ 1.
-        Some(Self {
-            num: num / g,
-            den: den / g,
-        })
-    }
-
-    /// The numerator.
-    #[must_use]
-    pub const fn num(&self) -> u64 {
-        self.num
-    }
-
-    /// The denominator (≥ 1).
-    #[must_use]
-    pub const fn den(&self) -> u64 {
-        self.den
-    }
-
-    /// `⌊self · x⌋`, or `None` when it exceeds `u64`.
-    #[must_use]
-    pub fn mul_floor(&self, x: u64) -> Option<u64> {
-        mul_div_floor(self.num, x, self.den)
-    }
-}
-
-impl core::fmt::Display for Ratio {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        write!(f, "{}/{}", self.num, self.den)
-    }
-}
+use crate::ratio::Ratio;
 
 /// `num_blocks / blocks_per_request`, exact.
 ///

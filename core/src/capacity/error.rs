@@ -98,6 +98,67 @@ impl fmt::Display for GroupingError {
 
 impl core::error::Error for GroupingError {}
 
+/// A [`Workload`](super::Workload) that no vLLM scheduler accepts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum WorkloadError {
+    /// `max_model_len` is 0.
+    ZeroMaxModelLen,
+    /// `max_num_batched_tokens` is 0 (vLLM's scheduler config requires at least 1).
+    ZeroMaxNumBatchedTokens,
+    /// `max_concurrent_batches` is 0: no batch would ever run.
+    ZeroMaxConcurrentBatches,
+    /// The decode-context-parallel size is 0.
+    ZeroDcp,
+}
+
+impl fmt::Display for WorkloadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::ZeroMaxModelLen => "max_model_len must be at least 1",
+            Self::ZeroMaxNumBatchedTokens => "max_num_batched_tokens must be at least 1",
+            Self::ZeroMaxConcurrentBatches => "max_concurrent_batches must be at least 1",
+            Self::ZeroDcp => "decode context parallel size must be at least 1",
+        })
+    }
+}
+
+impl core::error::Error for WorkloadError {}
+
+/// Local-attention layers could not be allocated as full attention
+/// ([`promote_local_layers`](super::promote_local_layers)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PromotionError {
+    /// Layer `layer` is a Mamba layer: vLLM 0.33.0 needs its hybrid KV-cache manager for those.
+    StateLayer {
+        /// Index of the layer.
+        layer: usize,
+    },
+    /// After promotion the layers are still of more than one type (e.g. sliding and chunked
+    /// layers without a full one); vLLM raises "Failed to promote local KV cache specs".
+    NotOneType,
+    /// A promoted padded page overflows.
+    Overflow,
+}
+
+impl fmt::Display for PromotionError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::StateLayer { layer } => write!(
+                f,
+                "layer {layer} is a Mamba layer, which needs the hybrid KV-cache manager"
+            ),
+            Self::NotOneType => f.write_str(
+                "the layers cannot be allocated as one KV-cache type without the hybrid KV-cache manager",
+            ),
+            Self::Overflow => f.write_str("a promoted page overflows u64"),
+        }
+    }
+}
+
+impl core::error::Error for PromotionError {}
+
 /// A per-request size (blocks, bytes) could not be computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SizingError {

@@ -19,7 +19,7 @@
 use alloc::vec::Vec;
 use core::ops::Range;
 
-use super::error::{GroupingError, SizingError};
+use super::error::{GroupingError, PromotionError, SizingError};
 use super::spec::{LayerKind, LayerSpec, Workload};
 
 /// The most layers a layout may have.
@@ -116,6 +116,75 @@ fn unify_pages(layers: &mut [LayerSpec], pages: &mut [u64]) -> Result<(), Groupi
         *spec = new;
         *page = new_page;
     }
+    Ok(())
+}
+
+/// Allocates local-attention layers as full attention, as vLLM 0.33.0 does with its hybrid
+/// KV-cache manager disabled (`--disable-hybrid-kv-cache-manager`; its
+/// `_promote_local_kv_cache_specs`). Layers all of one type are left as they are. Otherwise,
+/// when full-attention (or MLA) layers are present, every sliding-window and chunked-local
+/// layer becomes full attention, takes the full layers' block size when they share one, and
+/// keeps a padded page at least as large as its page at that block size. The layers must then
+/// be of one type.
+///
+/// ```
+/// use kvtier_core::capacity::{promote_local_layers, GroupedLayout, LayerKind, LayerSpec};
+/// let full = LayerSpec::attention(LayerKind::Full, 16, 8, 128, 2);
+/// let swa = LayerSpec::attention(LayerKind::SlidingWindow { window: 4096, extra_retained_tokens: 0 }, 16, 8, 128, 2);
+/// let mut layers = [swa, full, swa, full];
+/// promote_local_layers(&mut layers)?;
+/// assert!(layers.iter().all(|l| l.kind == LayerKind::Full));
+/// assert_eq!(GroupedLayout::from_layers(&layers)?.num_groups(), 1);
+/// # Ok::<(), Box<dyn core::error::Error>>(())
+/// ```
+///
+/// # Errors
+/// [`PromotionError`]: a Mamba layer, layers still of several types, or overflow. On error the
+/// layers are unchanged.
+pub fn promote_local_layers(layers: &mut [LayerSpec]) -> Result<(), PromotionError> {
+    if let Some(layer) = layers
+        .iter()
+        .position(|l| matches!(l.kind, LayerKind::Mamba { .. }))
+    {
+        return Err(PromotionError::StateLayer { layer });
+    }
+    let Some(first) = layers.first().copied() else {
+        return Ok(());
+    };
+    if layers.iter().all(|l| l.same_type_as(&first)) {
+        return Ok(());
+    }
+    let is_full = |l: &LayerSpec| matches!(l.kind, LayerKind::Full | LayerKind::Mla);
+    let is_local = |l: &LayerSpec| {
+        matches!(
+            l.kind,
+            LayerKind::SlidingWindow { .. } | LayerKind::ChunkedLocal { .. }
+        )
+    };
+    let mut promoted = layers.to_vec();
+    if layers.iter().any(is_full) && layers.iter().any(is_local) {
+        let mut full_blocks = layers.iter().filter(|l| is_full(l)).map(|l| l.block_size);
+        let one_block = full_blocks.next().filter(|&b| full_blocks.all(|x| x == b));
+        for spec in promoted.iter_mut().filter(|l| is_local(l)) {
+            let block = one_block.unwrap_or(spec.block_size);
+            if let Some(padded) = spec.page_size_padded {
+                let unpadded = spec
+                    .unpadded_page_bytes()
+                    .ok()
+                    .and_then(|p| p.checked_mul(block))
+                    .and_then(|p| p.checked_div(spec.block_size))
+                    .ok_or(PromotionError::Overflow)?;
+                spec.page_size_padded = Some(padded.max(unpadded));
+            }
+            spec.block_size = block;
+            spec.kind = LayerKind::Full;
+        }
+    }
+    let head = promoted.first().copied().unwrap_or(first);
+    if !promoted.iter().all(|l| l.same_type_as(&head)) {
+        return Err(PromotionError::NotOneType);
+    }
+    layers.copy_from_slice(&promoted);
     Ok(())
 }
 
@@ -368,5 +437,65 @@ impl GroupedLayout {
     #[must_use]
     pub fn group_kind(&self, g: usize) -> Option<&'static str> {
         self.group_spec(g).map(|s| s.kind.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attn(kind: LayerKind, block: u64) -> LayerSpec {
+        LayerSpec::attention(kind, block, 2, 64, 2)
+    }
+
+    const SWA: LayerKind = LayerKind::SlidingWindow {
+        window: 128,
+        extra_retained_tokens: 3,
+    };
+    const CHUNK: LayerKind = LayerKind::ChunkedLocal { chunk: 256 };
+
+    #[test]
+    fn promotion_to_full_attention() {
+        // One type already: unchanged (sliding-only stays sliding).
+        let mut only = [attn(SWA, 16); 3];
+        assert_eq!(promote_local_layers(&mut only), Ok(()));
+        assert_eq!(only, [attn(SWA, 16); 3]);
+        // Full + local: locals become full with the full block size; a padded page grows to
+        // the page at that block size.
+        let mut padded = attn(CHUNK, 16);
+        padded.page_size_padded = Some(5000);
+        let mut layers = [attn(LayerKind::Full, 32), attn(SWA, 16), padded];
+        assert_eq!(promote_local_layers(&mut layers), Ok(()));
+        assert!(
+            layers
+                .iter()
+                .all(|l| l.kind == LayerKind::Full && l.block_size == 32)
+        );
+        // unpadded 2 · 16 · 128 · 2 = 8192 at block 16 → 16 384 at block 32 > 5000.
+        assert_eq!(layers[2].page_size_padded, Some(16_384));
+        assert_eq!(layers[1].page_size_padded, None);
+        // MLA counts as full.
+        let mla = LayerSpec::attention(LayerKind::Mla, 16, 1, 576, 2);
+        let mut layers = [mla, attn(SWA, 16)];
+        assert_eq!(promote_local_layers(&mut layers), Ok(()));
+        assert_eq!(layers[1].kind, LayerKind::Full);
+    }
+
+    #[test]
+    fn promotion_errors_change_nothing() {
+        let before = [attn(SWA, 16), attn(CHUNK, 16)];
+        let mut layers = before;
+        assert_eq!(
+            promote_local_layers(&mut layers),
+            Err(PromotionError::NotOneType)
+        );
+        assert_eq!(layers, before);
+        let before = [attn(LayerKind::Full, 16), LayerSpec::mamba(16, 4096)];
+        let mut layers = before;
+        assert_eq!(
+            promote_local_layers(&mut layers),
+            Err(PromotionError::StateLayer { layer: 1 })
+        );
+        assert_eq!(layers, before);
     }
 }

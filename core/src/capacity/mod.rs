@@ -8,9 +8,9 @@
 //! | module | holds |
 //! |---|---|
 //! | [`spec`] | [`LayerSpec`] / [`LayerKind`]: page sizes, per-request blocks, CPU window caps; [`Workload`] |
-//! | [`grouping`] | [`GroupedLayout`]: vLLM's hybrid grouping and page unification, pipeline projection |
+//! | [`grouping`] | [`GroupedLayout`]: vLLM's hybrid grouping and page unification, pipeline projection; [`promote_local_layers`] (hybrid manager off) |
 //! | [`blocks`] | bytes per pool block ([`PoolLayout`]), blocks from memory, the admission check and max-length search |
-//! | [`concurrency`] | [`Ratio`], max concurrency, `kv_cache_size_tokens`, [`gpu_capacity`] |
+//! | [`concurrency`] | max concurrency (a [`Ratio`]), `kv_cache_size_tokens`, [`gpu_capacity`] |
 //! | [`cpu_tier`] | [`size_cpu_tier`]: chunks, bytes and tokens of the CPU tier, [`OffloadConfigInfo`] |
 //! | [`arith`] | checked `div_ceil`, `round_up`, `gcd`, `lcm`, `mul_div_floor` |
 //! | [`error`] | one error enum per operation |
@@ -36,20 +36,21 @@ pub mod error;
 pub mod grouping;
 pub mod spec;
 
+pub use crate::ratio::Ratio;
 pub use blocks::{
     PoolError, PoolLayout, WorkerBlocks, check_admission, max_fitting_len, min_across_workers,
     num_blocks_floor, pool_blocks, worker_blocks,
 };
 pub use concurrency::{
-    GpuCapacity, GpuCapacityError, Ratio, gpu_capacity, kv_cache_size_tokens_floor, max_concurrency,
+    GpuCapacity, GpuCapacityError, gpu_capacity, kv_cache_size_tokens_floor, max_concurrency,
 };
 pub use cpu_tier::{
     CpuTier, CpuTierConfig, DEFAULT_PAGE_ALIGNMENT, OffloadConfigInfo, chunks_per_request_ceil,
     cpu_tokens_floor, size_cpu_tier,
 };
 pub use error::{
-    AdmissionError, BlocksError, ConcurrencyError, CpuTierError, GroupingError, SizingError,
-    SpecError,
+    AdmissionError, BlocksError, ConcurrencyError, CpuTierError, GroupingError, PromotionError,
+    SizingError, SpecError, WorkloadError,
 };
-pub use grouping::{GroupedLayout, KvGroup, MAX_LAYERS};
+pub use grouping::{GroupedLayout, KvGroup, MAX_LAYERS, promote_local_layers};
 pub use spec::{LayerKind, LayerSpec, Workload, max_concurrent_batches};

@@ -6,7 +6,7 @@
 //! given by its byte size.
 
 use super::arith::{div_ceil, round_up};
-use super::error::{CpuTierError, SizingError, SpecError};
+use super::error::{CpuTierError, SizingError, SpecError, WorkloadError};
 
 /// The kind of a layer's KV cache, with the facts that only that kind has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,6 +103,33 @@ impl Workload {
         {
             Some(t) => Ok(t),
             None => Err(SizingError::Overflow),
+        }
+    }
+
+    /// Checks what vLLM's scheduler requires of these facts: `max_model_len`,
+    /// `max_num_batched_tokens`, `max_concurrent_batches` and `dcp` at least 1. The sizing
+    /// methods accept a zero token budget (a window then retains `W − 1` tokens); callers that
+    /// take these facts from a user check them here first.
+    ///
+    /// ```
+    /// use kvtier_core::capacity::{Workload, WorkloadError};
+    /// assert_eq!(Workload::new(8192, 2048).validate(), Ok(()));
+    /// assert_eq!(Workload::new(8192, 0).validate(), Err(WorkloadError::ZeroMaxNumBatchedTokens));
+    /// ```
+    ///
+    /// # Errors
+    /// The first [`WorkloadError`] found, in field order.
+    pub const fn validate(&self) -> Result<(), WorkloadError> {
+        if self.max_model_len == 0 {
+            Err(WorkloadError::ZeroMaxModelLen)
+        } else if self.max_num_batched_tokens == 0 {
+            Err(WorkloadError::ZeroMaxNumBatchedTokens)
+        } else if self.max_concurrent_batches == 0 {
+            Err(WorkloadError::ZeroMaxConcurrentBatches)
+        } else if self.dcp == 0 {
+            Err(WorkloadError::ZeroDcp)
+        } else {
+            Ok(())
         }
     }
 
@@ -433,5 +460,35 @@ impl LayerSpec {
             | (LayerKind::EncoderOnly, LayerKind::EncoderOnly) => true,
             _ => false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::ToString;
+
+    #[test]
+    fn workload_validate_names_the_zero_fact() {
+        let ok = Workload::new(8192, 2048);
+        assert_eq!(ok.validate(), Ok(()));
+        assert_eq!(
+            Workload::new(0, 2048).validate(),
+            Err(WorkloadError::ZeroMaxModelLen)
+        );
+        assert_eq!(
+            Workload::new(8192, 0).validate(),
+            Err(WorkloadError::ZeroMaxNumBatchedTokens)
+        );
+        let mut w = ok;
+        w.max_concurrent_batches = 0;
+        assert_eq!(w.validate(), Err(WorkloadError::ZeroMaxConcurrentBatches));
+        assert_eq!(
+            WorkloadError::ZeroMaxConcurrentBatches.to_string(),
+            "max_concurrent_batches must be at least 1"
+        );
+        let mut w = ok;
+        w.dcp = 0;
+        assert_eq!(w.validate(), Err(WorkloadError::ZeroDcp));
     }
 }

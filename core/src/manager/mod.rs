@@ -90,6 +90,16 @@ pub struct HitPrefix<'a> {
     pub slots: &'a [u32],
 }
 
+/// What [`OffloadManager::scan_hit_prefix`] found: the readable prefix of a key list, looked
+/// up without pinning anything.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct HitScan {
+    /// Leading keys that are readable (HITs).
+    pub hits: usize,
+    /// Whether the scan stopped at a key whose store is still pending (HIT_PENDING).
+    pub stopped_at_pending: bool,
+}
+
 /// The state of one resident chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ChunkState {
@@ -387,6 +397,32 @@ impl<K: OffloadKey> OffloadManager<K> {
         Ok(&self.s_slot)
     }
 
+    /// Looks `keys` up in order while they are readable (HIT), stopping at the first MISS or
+    /// HIT_PENDING; pins nothing and changes nothing. [`pin_hit_prefix`](Self::pin_hit_prefix)
+    /// is this scan plus the pin; a caller that must validate more before it pins (a replayer
+    /// that promises to change nothing on error) scans first and pins with
+    /// [`prepare_load`](Self::prepare_load).
+    #[must_use]
+    pub fn scan_hit_prefix(&self, keys: &[K]) -> HitScan {
+        let mut hits = 0;
+        for key in keys {
+            match self.lookup(key) {
+                LookupResult::Hit => hits += 1,
+                LookupResult::HitPending => {
+                    return HitScan {
+                        hits,
+                        stopped_at_pending: true,
+                    };
+                }
+                LookupResult::Miss => break,
+            }
+        }
+        HitScan {
+            hits,
+            stopped_at_pending: false,
+        }
+    }
+
     /// Looks `keys` up in order while they are readable and pins that prefix for loading
     /// ([`prepare_load`](Self::prepare_load) of it), so that no eviction can fall between a
     /// HIT and its pin. `end_tokens`, if given, holds one position per key (the pinned prefix
@@ -403,18 +439,10 @@ impl<K: OffloadKey> OffloadManager<K> {
     ) -> Result<HitPrefix<'_>, LoadError> {
         check_positions(keys.len(), end_tokens).map_err(LoadError::Positions)?;
         self.requests.get_mut(req)?;
-        let mut hits = 0;
-        let mut stopped_at_pending = false;
-        for key in keys {
-            match self.lookup(key) {
-                LookupResult::Hit => hits += 1,
-                LookupResult::HitPending => {
-                    stopped_at_pending = true;
-                    break;
-                }
-                LookupResult::Miss => break,
-            }
-        }
+        let HitScan {
+            hits,
+            stopped_at_pending,
+        } = self.scan_hit_prefix(keys);
         let slots: &[u32] = match hits {
             0 => &[],
             _ => {

@@ -5,13 +5,17 @@
 //! and `serde_json` print it; [`run`] does both.
 
 use clap::Parser;
+use std::io::Read as _;
+
 use kvtier_core::capacity::{
-    CpuTierConfig, GroupedLayout, PoolLayout, Ratio, Workload, gpu_capacity, size_cpu_tier,
+    CpuTierConfig, GroupedLayout, PoolLayout, Ratio, Workload, WorkloadError, gpu_capacity,
+    promote_local_layers, size_cpu_tier,
 };
 use serde::Serialize;
 
 use crate::layout::{
-    HfOptions, LayoutError, ModelLayout, dtype_bytes, parse_hf_config, parse_layout_json, preset,
+    HfOptions, LayoutError, LayoutShape, MAX_LAYOUT_FILE_BYTES, ModelLayout, dtype_bytes,
+    parse_hf_config, parse_layout_json, preset,
 };
 
 /// Default `max_num_batched_tokens` when neither the option nor the layout file gives one.
@@ -31,7 +35,7 @@ pub struct CapacityArgs {
     #[arg(long, value_name = "FILE", value_parser = boxed_str)]
     pub hf_config: Option<Box<str>>,
     /// GPU memory for the KV cache per worker: bytes, or with a unit (70GiB, 500MB, 1.5TiB).
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_floor)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_floor, allow_hyphen_values = true)]
     pub memory: Option<u64>,
     /// Longest request in tokens (default: the layout's max_model_len or max_position_embeddings).
     #[arg(long)]
@@ -48,6 +52,10 @@ pub struct CapacityArgs {
     /// Tokens per block for presets and config.json.
     #[arg(long, default_value_t = 16)]
     pub block_size: u32,
+    /// As vLLM's --disable-hybrid-kv-cache-manager: sliding-window and chunked-local layers
+    /// next to full-attention ones are allocated as full attention (one group).
+    #[arg(long)]
+    pub disable_hybrid_kv_cache_manager: bool,
     /// Use this many GPU blocks instead of dividing the memory.
     #[arg(long)]
     pub num_gpu_blocks_override: Option<u64>,
@@ -59,7 +67,7 @@ pub struct CapacityArgs {
     #[arg(long, value_enum, default_value_t = PoolLayoutArg::LayerOutermost)]
     pub pool_layout: PoolLayoutArg,
     /// CPU tier size (cpu_bytes_to_use): bytes or with a unit.
-    #[arg(long, value_name = "SIZE", value_parser = parse_size_floor)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_floor, allow_hyphen_values = true)]
     pub cpu_bytes: Option<u64>,
     /// GPU blocks per CPU chunk.
     #[arg(long, default_value_t = 1)]
@@ -102,11 +110,11 @@ impl PoolLayoutArg {
     clippy::unnecessary_wraps,
     reason = "clap value parsers return a Result"
 )]
-fn boxed_str(s: &str) -> Result<Box<str>, String> {
+pub(crate) fn boxed_str(s: &str) -> Result<Box<str>, String> {
     Ok(s.into())
 }
 
-fn parse_dtype(s: &str) -> Result<u64, String> {
+pub(crate) fn parse_dtype(s: &str) -> Result<u64, String> {
     dtype_bytes(s).ok_or_else(|| format!("unknown dtype \"{s}\" (fp32, bf16, fp16, fp8)"))
 }
 
@@ -152,6 +160,15 @@ pub enum CapacityCliError {
         /// The OS error.
         error: std::io::Error,
     },
+    /// A `--layout` or `--hf-config` file is larger than [`MAX_LAYOUT_FILE_BYTES`].
+    TooLarge {
+        /// The option that named it.
+        option: &'static str,
+        /// The path.
+        path: String,
+        /// The limit in bytes.
+        limit: u64,
+    },
     /// The layout could not be read.
     Layout(LayoutError),
     /// The figures could not be computed.
@@ -163,6 +180,16 @@ impl std::fmt::Display for CapacityCliError {
         match self {
             Self::Option { option, problem } => write!(f, "{option}: {problem}"),
             Self::Io { path, error } => write!(f, "{path}: {error}"),
+            Self::TooLarge {
+                option,
+                path,
+                limit,
+            } => write!(
+                f,
+                "{path}: larger than {} MiB ({} bytes), the limit for {option} files",
+                limit >> 20,
+                thousands(*limit)
+            ),
             Self::Layout(e) => write!(f, "{e}"),
             Self::Capacity(e) => write!(f, "{e}"),
         }
@@ -189,9 +216,25 @@ fn opt(option: &'static str, problem: impl Into<String>) -> CapacityCliError {
 /// (powers of 1024). Fractions are floored to whole bytes.
 ///
 /// # Errors
-/// A message saying what is malformed.
+/// A message saying what is wrong: a negative size, exponent notation (too large when it
+/// exceeds 2^64 bytes), an unknown unit, a malformed number, or a size past 64 bits.
 pub fn parse_size_floor(text: &str) -> Result<u64, String> {
     let t = text.trim();
+    if t.starts_with('-') {
+        return Err(format!(
+            "\"{t}\" is negative: a size is a byte count of 0 or more"
+        ));
+    }
+    if let Some(f) = exponent_number(t) {
+        return Err(if f >= TWO_POW_64 {
+            format!("\"{t}\" is too large: exceeds 2^64 bytes (sizes are 64 bits)")
+        } else {
+            format!(
+                "\"{t}\" is not an integer byte count: exponent notation is not accepted \
+                 (write bytes, or a number with a unit such as 70GiB)"
+            )
+        });
+    }
     let split = t
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
         .unwrap_or(t.len());
@@ -228,7 +271,26 @@ pub fn parse_size_floor(text: &str) -> Result<u64, String> {
         .zip(part)
         .and_then(|(w, p)| w.checked_add(p))
         .and_then(|v| u64::try_from(v).ok())
-        .ok_or_else(|| format!("\"{t}\" does not fit in 64 bits"))
+        .ok_or_else(|| format!("\"{t}\" is too large: exceeds 2^64 bytes (sizes are 64 bits)"))
+}
+
+/// 2^64 as an `f64` (exact).
+const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
+
+/// The value of a plain number written with an exponent (`1e30`, `2.5E9`), else `None`.
+fn exponent_number(t: &str) -> Option<f64> {
+    let (mantissa, exponent) = t.split_once(['e', 'E'])?;
+    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.');
+    let exponent_ok = exponent
+        .strip_prefix(['+', '-'])
+        .unwrap_or(exponent)
+        .chars()
+        .all(|c| c.is_ascii_digit());
+    if !digits(mantissa) || !exponent_ok || exponent.trim_start_matches(['+', '-']).is_empty() {
+        return None;
+    }
+    // Digits and one exponent parse; an exponent past f64 gives infinity ("too large").
+    t.parse::<f64>().ok()
 }
 
 /// One KV-cache group in the report.
@@ -308,27 +370,63 @@ pub struct CapacityReport {
     pub cpu: Option<CpuReport>,
 }
 
-fn load_layout(args: &CapacityArgs, hf: &HfOptions) -> Result<ModelLayout, CapacityCliError> {
-    let read = |path: &str| {
-        std::fs::read_to_string(path).map_err(|error| CapacityCliError::Io {
-            path: path.to_owned(),
-            error,
-        })
+/// Reads a `--layout` / `--hf-config` file of at most [`MAX_LAYOUT_FILE_BYTES`].
+fn read_capped(option: &'static str, path: &str) -> Result<String, CapacityCliError> {
+    let io = |error| CapacityCliError::Io {
+        path: path.to_owned(),
+        error,
     };
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|f| f.take(MAX_LAYOUT_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(io)?;
+    if u64::try_from(bytes.len()).map_or(true, |n| n > MAX_LAYOUT_FILE_BYTES) {
+        return Err(CapacityCliError::TooLarge {
+            option,
+            path: path.to_owned(),
+            limit: MAX_LAYOUT_FILE_BYTES,
+        });
+    }
+    String::from_utf8(bytes)
+        .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
+}
+
+/// Where the layout came from, for messages about its fields.
+enum Source<'a> {
+    Preset,
+    File(&'a str),
+}
+
+impl Source<'_> {
+    /// `FILE: field`, or the option when the value is not from a file.
+    fn field(&self, field: &str, option: &str) -> String {
+        match self {
+            Self::Preset => option.to_owned(),
+            Self::File(path) => format!("{path}: {field}"),
+        }
+    }
+}
+
+fn load_layout<'a>(
+    args: &'a CapacityArgs,
+    hf: &HfOptions,
+) -> Result<(ModelLayout, Source<'a>), CapacityCliError> {
     match (
         args.model.as_deref(),
         args.layout.as_deref(),
         args.hf_config.as_deref(),
     ) {
-        (Some(name), None, None) => Ok(preset(name, hf)?),
+        (Some(name), None, None) => Ok((preset(name, hf)?, Source::Preset)),
         (None, Some(path), None) => {
-            let mut l = parse_layout_json(&read(path)?)
-                .map_err(|e| LayoutError::new(format!("{path}: {}", e.field), e.problem))?;
+            let mut l =
+                parse_layout_json(&read_capped("--layout", path)?).map_err(|e| e.in_file(path))?;
             path.clone_into(&mut l.name);
-            Ok(l)
+            Ok((l, Source::File(path)))
         }
-        (None, None, Some(path)) => Ok(parse_hf_config(&read(path)?, hf)
-            .map_err(|e| LayoutError::new(format!("{path}: {}", e.field), e.problem))?),
+        (None, None, Some(path)) => Ok((
+            parse_hf_config(&read_capped("--hf-config", path)?, hf).map_err(|e| e.in_file(path))?,
+            Source::File(path),
+        )),
         (None, None, None) => Err(opt(
             "--model",
             "give one of --model, --layout or --hf-config",
@@ -338,14 +436,6 @@ fn load_layout(args: &CapacityArgs, hf: &HfOptions) -> Result<ModelLayout, Capac
             "give only one of --model, --layout and --hf-config",
         )),
     }
-}
-
-#[expect(
-    clippy::cast_precision_loss,
-    reason = "reporting only: the exact value is max_concurrency_exact"
-)]
-fn ratio_f64(r: Ratio) -> f64 {
-    r.num() as f64 / r.den() as f64
 }
 
 /// vLLM's `int(max_concurrency * max_model_len)` with f64 arithmetic, for comparison.
@@ -361,10 +451,7 @@ pub fn vllm_float_tokens(
     max_model_len: u64,
     blocks_per_request: u64,
 ) -> Option<u64> {
-    if blocks_per_request == 0 {
-        return None;
-    }
-    let mc = num_blocks as f64 / blocks_per_request as f64;
+    let mc = Ratio::new(num_blocks, blocks_per_request)?.to_f64();
     Some((mc * max_model_len as f64) as u64)
 }
 
@@ -386,11 +473,10 @@ fn group_reports(g: &GroupedLayout, w: &Workload) -> Result<Vec<GroupReport>, Ca
         .collect()
 }
 
-/// Computes the report for `args` without printing anything.
-///
-/// # Errors
-/// [`CapacityCliError`] naming the option or field at fault.
-pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
+/// The layout `--model`, `--layout` or `--hf-config` give (`--block-size` and `--dtype` for
+/// presets and `config.json`, local layers promoted under `--disable-hybrid-kv-cache-manager`),
+/// and where it came from.
+fn model_layout(args: &CapacityArgs) -> Result<(ModelLayout, Source<'_>), CapacityCliError> {
     if args.block_size == 0 {
         return Err(opt("--block-size", "must be at least 1"));
     }
@@ -398,7 +484,28 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
         block_size: u64::from(args.block_size),
         dtype_bytes: args.dtype,
     };
-    let model = load_layout(args, &hf)?;
+    let (mut model, source) = load_layout(args, &hf)?;
+    if args.disable_hybrid_kv_cache_manager {
+        match &mut model.shape {
+            LayoutShape::Layers(layers) => promote_local_layers(layers)
+                .map_err(|e| opt("--disable-hybrid-kv-cache-manager", e.to_string()))?,
+            LayoutShape::Groups(_) => {
+                return Err(opt(
+                    "--disable-hybrid-kv-cache-manager",
+                    "does not apply to a layout file's explicit groups (give layers)",
+                ));
+            }
+        }
+    }
+    Ok((model, source))
+}
+
+/// Computes the report for `args` without printing anything.
+///
+/// # Errors
+/// [`CapacityCliError`] naming the option or field at fault.
+pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
+    let (model, source) = model_layout(args)?;
     let pool = args.pool_layout.layout();
     let max_model_len = args.max_model_len.or(model.max_model_len).ok_or_else(|| {
         opt(
@@ -406,9 +513,6 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
             "required: the layout gives no max_model_len",
         )
     })?;
-    if max_model_len == 0 {
-        return Err(opt("--max-model-len", "must be at least 1"));
-    }
     let max_num_batched_tokens = args
         .max_num_batched_tokens
         .or(model.max_num_batched_tokens)
@@ -419,10 +523,41 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
         .unwrap_or(1);
     let mut w = Workload::new(max_model_len, max_num_batched_tokens);
     w.max_concurrent_batches = max_concurrent_batches;
+    w.validate().map_err(|e| {
+        // Name the option when it gave the value, else the layout's field.
+        let (option, given, field) = match e {
+            WorkloadError::ZeroMaxNumBatchedTokens => (
+                "--max-num-batched-tokens",
+                args.max_num_batched_tokens.is_some(),
+                "max_num_batched_tokens",
+            ),
+            WorkloadError::ZeroMaxConcurrentBatches => (
+                "--max-concurrent-batches",
+                args.max_concurrent_batches.is_some(),
+                "max_concurrent_batches",
+            ),
+            _ => (
+                "--max-model-len",
+                args.max_model_len.is_some(),
+                "max_position_embeddings",
+            ),
+        };
+        if given {
+            opt(option, "must be at least 1")
+        } else {
+            CapacityCliError::Layout(LayoutError::new(
+                source.field(field, option),
+                format!("{e} (give {option})"),
+            ))
+        }
+    })?;
     let workers = usize::try_from(args.workers)
         .ok()
         .filter(|&n| (1..=1024).contains(&n))
         .ok_or_else(|| opt("--workers", "must be between 1 and 1024"))?;
+    if args.world_size == 0 {
+        return Err(opt("--world-size", "must be at least 1"));
+    }
     let (memory, cpu_bytes) = (args.memory, args.cpu_bytes);
     if memory.is_none() && args.num_gpu_blocks_override.is_none() && cpu_bytes.is_none() {
         return Err(opt(
@@ -434,6 +569,15 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
     let grouped = model
         .grouped()
         .map_err(|e| CapacityCliError::Capacity(e.to_string()))?;
+    let num_layers = model.num_layers();
+    if workers > num_layers {
+        return Err(opt(
+            "--workers",
+            format!(
+                "{workers} pipeline workers for {num_layers} layers: every worker needs at least one layer"
+            ),
+        ));
+    }
     let stages = grouped
         .split_pipeline(workers)
         .map_err(|e| opt("--workers", e.to_string()))?;
@@ -444,6 +588,18 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
         .bytes_per_block(pool)
         .map_err(sizing)?;
     let blocks_per_request = grouped.blocks_per_request(&w).map_err(sizing)?;
+    if blocks_per_request == 0 {
+        return Err(CapacityCliError::Layout(LayoutError::new(
+            source.field(
+                match model.shape {
+                    LayoutShape::Layers(_) => "layers",
+                    LayoutShape::Groups(_) => "groups",
+                },
+                "--model",
+            ),
+            "no layer keeps KV cache per request (only encoder_only layers), so a request needs 0 blocks",
+        )));
+    }
     let request_bytes = bytes_per_block
         .checked_mul(blocks_per_request)
         .ok_or_else(|| CapacityCliError::Capacity("request bytes overflow u64".to_owned()))?;
@@ -475,12 +631,18 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
                 .filter_map(|g| grouped.group_spec(g).copied())
                 .collect();
             let tier = size_cpu_tier(&cfg, bytes_per_block, &reps, max_model_len).map_err(|e| {
-                let option = match e {
-                    kvtier_core::capacity::CpuTierError::NoCpuBytes => "--cpu-bytes",
-                    kvtier_core::capacity::CpuTierError::ZeroBlocksPerChunk => "--blocks-per-chunk",
-                    _ => "--cpu-bytes",
-                };
-                opt(option, e.to_string())
+                use kvtier_core::capacity::CpuTierError;
+                match e {
+                    CpuTierError::ZeroBlocksPerChunk => opt("--blocks-per-chunk", e.to_string()),
+                    CpuTierError::Overflow => opt(
+                        "--blocks-per-chunk",
+                        format!(
+                            "{e}: a chunk of {} GPU block(s) of {} bytes for {} rank(s) is too large",
+                            args.blocks_per_chunk, bytes_per_block, args.world_size
+                        ),
+                    ),
+                    _ => opt("--cpu-bytes", e.to_string()),
+                }
             })?;
             Some(CpuReport {
                 cpu_bytes,
@@ -497,7 +659,7 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
 
     Ok(CapacityReport {
         model: model.name.clone(),
-        num_layers: model.num_layers(),
+        num_layers,
         max_model_len,
         max_num_batched_tokens,
         max_concurrent_batches,
@@ -507,7 +669,7 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
         num_blocks: gpu.map(|g| g.num_blocks),
         blocks_per_request,
         request_bytes,
-        max_concurrency: gpu.map(|g| ratio_f64(g.max_concurrency)),
+        max_concurrency: gpu.map(|g| g.max_concurrency.to_f64()),
         max_concurrency_exact: gpu.map(|g| g.max_concurrency.to_string()),
         kv_cache_size_tokens: gpu.map(|g| g.kv_cache_size_tokens),
         kv_cache_size_tokens_vllm: gpu
@@ -515,6 +677,22 @@ pub fn report(args: &CapacityArgs) -> Result<CapacityReport, CapacityCliError> {
         groups: group_reports(&grouped, &w)?,
         cpu,
     })
+}
+
+/// Bytes of one KV block of the whole model (every layer, the pool layout's alignment): the
+/// layout that `--model`, `--layout` or `--hf-config` give, with `--block-size` and `--dtype`
+/// for presets and `config.json`. Memory, lengths and the CPU tier are not needed.
+///
+/// # Errors
+/// [`CapacityCliError`] naming the option or field at fault.
+pub fn bytes_per_block(args: &CapacityArgs) -> Result<u64, CapacityCliError> {
+    let cap = |e: &dyn std::fmt::Display| CapacityCliError::Capacity(e.to_string());
+    model_layout(args)?
+        .0
+        .grouped()
+        .map_err(|e| cap(&e))?
+        .bytes_per_block(args.pool_layout.layout())
+        .map_err(|e| cap(&e))
 }
 
 /// `1234567` → `"1,234,567"` (Python's `{:,}`).

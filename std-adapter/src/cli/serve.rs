@@ -2,9 +2,11 @@
 //! keeps serving until interrupted.
 //!
 //! The replay runs on its own thread and sends the manager's drained stats (plus the
-//! `allocation_failure` increments and, once, the tier's `config_info`) to a
+//! `allocation_failure` increments, once the tier's `config_info`, and the replay's own stats:
+//! modelled transfers, lookup-scan times, requests running, see [`crate::replay_stats`]) to a
 //! [`StatsCollector`], which feeds an [`OffloadExporter`] on a private registry; the
-//! [`MetricsServer`] encodes that registry on every scrape.
+//! [`MetricsServer`] encodes that registry on every scrape. Every family of the offloading
+//! connector and `vllm:num_requests_running` is served from the first scrape on.
 
 use std::fs::File;
 use std::io::BufReader;
@@ -20,6 +22,7 @@ use crate::error::Error;
 use crate::export::{ExporterConfig, OffloadExporter, encode_text};
 use crate::http::{MetricsServer, ServerConfig};
 use crate::replay::{ReplayCounts, Replayer};
+use crate::replay_stats::ReplayStats;
 use crate::shared::sync::Arc;
 use crate::shared::{CollectorConfig, PayloadSender, StatsCollector};
 use crate::trace::{Generator, GeneratorConfig, Record, RecordSource, TraceReader};
@@ -108,11 +111,15 @@ impl Serving {
 struct Drive<'a> {
     sender: &'a PayloadSender,
     replayer: Replayer,
+    stats: ReplayStats,
 }
 
 impl Drive<'_> {
     fn drain(&mut self) -> Result<(), String> {
-        let payload = self.replayer.drain_stats().to_step_payload();
+        let mut payload = self.replayer.drain_stats().to_step_payload();
+        payload
+            .aggregate(&self.stats.drain(&self.replayer))
+            .map_err(|e| e.to_string())?;
         self.sender.send(0, payload).map_err(|e| e.to_string())
     }
 }
@@ -133,6 +140,7 @@ where
     let mut d = Drive {
         sender,
         replayer: Replayer::new(manager, u64::from(block_tokens)),
+        stats: ReplayStats::new(args.transfer.model(block_tokens)?),
     };
     let start = Instant::now();
     let mut last_drain = Instant::now();
@@ -149,8 +157,8 @@ where
         };
         let is_load = matches!(rec, Record::Load { .. });
         n += 1;
-        d.replayer
-            .apply(rec)
+        d.stats
+            .apply(&mut d.replayer, rec)
             .map_err(|e| format!("record {n}: {e}"))?;
         if !is_load {
             continue;
@@ -158,9 +166,13 @@ where
         requests += 1;
         if let Some(r) = rate {
             #[expect(clippy::cast_precision_loss, reason = "a pace, not a count")]
-            let due = Duration::from_secs_f64(requests as f64 / r);
-            if let Some(wait) = due.checked_sub(start.elapsed()) {
-                thread::sleep(wait);
+            let due = Duration::try_from_secs_f64(requests as f64 / r).unwrap_or(Duration::MAX);
+            // In slices, so that a stop is seen at any rate.
+            while let Some(wait) = due.checked_sub(start.elapsed()).filter(|w| !w.is_zero()) {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                thread::sleep(wait.min(DRAIN_EVERY));
             }
         }
         if requests.is_multiple_of(DRAIN_EVERY_REQUESTS) || last_drain.elapsed() >= DRAIN_EVERY {
@@ -196,20 +208,35 @@ fn replay_thread(
     }
 }
 
+/// The slowest `--rate`: one request per 10^19 s, the longest pause a [`Duration`] holds
+/// with room to spare.
+pub const MIN_RATE: f64 = 1e-19;
+
+/// `--rate` as given, if it is a pace: finite, at least [`MIN_RATE`], its pause between two
+/// requests a [`Duration`].
+fn checked_rate(r: f64) -> Result<f64, Error> {
+    if r.is_finite() && r >= MIN_RATE && Duration::try_from_secs_f64(1.0 / r).is_ok() {
+        Ok(r)
+    } else {
+        // Tiny and huge values in exponent form (1e-300, not 300 digits).
+        let shown = if r != 0.0 && !(1e-4..1e16).contains(&r.abs()) {
+            format!("{r:e}")
+        } else {
+            format!("{r}")
+        };
+        Err(Error::Other(format!(
+            "--rate takes requests per second: a finite number from {MIN_RATE:e} up, not {shown}"
+        )))
+    }
+}
+
 /// Starts serving as `args` say: binds `/metrics`, starts the collector and the replay.
 ///
 /// # Errors
 /// [`Error`] for a bad `--rate`, an address that cannot be bound, or a thread that cannot be
 /// spawned.
 pub fn start(args: &ServeArgs) -> Result<Serving, Error> {
-    let rate = match args.rate {
-        Some(r) if !(r.is_finite() && r > 0.0) => {
-            return Err(Error::Other(format!(
-                "--rate must be a positive number, not {r}"
-            )));
-        }
-        r => r,
-    };
+    let rate = args.rate.map(checked_rate).transpose()?;
     let registry = Registry::new();
     let exporter =
         OffloadExporter::register(&registry, ExporterConfig::new(&args.replay.model_name, 1))?;
@@ -218,6 +245,8 @@ pub fn start(args: &ServeArgs) -> Result<Serving, Error> {
         Vec::new(),
         CollectorConfig::new(Duration::from_millis(args.export_interval_ms)),
     )?;
+    // The collector's own health (queue levels, rejected payloads) on the same endpoint.
+    collector.register_metrics(&registry)?;
     let scrape = registry.clone();
     let server = MetricsServer::bind(args.listen.as_str(), ServerConfig::default(), move || {
         encode_text(&scrape).map_err(|e| e.to_string())

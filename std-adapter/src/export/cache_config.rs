@@ -63,11 +63,7 @@ impl CacheConfigInfo {
     /// Sets `kv_cache_size_tokens` (decimal) and `kv_cache_max_concurrency` (the ratio as
     /// Python's `str(float)`, e.g. `"3.0"`).
     pub fn set_capacity(&mut self, kv_cache_size_tokens: u64, max_concurrency: Ratio) {
-        #[expect(
-            clippy::cast_precision_loss,
-            reason = "vLLM reports the ratio as a float"
-        )]
-        let ratio = max_concurrency.num() as f64 / max_concurrency.den() as f64;
+        let ratio = max_concurrency.to_f64();
         self.values
             .insert("kv_cache_size_tokens", kv_cache_size_tokens.to_string());
         self.values

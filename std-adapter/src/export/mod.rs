@@ -13,12 +13,20 @@
 //!    declared labels (a declared label a series does not fill is `""`, undeclared labels are
 //!    dropped, `None` is `"None"`), kept from then on as vLLM keeps its gauge children.
 //!
+//! Every family the catalogue marks [`zero_at_start`](catalogue::MetricDef::zero_at_start)
+//! (the offloading connector's, and `vllm:num_requests_running`) has its series from the moment
+//! an engine exists, at zero, so a dashboard panel has a series to draw before the first
+//! observation; the others appear when first observed.
+//!
 //! At scrape time the collector copies the per-engine totals under the lock and builds the
 //! metric families outside it. The names are the ones a vLLM server exposes, with the engine
-//! labels `model_name` and `engine` first: counters get `_total`
-//! (`vllm:kv_offload_stores_skipped_total`), histograms `_bucket`/`_sum`/`_count` with the
-//! catalogue's bounds in exported units (nanoseconds → seconds). `vllm:cache_config_info`
-//! carries `engine` and the cache-config attributes, as in vLLM (no `model_name`).
+//! labels `model_name` and `engine`: counters get `_total`
+//! (`vllm:kv_offload_stores_skipped_total`, also in `# HELP` and `# TYPE`), histograms
+//! `_bucket`/`_count`/`_sum` with the catalogue's bounds in exported units (nanoseconds →
+//! seconds). `vllm:cache_config_info` carries `engine` and the cache-config attributes, as in
+//! vLLM (no `model_name`). [`encode_text`] writes the registry as `prometheus_client` writes
+//! it ([`text`]); [`render`] is the text of one payload (what `kvtier replay --metrics` prints).
+//! There is no `_created` series: the totals are not tied to a clock.
 //!
 //! ```
 //! use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
@@ -32,16 +40,21 @@
 //! exporter.observe(&p, 0)?;
 //! exporter.observe(&p, 0)?;
 //! let text = encode_text(&registry)?;
-//! assert!(text.contains("vllm:kv_offload_stores_skipped_total{model_name=\"m\",engine=\"0\"} 6\n"));
+//! assert!(text.contains("# TYPE vllm:kv_offload_stores_skipped_total counter\n"));
+//! assert!(text.contains("vllm:kv_offload_stores_skipped_total{engine=\"0\",model_name=\"m\"} 6.0\n"));
+//! // Shown from the start, at zero.
+//! assert!(text.contains("vllm:kv_offload_load_bytes_total{engine=\"0\",model_name=\"m\"} 0.0\n"));
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
 mod cache_config;
 mod families;
 mod log_line;
+pub mod text;
 
 pub use cache_config::{CacheConfigInfo, UnknownAttribute};
 pub use log_line::{log_line, python_float_str};
+pub use text::{encode_families, format_float};
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
@@ -50,10 +63,10 @@ use kvtier_core::stats::catalogue::{
     self, CACHE_CONFIG_INFO, CACHE_CONFIG_INFO_LABELS, CONFIG_INFO, CPU_CONFIG_INFO_LABELS,
     DEPRECATED_SIZE, DEPRECATED_TOTAL_BYTES, DEPRECATED_TOTAL_TIME, MetricKind, SeriesMismatch,
 };
-use kvtier_core::stats::{AggregateError, Payload, Series};
+use kvtier_core::stats::{AggregateError, Gauge, Histogram, Payload, Series};
+use prometheus::Registry;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{Encoder as _, Registry, TextEncoder};
 
 use crate::shared::sync::{Arc, Mutex, lock};
 
@@ -203,6 +216,30 @@ struct EngineState {
     cache_config: Option<Vec<String>>,
 }
 
+impl EngineState {
+    /// A new engine: every unlabelled `zero_at_start` family at zero (the deprecated
+    /// `transfer_type` families mirror these, so they are at zero too).
+    fn new() -> Self {
+        let mut totals = Payload::new();
+        for def in catalogue::all().filter(|d| d.zero_at_start && d.labels.is_empty()) {
+            // A fresh payload has room for every catalogue family, and the catalogue's
+            // bounds are valid, so none of these can fail.
+            let _ = match def.kind {
+                MetricKind::Counter => totals.increase_counter(def.name, &[], 0),
+                MetricKind::Gauge => totals.set_gauge(def.name, &[], Gauge::ZERO),
+                MetricKind::Histogram => match Histogram::new(def.bounds) {
+                    Ok(h) => totals.merge_histogram(def.name, &[], &h),
+                    Err(_) => Ok(()),
+                },
+            };
+        }
+        EngineState {
+            totals,
+            ..EngineState::default()
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct State {
     engines: Vec<Engine>,
@@ -319,7 +356,7 @@ impl OffloadExporter {
             .map_err(|e| ExporterError::Register(e.to_string()))?;
             descs.push(desc);
         }
-        let states = vec![EngineState::default(); config.engines.len()];
+        let states = vec![EngineState::new(); config.engines.len()];
         let inner = Arc::new(Inner {
             descs,
             config_info_labels: config.config_info_labels,
@@ -345,7 +382,7 @@ impl OffloadExporter {
             return Err(ExporterError::DuplicateEngine(engine));
         }
         st.engines.push(engine);
-        st.states.push(EngineState::default());
+        st.states.push(EngineState::new());
         Ok(st.states.len() - 1)
     }
 
@@ -457,15 +494,26 @@ impl Collector for ExporterCollector {
     }
 }
 
-/// Gathers `registry` and encodes it in the text exposition format.
+/// Gathers `registry` and encodes it in the text exposition format, as `prometheus_client`
+/// writes it (see [`text`]).
 ///
 /// # Errors
-/// [`EncodeError`] when the encoder rejects a family.
+/// [`EncodeError`] when a family or label name of some collector in `registry` is not a valid
+/// Prometheus name.
 pub fn encode_text(registry: &Registry) -> Result<String, EncodeError> {
-    let families = registry.gather();
-    let mut buf = Vec::with_capacity(4096);
-    TextEncoder::new()
-        .encode(&families, &mut buf)
-        .map_err(|e| EncodeError(e.to_string()))?;
-    String::from_utf8(buf).map_err(|e| EncodeError(e.to_string()))
+    encode_families(&registry.gather()).map_err(EncodeError)
+}
+
+/// The text a scrape of a new exporter built from `config` shows once it has observed
+/// `payload` as engine 0: what `kvtier replay --metrics` prints, and what `kvtier serve` serves
+/// for the same totals.
+///
+/// # Errors
+/// [`Error`](crate::error::Error) when `config` is rejected, `payload` does not fit the
+/// catalogue, or `config` has no engine.
+pub fn render(payload: &Payload, config: ExporterConfig) -> Result<String, crate::error::Error> {
+    let registry = Registry::new();
+    let exporter = OffloadExporter::register(&registry, config)?;
+    exporter.observe(payload, 0)?;
+    Ok(encode_text(&registry)?)
 }

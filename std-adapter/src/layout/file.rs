@@ -6,8 +6,9 @@
 //!                 "dtype_bytes": 2, "layers": 32 } ] }
 //! ```
 //!
-//! Top level: `max_model_len` (required), `max_num_batched_tokens`, `max_concurrent_batches`,
-//! and exactly one of `layers` (kvtier groups them as vLLM does) or `groups` (explicit groups).
+//! Top level: `max_model_len` (required), `max_num_batched_tokens`, `max_concurrent_batches`
+//! (each at least 1), and exactly one non-empty list: `layers` (kvtier groups them as vLLM
+//! does) or `groups` (explicit groups).
 //! Each entry: `kind` (`full`, `mla`, `sliding_window`, `chunked_local`, `mamba`, `cross`,
 //! `encoder_only`), `block_size`, `num_kv_heads`, `head_size`, `head_size_v`, `dtype_bytes`,
 //! `window`, `extra_retained_tokens`, `chunk`, `state_bytes`, `speculative_blocks`,
@@ -198,6 +199,22 @@ pub fn parse_layout_json(text: &str) -> Result<ModelLayout, LayoutError> {
         Some(l) => l,
         None => return Err(LayoutError::new("max_model_len", "is required")),
     };
+    for (v, field) in [
+        (top.max_num_batched_tokens, "max_num_batched_tokens"),
+        (top.max_concurrent_batches, "max_concurrent_batches"),
+    ] {
+        if v == Some(0) {
+            return Err(LayoutError::new(field, "must be at least 1"));
+        }
+    }
+    for (list, field) in [(&top.layers, "layers"), (&top.groups, "groups")] {
+        if list.as_ref().is_some_and(Vec::is_empty) {
+            return Err(LayoutError::new(
+                field,
+                "is empty: a layout needs at least one layer",
+            ));
+        }
+    }
     let shape = match (top.layers, top.groups) {
         (Some(_), Some(_)) => {
             return Err(LayoutError::new(

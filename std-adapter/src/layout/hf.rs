@@ -3,20 +3,34 @@
 //! Read: `num_hidden_layers`, `num_attention_heads`, `num_key_value_heads` (default: the
 //! attention heads), `head_dim` (default `hidden_size / num_attention_heads`), `torch_dtype` /
 //! `dtype`, `max_position_embeddings`, and the attention pattern:
+//! * Llama 4 (`llama4`, `llama4_text`): layers whose `no_rope_layers` entry is 0 (NoPE layers;
+//!   by default every `no_rope_layer_interval`-th, 4) are full attention, the others chunked
+//!   local attention over `attention_chunk_size` (default 8192; null or 0: full attention);
 //! * `layer_types` (`full_attention`, `sliding_attention`, `chunked_attention`) when present;
 //! * Gemma 2 (`model_type` `gemma2`): even layers slide over `sliding_window`;
 //! * Gemma 3 (`gemma3`, `gemma3_text`; a nested `text_config` is read): every
 //!   `sliding_window_pattern`-th layer (default 6) is full, the others slide;
-//! * Qwen2/Qwen3 with `use_sliding_window: true`: layers from `max_window_layers` on slide;
-//!   `use_sliding_window: false` ignores `sliding_window`;
+//! * Qwen2/Qwen3 with `use_sliding_window: true` (a JSON bool): layers from
+//!   `max_window_layers` on slide; `use_sliding_window: false` ignores `sliding_window`;
 //! * any other config with a numeric `sliding_window`: every layer slides (Mistral v0.1);
+//! * `sliding_window: 0` means no sliding window, as in vLLM;
 //! * DeepSeek-style MLA (`kv_lora_rank` present): one latent head of
 //!   `kv_lora_rank + qk_rope_head_dim`, `head_size_v = 0`.
+//!
+//! The cache dtype is what vLLM 0.33.0 picks with its `auto` defaults (see
+//! [`auto_kv_dtype`](super::auto_kv_dtype): a float32 config gives a bfloat16 cache), unless
+//! `--dtype` says otherwise.
+//!
+//! Refused with an error naming the field and the model type: models with Mamba /
+//! linear-attention state layers (Jamba, Qwen3-Next, Mamba, Nemotron-H, ...), and an
+//! `attention_chunk_size` on a model type whose chunked layers kvtier does not know (give
+//! `layer_types`).
 
 use kvtier_core::capacity::{LayerKind, LayerSpec, MAX_LAYERS};
 use serde_json::{Map, Value};
 
-use super::{LayoutError, LayoutShape, ModelLayout, dtype_bytes};
+use super::state_layers::{refuse_state_layer_type, refuse_state_layers};
+use super::{LayoutError, LayoutShape, ModelLayout, auto_kv_dtype, dtype_bytes};
 
 /// Choices a config.json does not carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,11 +68,96 @@ fn need_u64(m: &Map<String, Value>, key: &str) -> Result<u64, LayoutError> {
     }
 }
 
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Attn {
     Full,
     Sliding,
     Chunked,
+}
+
+/// transformers' default `attention_chunk_size` for Llama 4.
+const LLAMA4_DEFAULT_CHUNK: u64 = 8192;
+
+/// The config's dtype (`torch_dtype` or `dtype`, the top level first, then `text_config`), as
+/// vLLM 0.33.0's `auto` defaults turn it into a KV-cache dtype.
+fn config_kv_dtype_bytes(
+    root: &Map<String, Value>,
+    m: &Map<String, Value>,
+    model_type: &str,
+) -> Result<u64, LayoutError> {
+    let mut found = None;
+    'search: for config in [root, m] {
+        for key in ["torch_dtype", "dtype"] {
+            match config.get(key) {
+                None | Some(Value::Null) => {}
+                Some(Value::String(s)) => {
+                    found = Some((key, s.as_str()));
+                    break 'search;
+                }
+                Some(_) => return Err(LayoutError::new(key, "must be a string")),
+            }
+        }
+    }
+    let key = found.map_or("torch_dtype", |(k, _)| k);
+    let name = auto_kv_dtype(model_type, found.map(|(_, s)| s))
+        .map_err(|problem| LayoutError::new(key, problem))?;
+    dtype_bytes(name).ok_or_else(|| LayoutError::new(key, format!("unknown dtype \"{name}\"")))
+}
+
+/// Llama 4's layers: NoPE layers (`no_rope_layers[i] == 0`) are full attention, the others
+/// chunked local attention when a chunk is set (vLLM's `Llama4Attention`).
+fn llama4_pattern(
+    m: &Map<String, Value>,
+    n: usize,
+    chunk: Option<u64>,
+) -> Result<Vec<Attn>, LayoutError> {
+    let rope: Vec<bool> = match m.get("no_rope_layers") {
+        Some(Value::Array(list)) if !list.is_empty() => {
+            if list.len() != n {
+                return Err(LayoutError::new(
+                    "no_rope_layers",
+                    format!("has {} entries for {n} layers", list.len()),
+                ));
+            }
+            list.iter()
+                .enumerate()
+                .map(|(i, v)| match v.as_u64() {
+                    Some(0) => Ok(false),
+                    Some(1) => Ok(true),
+                    _ => Err(LayoutError::new(
+                        format!("no_rope_layers[{i}]"),
+                        "must be 0 (NoPE layer) or 1 (RoPE layer)",
+                    )),
+                })
+                .collect::<Result<_, _>>()?
+        }
+        // transformers fills an absent or empty list from the interval.
+        None | Some(Value::Null) | Some(Value::Array(_)) => {
+            let every = get_u64(m, "no_rope_layer_interval")?.unwrap_or(4);
+            let every = usize::try_from(every)
+                .ok()
+                .filter(|&e| e > 0)
+                .ok_or_else(|| LayoutError::new("no_rope_layer_interval", "must be at least 1"))?;
+            (0..n).map(|i| (i + 1) % every != 0).collect()
+        }
+        Some(_) => {
+            return Err(LayoutError::new(
+                "no_rope_layers",
+                "must be an array of 0 and 1",
+            ));
+        }
+    };
+    let chunked = chunk.is_some_and(|c| c > 0);
+    Ok(rope
+        .into_iter()
+        .map(|r| {
+            if r && chunked {
+                Attn::Chunked
+            } else {
+                Attn::Full
+            }
+        })
+        .collect())
 }
 
 /// Parses a Hugging Face `config.json` text.
@@ -96,21 +195,10 @@ pub fn parse_hf_config(text: &str, opts: &HfOptions) -> Result<ModelLayout, Layo
                 format!("more than {MAX_LAYERS} layers"),
             )
         })?;
+    refuse_state_layers(&root, m, &inner_type, &model_type)?;
     let dtype = match opts.dtype_bytes {
         Some(b) => b,
-        None => {
-            let key = if m.contains_key("torch_dtype") {
-                "torch_dtype"
-            } else {
-                "dtype"
-            };
-            match m.get(key).or_else(|| root.get(key)) {
-                Some(Value::String(s)) => dtype_bytes(s)
-                    .ok_or_else(|| LayoutError::new(key, format!("unknown dtype \"{s}\"")))?,
-                None | Some(Value::Null) => 2,
-                Some(_) => return Err(LayoutError::new(key, "must be a string")),
-            }
-        }
+        None => config_kv_dtype_bytes(&root, m, &model_type)?,
     };
     let block = opts.block_size;
     let max_len = get_u64(m, "max_position_embeddings")?;
@@ -158,10 +246,19 @@ pub fn parse_hf_config(text: &str, opts: &HfOptions) -> Result<ModelLayout, Layo
             hidden / heads
         }
     };
-    let window = get_u64(m, "sliding_window")?;
-    let chunk = get_u64(m, "attention_chunk_size")?;
+    // vLLM reads `sliding_window: 0` as "no sliding window".
+    let raw_window = get_u64(m, "sliding_window")?;
+    let window = raw_window.filter(|&w| w > 0);
+    let llama4 = matches!(inner_type.as_str(), "llama4" | "llama4_text");
+    let chunk = match m.get("attention_chunk_size") {
+        // transformers' Llama 4 config defaults the chunk to 8192.
+        None if llama4 => Some(LLAMA4_DEFAULT_CHUNK),
+        _ => get_u64(m, "attention_chunk_size")?,
+    };
 
-    let pattern: Vec<Attn> = if let Some(types) = m.get("layer_types") {
+    let mut pattern: Vec<Attn> = if llama4 {
+        llama4_pattern(m, n, chunk)?
+    } else if let Some(types) = m.get("layer_types") {
         let Value::Array(types) = types else {
             return Err(LayoutError::new(
                 "layer_types",
@@ -181,16 +278,30 @@ pub fn parse_hf_config(text: &str, opts: &HfOptions) -> Result<ModelLayout, Layo
                 Some("full_attention" | "attention") => Ok(Attn::Full),
                 Some("sliding_attention") => Ok(Attn::Sliding),
                 Some("chunked_attention") => Ok(Attn::Chunked),
-                Some(other) => Err(LayoutError::new(
-                    format!("layer_types[{i}]"),
-                    format!("unsupported layer type \"{other}\""),
-                )),
+                Some(other) => {
+                    refuse_state_layer_type(i, other, &inner_type)?;
+                    Err(LayoutError::new(
+                        format!("layer_types[{i}]"),
+                        format!(
+                            "unsupported layer type \"{other}\" (model type \"{inner_type}\"; \
+                             known: full_attention, sliding_attention, chunked_attention)"
+                        ),
+                    ))
+                }
                 None => Err(LayoutError::new(
                     format!("layer_types[{i}]"),
                     "must be a string",
                 )),
             })
             .collect::<Result<_, _>>()?
+    } else if chunk.is_some() {
+        return Err(LayoutError::new(
+            "attention_chunk_size",
+            format!(
+                "which layers use chunked local attention is not known for model type \
+                 \"{inner_type}\"; give layer_types (chunked_attention / full_attention)"
+            ),
+        ));
     } else if inner_type == "gemma2" {
         (0..n)
             .map(|i| {
@@ -217,7 +328,17 @@ pub fn parse_hf_config(text: &str, opts: &HfOptions) -> Result<ModelLayout, Layo
             })
             .collect()
     } else if let Some(use_sw) = m.get("use_sliding_window") {
-        if use_sw.as_bool() == Some(true) {
+        let on = match use_sw {
+            Value::Bool(b) => *b,
+            Value::Null => false,
+            other => {
+                return Err(LayoutError::new(
+                    "use_sliding_window",
+                    format!("must be true or false (a JSON bool), not {other}"),
+                ));
+            }
+        };
+        if on {
             let from = get_u64(m, "max_window_layers")?.unwrap_or(0);
             (0..n)
                 .map(|i| {
@@ -236,6 +357,14 @@ pub fn parse_hf_config(text: &str, opts: &HfOptions) -> Result<ModelLayout, Layo
     } else {
         vec![Attn::Full; n]
     };
+    // A sliding layer without a window (`sliding_window: 0`) attends to everything.
+    if raw_window == Some(0) {
+        for a in &mut pattern {
+            if *a == Attn::Sliding {
+                *a = Attn::Full;
+            }
+        }
+    }
 
     let mut layers = Vec::with_capacity(n);
     for a in pattern {

@@ -4,10 +4,13 @@
 //! groups, plus the scheduler defaults the source carries (`max_model_len`, ...). Errors are
 //! [`LayoutError`]s that name the field at fault.
 
+mod dtype;
 mod file;
 mod hf;
 mod presets;
+mod state_layers;
 
+pub use dtype::{auto_kv_dtype, dtype_bytes};
 pub use file::parse_layout_json;
 pub use hf::{HfOptions, parse_hf_config};
 pub use presets::{PRESETS, preset};
@@ -77,7 +80,24 @@ impl LayoutError {
             problem: problem.into(),
         }
     }
+
+    /// The same error with the file it came from in front of the field (`FILE: field`, or
+    /// just `FILE` when the error concerns the whole text).
+    #[must_use]
+    pub fn in_file(self, path: &str) -> Self {
+        let field = if self.field.is_empty() {
+            path.to_owned()
+        } else {
+            format!("{path}: {}", self.field)
+        };
+        Self { field, ..self }
+    }
 }
+
+/// The most bytes `--layout` and `--hf-config` files may have (4 MiB): real layout files and
+/// config.json files are a few KiB, and a larger input (or a device such as `/dev/zero`) is
+/// refused before it is parsed.
+pub const MAX_LAYOUT_FILE_BYTES: u64 = 4 << 20;
 
 impl std::fmt::Display for LayoutError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -90,20 +110,3 @@ impl std::fmt::Display for LayoutError {
 }
 
 impl std::error::Error for LayoutError {}
-
-/// Bytes per element of a dtype name (`float32`/`fp32` 4, `bfloat16`/`float16`/`half` 2,
-/// `fp8*`/`int8`/`uint8` 1), or `None` when unknown.
-#[must_use]
-pub fn dtype_bytes(name: &str) -> Option<u64> {
-    let n = name
-        .trim()
-        .trim_start_matches("torch.")
-        .to_ascii_lowercase();
-    match n.as_str() {
-        "float32" | "fp32" | "float" => Some(4),
-        "bfloat16" | "bf16" | "float16" | "fp16" | "half" => Some(2),
-        "int8" | "uint8" => Some(1),
-        _ if n.starts_with("fp8") || n.starts_with("float8") => Some(1),
-        _ => None,
-    }
-}

@@ -8,37 +8,87 @@
 //! Per engine, payloads are aggregated (counters sum, gauges keep the latest, histograms merge)
 //! and handed to the exporter once per interval, on [`flush`](StatsCollector::flush), and at
 //! [`shutdown`](StatsCollector::shutdown). Shutdown loses nothing that was sent before it: the
-//! channel is first-in first-out, so everything queued before the stop message is applied, then
+//! queue is first-in first-out, so everything queued before the stop message is applied, then
 //! the managers are drained one last time.
+//!
+//! # Bad payloads
+//!
+//! Each payload is checked against the catalogue on its own, before it joins its engine's sum:
+//! one that does not fit (an unknown name, e.g. from a newer engine; another kind; another
+//! label count; other histogram bounds) or bytes that do not decode are rejected alone, counted
+//! in `kvtier_collector_rejected_payloads_total{reason}` ([`RejectReason`]), and the rest of
+//! the interval is exported. So is a payload whose new series the engine's totals could not
+//! hold next to the sum (more than a payload's [`MAX_SERIES`]). What only the exporter can
+//! refuse (an unknown engine index, too many info series) is refused when the sum is exported
+//! and counted the same way; a sum refused only for its info is exported without it.
+//!
+//! # Bounded queue, back-pressure
+//!
+//! Payloads wait in a queue of at most [`CollectorConfig::max_queue_bytes`] (wire bytes as
+//! sent, or a value's encoded length) and [`CollectorConfig::max_queue_frames`] payloads. When
+//! it is full, [`PayloadSender::send`], [`PayloadSender::send_bytes`] and the
+//! [`ingest`](StatsCollector::ingest) threads **wait** for room instead of dropping: a payload
+//! holds counter increments, and a dropped increment would leave the exported totals short
+//! forever, while a wait only delays it. For `ingest` the wait reaches the writing process
+//! through the socket or pipe (it blocks in `write` once the kernel buffer is full), so a
+//! process that floods the collector is slowed to the collector's pace; memory stays within
+//! the bound plus one frame per waiting sender. Nothing is dropped for a full queue, so
+//! [`RejectReason`] has no `queue_full`. Managers given to [`StatsCollector::spawn`] as
+//! sources are drained by the collector itself and never wait in the queue.
+//!
+//! The interval export runs on time however busy the queue is: the deadline is checked before
+//! every message.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::{self, Read, Write};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use kvtier_core::OffloadKey;
+use kvtier_core::stats::catalogue::{self, SeriesMismatch};
+use kvtier_core::stats::payload::MAX_SERIES;
 use kvtier_core::stats::{Payload, wire};
+use prometheus::core::{Collector, Desc};
+use prometheus::proto::MetricFamily;
+use prometheus::{IntCounter, IntCounterVec, Opts, PullingGauge, Registry};
 
 use super::SharedManager;
+use super::queue::{Closed, Inbox};
 use super::sync::Arc;
-use crate::export::OffloadExporter;
+use crate::export::{ObserveError, OffloadExporter};
+
+/// [`CollectorConfig::max_queue_bytes`] by default: 64 MiB.
+pub const DEFAULT_MAX_QUEUE_BYTES: usize = 64 << 20;
+
+/// [`CollectorConfig::max_queue_frames`] by default.
+pub const DEFAULT_MAX_QUEUE_FRAMES: usize = 65_536;
 
 /// How a [`StatsCollector`] runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CollectorConfig {
     /// How often the managers are drained and the aggregated payloads exported (vLLM's
-    /// scheduler step is far shorter; a scrape interval is plenty).
+    /// scheduler step is far shorter; a scrape interval is plenty). At least 1 ms; one too
+    /// long for an [`Instant`] means exports only on [`StatsCollector::flush`] and shutdown.
     pub interval: Duration,
+    /// The most payload bytes queued at once (default [`DEFAULT_MAX_QUEUE_BYTES`]); a value
+    /// below [`wire::MAX_ENCODED_LEN`] is raised to it, so that every payload fits.
+    pub max_queue_bytes: usize,
+    /// The most payloads queued at once (default [`DEFAULT_MAX_QUEUE_FRAMES`], at least 1).
+    pub max_queue_frames: usize,
 }
 
 impl CollectorConfig {
-    /// Drains and exports every `interval`.
+    /// Drains and exports every `interval`; the default queue bounds.
     #[must_use]
     pub const fn new(interval: Duration) -> Self {
-        CollectorConfig { interval }
+        CollectorConfig {
+            interval,
+            max_queue_bytes: DEFAULT_MAX_QUEUE_BYTES,
+            max_queue_frames: DEFAULT_MAX_QUEUE_FRAMES,
+        }
     }
 }
 
@@ -47,13 +97,126 @@ impl CollectorConfig {
 pub struct CollectorReport {
     /// Payloads received (as values or as bytes) and decoded.
     pub payloads: u64,
-    /// Payloads that could not be decoded or that the exporter rejected.
+    /// Payloads rejected: bytes that do not decode, payloads that do not fit the catalogue,
+    /// and sums the exporter refused (each counted once), as in
+    /// [`StatsCollector::rejected`].
     pub rejected: u64,
     /// Manager drains.
     pub drains: u64,
     /// Times the aggregated payloads were handed to the exporter.
     pub flushes: u64,
 }
+
+/// Why a payload was rejected: the `reason` label of
+/// `kvtier_collector_rejected_payloads_total`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[non_exhaustive]
+pub enum RejectReason {
+    /// The bytes are not a [`wire`] payload.
+    Decode,
+    /// A series' name is not in the catalogue.
+    UnknownMetric,
+    /// A series has another kind than its catalogue family.
+    TypeMismatch,
+    /// A series has another number of labels than its catalogue family.
+    LabelCount,
+    /// A histogram has other bounds than its catalogue family.
+    BoundsMismatch,
+    /// No engine of the exporter has the payload's engine index.
+    UnknownEngine,
+    /// The engine's totals would hold more series than a payload can.
+    TooManySeries,
+    /// The engine would keep too many config info series (the rest was exported).
+    TooManyInfoSeries,
+}
+
+impl RejectReason {
+    /// Every reason, in label order.
+    pub const ALL: [RejectReason; 8] = [
+        RejectReason::Decode,
+        RejectReason::UnknownMetric,
+        RejectReason::TypeMismatch,
+        RejectReason::LabelCount,
+        RejectReason::BoundsMismatch,
+        RejectReason::UnknownEngine,
+        RejectReason::TooManySeries,
+        RejectReason::TooManyInfoSeries,
+    ];
+
+    /// The `reason` label value.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            RejectReason::Decode => "decode",
+            RejectReason::UnknownMetric => "unknown_metric",
+            RejectReason::TypeMismatch => "type_mismatch",
+            RejectReason::LabelCount => "label_count",
+            RejectReason::BoundsMismatch => "bounds_mismatch",
+            RejectReason::UnknownEngine => "unknown_engine",
+            RejectReason::TooManySeries => "too_many_series",
+            RejectReason::TooManyInfoSeries => "too_many_info_series",
+        }
+    }
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl From<&SeriesMismatch> for RejectReason {
+    fn from(e: &SeriesMismatch) -> Self {
+        match e {
+            SeriesMismatch::UnknownMetric(_) => RejectReason::UnknownMetric,
+            SeriesMismatch::KindMismatch { .. } => RejectReason::TypeMismatch,
+            SeriesMismatch::LabelCount { .. } => RejectReason::LabelCount,
+            SeriesMismatch::BoundsMismatch(_) => RejectReason::BoundsMismatch,
+        }
+    }
+}
+
+impl From<&ObserveError> for RejectReason {
+    fn from(e: &ObserveError) -> Self {
+        match e {
+            ObserveError::UnknownEngine(_) => RejectReason::UnknownEngine,
+            ObserveError::Series(s) => s.into(),
+            ObserveError::TooManySeries => RejectReason::TooManySeries,
+            ObserveError::TooManyInfoSeries => RejectReason::TooManyInfoSeries,
+        }
+    }
+}
+
+/// How full the collector's queue is (see [`StatsCollector::queue_levels`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct QueueLevels {
+    /// Payload bytes queued now.
+    pub bytes: usize,
+    /// Payloads queued now.
+    pub frames: usize,
+    /// The most payload bytes ever queued at once (never above the bound).
+    pub peak_bytes: usize,
+    /// The bound on bytes in force ([`CollectorConfig::max_queue_bytes`], raised to
+    /// [`wire::MAX_ENCODED_LEN`] if lower).
+    pub max_bytes: usize,
+}
+
+/// The registry refused the collector's own metrics (e.g. they are registered already).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetricsRegisterError(String);
+
+impl fmt::Display for MetricsRegisterError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the registry refused the collector's metrics: {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for MetricsRegisterError {}
 
 /// The collector has stopped; the payload was not taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,14 +303,10 @@ pub fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>) -> Result<bool, FrameErr
 enum Msg {
     Payload(usize, Payload),
     Bytes(usize, Vec<u8>),
-    Flush(Sender<()>),
+    /// Bytes longer than any payload, left out of the queue (they cannot decode).
+    Undecodable,
+    Flush(mpsc::Sender<()>),
     Stop,
-}
-
-/// A clonable handle that sends payloads to a [`StatsCollector`] from any thread.
-#[derive(Clone, Debug)]
-pub struct PayloadSender {
-    tx: Sender<Msg>,
 }
 
 impl fmt::Debug for Msg {
@@ -155,32 +314,113 @@ impl fmt::Debug for Msg {
         match self {
             Msg::Payload(e, _) => write!(f, "Payload({e})"),
             Msg::Bytes(e, b) => write!(f, "Bytes({e}, {} bytes)", b.len()),
+            Msg::Undecodable => f.write_str("Undecodable"),
             Msg::Flush(_) => f.write_str("Flush"),
             Msg::Stop => f.write_str("Stop"),
         }
     }
 }
 
+/// The collector's own metrics (shared by the handle and the thread).
+#[derive(Clone, Debug)]
+struct Metrics {
+    rejected: IntCounterVec,
+    exports: IntCounter,
+}
+
+impl Metrics {
+    fn new() -> Result<Self, prometheus::Error> {
+        let rejected = IntCounterVec::new(
+            Opts::new(
+                "kvtier_collector_rejected_payloads_total",
+                "Stats payloads the collector rejected, by reason; the rest of their interval \
+                 is exported.",
+            ),
+            &["reason"],
+        )?;
+        for r in RejectReason::ALL {
+            // Every reason is exposed from the start, at 0.
+            let _ = rejected.get_metric_with_label_values(&[r.as_str()])?;
+        }
+        let exports = IntCounter::new(
+            "kvtier_collector_exports_total",
+            "Times the collector handed the aggregated payloads to the exporter.",
+        )?;
+        Ok(Metrics { rejected, exports })
+    }
+
+    fn reject(&self, reason: RejectReason) {
+        if let Ok(c) = self
+            .rejected
+            .get_metric_with_label_values(&[reason.as_str()])
+        {
+            c.inc();
+        }
+    }
+}
+
+/// The collector's metrics as one registry entry, so that registering them is all or nothing.
+struct Exposed {
+    rejected: IntCounterVec,
+    exports: IntCounter,
+    queue: [PullingGauge; 2],
+}
+
+impl Collector for Exposed {
+    fn desc(&self) -> Vec<&Desc> {
+        let mut d = self.rejected.desc();
+        d.extend(self.exports.desc());
+        d.extend(self.queue.iter().flat_map(Collector::desc));
+        d
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let mut f = self.rejected.collect();
+        f.extend(self.exports.collect());
+        f.extend(self.queue.iter().flat_map(Collector::collect));
+        f
+    }
+}
+
+/// A clonable handle that sends payloads to a [`StatsCollector`] from any thread.
+#[derive(Clone, Debug)]
+pub struct PayloadSender {
+    inbox: Arc<Inbox<Msg>>,
+}
+
 impl PayloadSender {
-    /// Sends engine `engine`'s drained payload.
+    /// Sends engine `engine`'s drained payload, waiting while the queue is full (see the
+    /// [module docs](self)).
     ///
     /// # Errors
     /// [`CollectorClosed`] when the collector has stopped.
     pub fn send(&self, engine: usize, payload: Payload) -> Result<(), CollectorClosed> {
-        self.tx
-            .send(Msg::Payload(engine, payload))
-            .map_err(|_| CollectorClosed)
+        let bytes = wire::encoded_len(&payload);
+        self.inbox
+            .push(Msg::Payload(engine, payload), bytes)
+            .map_err(|Closed(_)| CollectorClosed)
     }
 
     /// Sends engine `engine`'s payload as [`wire`] bytes (decoded by the collector; bytes that
-    /// do not decode are counted in [`CollectorReport::rejected`]).
+    /// do not decode are counted in [`CollectorReport::rejected`]), waiting while the queue is
+    /// full.
     ///
     /// # Errors
     /// [`CollectorClosed`] when the collector has stopped.
     pub fn send_bytes(&self, engine: usize, bytes: Vec<u8>) -> Result<(), CollectorClosed> {
-        self.tx
-            .send(Msg::Bytes(engine, bytes))
-            .map_err(|_| CollectorClosed)
+        let msg = if bytes.len() > wire::MAX_ENCODED_LEN {
+            // No payload is this long: count it without queueing its bytes.
+            Msg::Undecodable
+        } else {
+            Msg::Bytes(engine, bytes)
+        };
+        let len = match &msg {
+            Msg::Bytes(_, b) => b.len(),
+            _ => 0,
+        };
+        self.inbox
+            .push(msg, len)
+            .map_err(|Closed(_)| CollectorClosed)
     }
 }
 
@@ -191,6 +431,7 @@ type Source<K> = (usize, Arc<SharedManager<K>>);
 #[derive(Debug)]
 pub struct StatsCollector {
     sender: PayloadSender,
+    metrics: Metrics,
     thread: Option<JoinHandle<CollectorReport>>,
 }
 
@@ -198,24 +439,72 @@ struct Worker<K: OffloadKey> {
     exporter: OffloadExporter,
     sources: Vec<Source<K>>,
     pending: BTreeMap<usize, Payload>,
+    /// Per engine, the exporter's totals as of the last export: the series the sum may add
+    /// to them are counted against the limit of a payload.
+    exported: BTreeMap<usize, Payload>,
     report: CollectorReport,
+    metrics: Metrics,
 }
 
 impl<K: OffloadKey> Worker<K> {
-    fn add(&mut self, engine: usize, payload: &Payload) {
-        let slot = self.pending.entry(engine).or_default();
-        if slot.aggregate(payload).is_ok() {
-            return;
-        }
-        // It does not fit the aggregate: hand over what is pending, then this payload alone.
-        let earlier = std::mem::take(slot);
-        self.observe(engine, &earlier);
-        self.observe(engine, payload);
+    fn reject(&mut self, reason: RejectReason) {
+        self.report.rejected += 1;
+        self.metrics.reject(reason);
     }
 
-    fn observe(&mut self, engine: usize, payload: &Payload) {
-        if self.exporter.observe(payload, engine).is_err() {
-            self.report.rejected += 1;
+    /// Adds one payload to its engine's sum, after checking it alone: against the catalogue,
+    /// and that the exporter's totals can still hold the sum's series.
+    fn add(&mut self, engine: usize, payload: &Payload) {
+        if let Err(e) = payload
+            .series()
+            .iter()
+            .try_for_each(|s| catalogue::check_series(s).map(|_| ()))
+        {
+            self.reject((&e).into());
+            return;
+        }
+        let exporter = &self.exporter;
+        let known = self
+            .exported
+            .entry(engine)
+            .or_insert_with(|| exporter.totals(engine).unwrap_or_default());
+        let slot = self.pending.entry(engine).or_default();
+        if known.len() + slot.len() + payload.len() <= MAX_SERIES {
+            // Cannot pass the limit: the catalogue check leaves nothing else to refuse.
+            let _ = slot.aggregate(payload);
+            return;
+        }
+        let mut trial = slot.clone();
+        let fits = trial.aggregate(payload).is_ok() && {
+            let new = trial
+                .series()
+                .iter()
+                .filter(|s| {
+                    let labels: Vec<&str> = s.labels().iter().collect();
+                    known.get(s.name(), &labels).is_none()
+                })
+                .count();
+            known.len() + new <= MAX_SERIES
+        };
+        if fits {
+            *slot = trial;
+        } else {
+            // The totals could never take it: refuse it alone, keep the sum.
+            self.reject(RejectReason::TooManySeries);
+        }
+    }
+
+    fn observe(&mut self, engine: usize, mut payload: Payload) {
+        let Err(e) = self.exporter.observe(&payload, engine) else {
+            return;
+        };
+        self.reject((&e).into());
+        if e == ObserveError::TooManyInfoSeries {
+            // Only the info is refused: export the rest without it.
+            let _ = payload.set_info(Vec::new());
+            if let Err(e) = self.exporter.observe(&payload, engine) {
+                self.reject((&e).into());
+            }
         }
     }
 
@@ -230,10 +519,13 @@ impl<K: OffloadKey> Worker<K> {
             self.add(engine, &std::mem::take(&mut payload));
         }
         let pending = std::mem::take(&mut self.pending);
-        for (engine, payload) in &pending {
-            self.observe(*engine, payload);
+        for (engine, payload) in pending {
+            self.observe(engine, payload);
         }
+        // The totals have changed: read them again when the next payload comes.
+        self.exported.clear();
         self.report.flushes += 1;
+        self.metrics.exports.inc();
     }
 
     fn handle(&mut self, msg: Msg) -> bool {
@@ -247,8 +539,9 @@ impl<K: OffloadKey> Worker<K> {
                     self.report.payloads += 1;
                     self.add(engine, &p);
                 }
-                Err(_) => self.report.rejected += 1,
+                Err(_) => self.reject(RejectReason::Decode),
             },
+            Msg::Undecodable => self.reject(RejectReason::Decode),
             Msg::Flush(ack) => {
                 self.tick();
                 let _ = ack.send(());
@@ -258,26 +551,27 @@ impl<K: OffloadKey> Worker<K> {
         true
     }
 
-    fn run(mut self, rx: &Receiver<Msg>, interval: Duration) -> CollectorReport {
-        let mut next = Instant::now() + interval;
+    fn run(mut self, inbox: &Inbox<Msg>, interval: Duration) -> CollectorReport {
+        // An interval too long for an `Instant` means no interval exports.
+        let mut next = Instant::now().checked_add(interval);
         loop {
-            let wait = next.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(wait) {
-                Ok(msg) => {
-                    if !self.handle(msg) {
-                        break;
-                    }
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    self.tick();
-                    next = Instant::now() + interval;
-                }
-                Err(RecvTimeoutError::Disconnected) => break,
+            // Checked before every message, so a queue that is never empty cannot hold the
+            // export back.
+            if next.is_some_and(|n| Instant::now() >= n) {
+                self.tick();
+                next = Instant::now().checked_add(interval);
+            }
+            if let Some(msg) = inbox.pop_by(next)
+                && !self.handle(msg)
+            {
+                break;
             }
         }
         // Whatever was queued behind the stop message (sent concurrently with it) is applied
-        // too, then the managers are drained one last time.
-        while let Ok(msg) = rx.try_recv() {
+        // too, then the managers are drained one last time; senders still waiting for room
+        // get `CollectorClosed`.
+        inbox.close();
+        while let Some(msg) = inbox.try_pop() {
             if let Msg::Flush(ack) = msg {
                 let _ = ack.send(());
             } else {
@@ -301,19 +595,27 @@ impl StatsCollector {
         sources: Vec<Source<K>>,
         config: CollectorConfig,
     ) -> io::Result<Self> {
-        let (tx, rx) = mpsc::channel();
+        let metrics = Metrics::new().map_err(io::Error::other)?;
+        let inbox = Arc::new(Inbox::new(
+            config.max_queue_bytes.max(wire::MAX_ENCODED_LEN),
+            config.max_queue_frames,
+        ));
         let worker = Worker {
             exporter,
             sources,
             pending: BTreeMap::new(),
+            exported: BTreeMap::new(),
             report: CollectorReport::default(),
+            metrics: metrics.clone(),
         };
         let interval = config.interval.max(Duration::from_millis(1));
+        let queue = Arc::clone(&inbox);
         let thread = thread::Builder::new()
             .name("kvtier-stats".into())
-            .spawn(move || worker.run(&rx, interval))?;
+            .spawn(move || worker.run(&queue, interval))?;
         Ok(StatsCollector {
-            sender: PayloadSender { tx },
+            sender: PayloadSender { inbox },
+            metrics,
             thread: Some(thread),
         })
     }
@@ -324,10 +626,66 @@ impl StatsCollector {
         self.sender.clone()
     }
 
+    /// Registers the collector's own metrics in `registry`:
+    /// `kvtier_collector_rejected_payloads_total{reason}` (every [`RejectReason`], from 0),
+    /// `kvtier_collector_exports_total`, and the gauges `kvtier_collector_queue_bytes` and
+    /// `kvtier_collector_queue_frames` (read at scrape time).
+    ///
+    /// # Errors
+    /// [`MetricsRegisterError`] when the registry refuses them (e.g. registered twice).
+    pub fn register_metrics(&self, registry: &Registry) -> Result<(), MetricsRegisterError> {
+        let err = |e: prometheus::Error| MetricsRegisterError(e.to_string());
+        let level = |name: &str, help: &str, pick: fn(&QueueLevels) -> usize| {
+            let inbox = Arc::clone(&self.sender.inbox);
+            #[expect(clippy::cast_precision_loss, reason = "a gauge holds a float")]
+            PullingGauge::new(name, help, Box::new(move || pick(&levels(&inbox)) as f64))
+                .map_err(err)
+        };
+        let bytes = level(
+            "kvtier_collector_queue_bytes",
+            "Stats payload bytes waiting in the collector's queue.",
+            |l| l.bytes,
+        )?;
+        let frames = level(
+            "kvtier_collector_queue_frames",
+            "Stats payloads waiting in the collector's queue.",
+            |l| l.frames,
+        )?;
+        registry
+            .register(Box::new(Exposed {
+                rejected: self.metrics.rejected.clone(),
+                exports: self.metrics.exports.clone(),
+                queue: [bytes, frames],
+            }))
+            .map_err(err)
+    }
+
+    /// Payloads rejected so far for `reason`.
+    #[must_use]
+    pub fn rejected(&self, reason: RejectReason) -> u64 {
+        self.metrics
+            .rejected
+            .get_metric_with_label_values(&[reason.as_str()])
+            .map_or(0, |c| c.get())
+    }
+
+    /// Times the aggregated payloads were handed to the exporter so far.
+    #[must_use]
+    pub fn exports(&self) -> u64 {
+        self.metrics.exports.get()
+    }
+
+    /// How full the queue is now, and the most it ever held.
+    #[must_use]
+    pub fn queue_levels(&self) -> QueueLevels {
+        levels(&self.sender.inbox)
+    }
+
     /// Reads frames from `reader` (a pipe or socket of another process) on a new thread and
-    /// sends them as engine `engine`'s payloads, until the stream ends. Join the returned
-    /// handle (it gives the number of frames) before [`shutdown`](Self::shutdown) so that
-    /// nothing the other process wrote is left unread.
+    /// sends them as engine `engine`'s payloads, until the stream ends; while the queue is
+    /// full it stops reading, so the writer is slowed (see the [module docs](self)). Join the
+    /// returned handle (it gives the number of frames) before [`shutdown`](Self::shutdown) so
+    /// that nothing the other process wrote is left unread.
     ///
     /// # Errors
     /// The error of spawning the thread.
@@ -343,7 +701,7 @@ impl StatsCollector {
                 let mut frames = 0u64;
                 let mut buf = Vec::new();
                 while read_frame(&mut reader, &mut buf)? {
-                    if sender.send_bytes(engine, buf.clone()).is_err() {
+                    if sender.send_bytes(engine, std::mem::take(&mut buf)).is_err() {
                         break;
                     }
                     frames += 1;
@@ -359,9 +717,9 @@ impl StatsCollector {
     pub fn flush(&self) -> Result<(), CollectorClosed> {
         let (ack, done) = mpsc::channel();
         self.sender
-            .tx
-            .send(Msg::Flush(ack))
-            .map_err(|_| CollectorClosed)?;
+            .inbox
+            .push_control(Msg::Flush(ack))
+            .map_err(|Closed(_)| CollectorClosed)?;
         done.recv().map_err(|_| CollectorClosed)
     }
 
@@ -373,11 +731,21 @@ impl StatsCollector {
     }
 
     fn stop(&mut self) -> CollectorReport {
-        let _ = self.sender.tx.send(Msg::Stop);
+        let _ = self.sender.inbox.push_control(Msg::Stop);
         self.thread
             .take()
             .and_then(|t| t.join().ok())
             .unwrap_or_default()
+    }
+}
+
+fn levels(inbox: &Inbox<Msg>) -> QueueLevels {
+    let (bytes, frames, peak_bytes) = inbox.levels();
+    QueueLevels {
+        bytes,
+        frames,
+        peak_bytes,
+        max_bytes: inbox.max_bytes(),
     }
 }
 

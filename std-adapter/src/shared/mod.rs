@@ -4,14 +4,16 @@
 //! |---|---|
 //! | [`manager`] | [`SharedManager`] (one manager behind a lock, atomic lookup-then-pin) and [`ShardedManager`] (one per engine) |
 //! | [`collector`] | [`StatsCollector`]: drains managers, aggregates payloads from threads and processes, feeds the exporter |
+//! | `queue` | the collector's queue: first in first out, bounded by bytes and by payloads, senders wait for room |
 //! | [`sync`] | the lock facade and its poisoning policy (recover the value) |
 
 pub mod collector;
 pub mod manager;
+mod queue;
 pub mod sync;
 
 pub use collector::{
-    CollectorClosed, CollectorConfig, CollectorReport, FrameError, PayloadSender, StatsCollector,
-    read_frame, write_frame,
+    CollectorClosed, CollectorConfig, CollectorReport, FrameError, MetricsRegisterError,
+    PayloadSender, QueueLevels, RejectReason, StatsCollector, read_frame, write_frame,
 };
 pub use manager::{Pinned, ShardedManager, SharedManager};

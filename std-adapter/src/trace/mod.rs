@@ -12,10 +12,13 @@
 //! - [`TraceWriter`] writes a [`Header`] and records.
 //! - [`Generator`] makes LLM-server-like traffic from a [`GeneratorConfig`], deterministically,
 //!   in memory bounded by its parameters.
-//! - [`RecordSource`] lets a replay take either.
+//! - [`CompactTrace`] holds a trace parsed once (or one chunk of it) in two flat buffers.
+//! - [`RecordSource`] lets a replay take any of them.
 //!
 //! Hard limits of the reader (inputs beyond them are errors, not allocations):
-//! [`MAX_LINE_BYTES`], [`MAX_BLOCKS_PER_RECORD`], [`MAX_OPEN_REQUESTS`], [`MAX_HEADER_LINES`].
+//! [`MAX_LINE_BYTES`], [`MAX_BLOCKS_PER_RECORD`], [`MAX_OPEN_REQUESTS`],
+//! [`MAX_COMPLETED_RANGES`], [`MAX_HEADER_LINES`], [`MAX_HEADER_BYTES`],
+//! [`MAX_HEADER_VALUE_BYTES`].
 //!
 //! ```
 //! use kvtier::trace::{Generator, GeneratorConfig, TraceReader, TraceWriter};
@@ -39,6 +42,7 @@
 //! ```
 
 mod cdf;
+mod compact;
 mod config;
 mod error;
 mod generator;
@@ -50,6 +54,7 @@ mod rng;
 mod tracker;
 mod writer;
 
+pub use compact::{CompactCursor, CompactError, CompactLimits, CompactTrace};
 pub use config::{
     BlockRange, BlockRangeParseError, GeneratorConfig, GeneratorError, MAX_HELD_HASHES,
     MAX_PREFIXES, MAX_RECENT_OR_INFLIGHT, MAX_ZIPF_S, RangeParam,
@@ -61,7 +66,6 @@ pub use hex::{HashProblem, format_hash, parse_hash};
 pub use reader::TraceReader;
 pub use record::{OwnedRecord, Record, RecordKind};
 pub use rng::{SplitMix64, mix64};
-pub use tracker::IntervalSet;
 pub use writer::{TraceWriter, WriteError};
 
 /// The longest line the reader accepts, in bytes without the `\n` (2 MiB: room for an `L` of
@@ -78,6 +82,19 @@ pub const MAX_OPEN_REQUESTS: usize = 1 << 20;
 /// The most header lines the reader accepts.
 pub const MAX_HEADER_LINES: usize = 1024;
 
+/// The most bytes of header lines the reader accepts, over all of them (64 KiB, line ends
+/// excluded).
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// The longest header value the reader accepts (4 KiB).
+pub const MAX_HEADER_VALUE_BYTES: usize = 4 * 1024;
+
+/// The most separate ranges the completed request ids may form (the reader remembers them
+/// to reject a repeated `L`). Ids given as `0, 1, 2, …` in `L` order — what every generator
+/// writes — never form more ranges than there are requests open plus one, so this is reached
+/// only by ids with gaps, such as even ids alone.
+pub const MAX_COMPLETED_RANGES: usize = MAX_OPEN_REQUESTS;
+
 /// A stream of kvtrace records: a [`TraceReader`] or a [`Generator`], so a replay can take
 /// either.
 pub trait RecordSource {
@@ -92,6 +109,10 @@ pub trait RecordSource {
     /// # Errors
     /// The source's error.
     fn next_record(&mut self) -> Result<Option<Record<'_>>, Self::Error>;
+
+    /// The 1-based line of the record returned last, when the source reads lines (`None`
+    /// for the generator, or before the first record).
+    fn line(&self) -> Option<u64>;
 }
 
 impl<R: std::io::BufRead> RecordSource for TraceReader<R> {
@@ -104,6 +125,10 @@ impl<R: std::io::BufRead> RecordSource for TraceReader<R> {
     fn next_record(&mut self) -> Result<Option<Record<'_>>, ReadError> {
         TraceReader::next_record(self)
     }
+
+    fn line(&self) -> Option<u64> {
+        (self.records_read() > 0).then(|| self.line_number())
+    }
 }
 
 impl RecordSource for Generator {
@@ -115,5 +140,9 @@ impl RecordSource for Generator {
 
     fn next_record(&mut self) -> Result<Option<Record<'_>>, core::convert::Infallible> {
         Ok(Generator::next_record(self))
+    }
+
+    fn line(&self) -> Option<u64> {
+        None
     }
 }

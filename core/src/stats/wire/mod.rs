@@ -65,12 +65,15 @@ use alloc::vec::Vec;
 use core::fmt;
 
 use super::MetricKind;
-use super::histogram::{Histogram, MAX_BOUNDS};
+use super::histogram::MAX_BOUNDS;
 use super::payload::{
-    Gauge, InfoSeries, InfoValue, Labels, MAX_INFO_LABELS, MAX_INFO_SERIES, MAX_LABEL_LEN,
-    MAX_LABELS, MAX_NAME_LEN, MAX_SERIES, Payload, Series, Text, Value, intern_label,
-    intern_label_bytes, intern_name_bytes,
+    InfoValue, MAX_INFO_LABELS, MAX_INFO_SERIES, MAX_LABEL_LEN, MAX_LABELS, MAX_NAME_LEN,
+    MAX_SERIES, Payload, Series, Value,
 };
+
+mod decode;
+
+pub use decode::{PayloadView, SeriesIter, SeriesView, ValueView, decode, decode_view};
 
 /// The format version this module writes and reads.
 pub const VERSION: u8 = 1;
@@ -423,213 +426,9 @@ pub fn encode_to_vec(payload: &Payload) -> Vec<u8> {
     out
 }
 
-// ---------------------------------------------------------------- decode
-
-struct Reader<'a> {
-    buf: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    #[inline]
-    fn byte(&mut self) -> Result<u8, DecodeError> {
-        let b = *self.buf.get(self.pos).ok_or(DecodeError::Truncated)?;
-        self.pos += 1;
-        Ok(b)
-    }
-
-    #[inline]
-    fn varint(&mut self) -> Result<u64, DecodeError> {
-        let b = self.byte()?;
-        if b < 0x80 {
-            return Ok(u64::from(b));
-        }
-        let mut v = u64::from(b & 0x7f);
-        let mut shift = 7u32;
-        loop {
-            let b = self.byte()?;
-            if shift == 63 && b > 1 {
-                return Err(DecodeError::VarintOverflow);
-            }
-            v |= u64::from(b & 0x7f) << shift;
-            if b < 0x80 {
-                return if b == 0 {
-                    Err(DecodeError::NonCanonicalVarint)
-                } else {
-                    Ok(v)
-                };
-            }
-            shift += 7;
-        }
-    }
-
-    /// A varint that must be at most `max`.
-    fn count(&mut self, max: usize, limit: Limit) -> Result<usize, DecodeError> {
-        let v = self.varint()?;
-        usize::try_from(v)
-            .ok()
-            .filter(|n| *n <= max)
-            .ok_or(DecodeError::LimitExceeded(limit))
-    }
-
-    fn raw_text(&mut self, max: usize, limit: Limit) -> Result<&'a [u8], DecodeError> {
-        let len = self.count(max, limit)?;
-        let end = self.pos.checked_add(len).ok_or(DecodeError::Truncated)?;
-        let bytes = self.buf.get(self.pos..end).ok_or(DecodeError::Truncated)?;
-        self.pos = end;
-        Ok(bytes)
-    }
-
-    fn text(&mut self, max: usize, limit: Limit) -> Result<&'a str, DecodeError> {
-        let bytes = self.raw_text(max, limit)?;
-        core::str::from_utf8(bytes).map_err(|_| DecodeError::InvalidUtf8)
-    }
-
-    /// A label value or info text, borrowed when it is a known value.
-    fn label(&mut self) -> Result<Text, DecodeError> {
-        let raw = self.raw_text(MAX_LABEL_LEN, Limit::LabelLen)?;
-        intern_label_bytes(raw).map_err(|_| DecodeError::InvalidUtf8)
-    }
-
-    fn remaining(&self) -> usize {
-        self.buf.len().saturating_sub(self.pos)
-    }
-}
-
-fn read_kind(b: u8) -> Result<MetricKind, DecodeError> {
-    match b {
-        0 => Ok(MetricKind::Counter),
-        1 => Ok(MetricKind::Gauge),
-        2 => Ok(MetricKind::Histogram),
-        other => Err(DecodeError::UnknownKind(other)),
-    }
-}
-
-fn read_value(r: &mut Reader<'_>, kind: MetricKind) -> Result<Value, DecodeError> {
-    match kind {
-        MetricKind::Counter => Ok(Value::Counter(r.varint()?)),
-        MetricKind::Gauge => {
-            let num = unzigzag(r.varint()?);
-            let den = r.varint()?;
-            Gauge::from_lowest_terms(num, den)
-                .map(Value::Gauge)
-                .ok_or(DecodeError::InvalidGauge)
-        }
-        MetricKind::Histogram => {
-            let nb = r.count(MAX_BOUNDS, Limit::Bounds)?;
-            let mut bounds = [0u64; MAX_BOUNDS];
-            let mut counts = [0u64; MAX_BOUNDS + 1];
-            let bounds = bounds.get_mut(..nb).ok_or(DecodeError::InvalidHistogram)?;
-            for b in bounds.iter_mut() {
-                *b = r.varint()?;
-            }
-            let counts = counts.get_mut(..=nb).ok_or(DecodeError::InvalidHistogram)?;
-            for c in counts.iter_mut() {
-                *c = r.varint()?;
-            }
-            let sum = r.varint()?;
-            Histogram::from_buckets(bounds, counts, sum)
-                .map(|h| Value::Histogram(alloc::boxed::Box::new(h)))
-                .map_err(|_| DecodeError::InvalidHistogram)
-        }
-    }
-}
-
-fn read_info_series(r: &mut Reader<'_>) -> Result<InfoSeries, DecodeError> {
-    let n = r.count(MAX_INFO_LABELS, Limit::InfoLabels)?;
-    let mut pairs: Vec<(Text, InfoValue)> = Vec::with_capacity(n.min(r.remaining()));
-    for _ in 0..n {
-        let key = r.text(MAX_LABEL_LEN, Limit::LabelLen)?;
-        if pairs.last().is_some_and(|(k, _)| k.as_ref() >= key) {
-            return Err(DecodeError::NotSorted);
-        }
-        let value = match r.byte()? {
-            0 => InfoValue::None,
-            1 => InfoValue::Bool(false),
-            2 => InfoValue::Bool(true),
-            3 => InfoValue::Int(unzigzag(r.varint()?)),
-            4 => InfoValue::Text(r.label()?),
-            t => return Err(DecodeError::UnknownInfoTag(t)),
-        };
-        pairs.push((intern_label(key), value));
-    }
-    Ok(InfoSeries::from_checked_pairs(pairs))
-}
-
-/// Decodes a payload from exactly `bytes`.
-///
-/// # Errors
-/// [`DecodeError::Truncated`] when `bytes` ends early; another [`DecodeError`] when it is not a
-/// canonical encoding (including bytes after the payload).
-pub fn decode(bytes: &[u8]) -> Result<Payload, DecodeError> {
-    let mut r = Reader { buf: bytes, pos: 0 };
-    let version = r.byte()?;
-    if version != VERSION {
-        return Err(DecodeError::UnsupportedVersion(version));
-    }
-    let total = r.count(MAX_SERIES, Limit::Series)?;
-    // Each series takes at least two bytes, which bounds the allocation by the input size too.
-    let mut series: Vec<Series> = Vec::with_capacity(total.min(r.remaining() / 2));
-    let mut prev_name: Option<&[u8]> = None;
-    while series.len() < total {
-        let raw_name = r.raw_text(MAX_NAME_LEN, Limit::NameLen)?;
-        // Byte order is `str` order, so the check needs no UTF-8 decoding.
-        if prev_name.is_some_and(|p| p >= raw_name) {
-            return Err(DecodeError::NotSorted);
-        }
-        prev_name = Some(raw_name);
-        let kind = read_kind(r.byte()?)?;
-        let count = r.varint()?;
-        let fits = usize::try_from(count)
-            .ok()
-            .and_then(|c| series.len().checked_add(c))
-            .is_some_and(|end| end <= total);
-        if count == 0 || !fits {
-            return Err(DecodeError::SeriesCountMismatch);
-        }
-        let name = intern_name_bytes(raw_name).map_err(|_| DecodeError::InvalidUtf8)?;
-        let family_start = series.len();
-        for _ in 0..count {
-            let nl = r.count(MAX_LABELS, Limit::Labels)?;
-            let mut labels = Labels::new();
-            for _ in 0..nl {
-                labels
-                    .push(r.label()?)
-                    .map_err(|_| DecodeError::LimitExceeded(Limit::Labels))?;
-            }
-            if series.len() > family_start
-                && series.last().is_some_and(|p: &Series| p.labels >= labels)
-            {
-                return Err(DecodeError::NotSorted);
-            }
-            let value = read_value(&mut r, kind)?;
-            series.push(Series {
-                name: name.clone(),
-                labels,
-                value,
-            });
-        }
-    }
-    let info = match r.byte()? {
-        0 => None,
-        1 => {
-            let n = r.count(MAX_INFO_SERIES, Limit::InfoSeries)?;
-            let mut info = Vec::with_capacity(n.min(r.remaining()));
-            for _ in 0..n {
-                info.push(read_info_series(&mut r)?);
-            }
-            Some(info)
-        }
-        b => return Err(DecodeError::InvalidInfoFlag(b)),
-    };
-    if r.remaining() != 0 {
-        return Err(DecodeError::TrailingBytes);
-    }
-    Ok(Payload::from_checked_parts(series, info))
-}
-
 #[cfg(test)]
 mod tests {
+    use super::decode::Reader;
     use super::*;
 
     #[test]

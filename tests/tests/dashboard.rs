@@ -1,0 +1,326 @@
+//! vLLM's own Grafana dashboard (`vllm_kv_cache.json`, unchanged) on `kvtier serve`: a real
+//! Prometheus server (Debian package `prometheus`) scrapes a running replay every second, the
+//! dashboard's template variables are expanded as Grafana expands them, and every query of its
+//! "KV offloading" row must return data through Prometheus's query API.
+//!
+//! The queries are written here; [`queries_match_the_dashboard_file`] checks them against the
+//! dashboard file when the shared folder is there (`../shared` beside the workspace, or
+//! `/work/shared`).
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use std::path::PathBuf;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use kvtier::cli::serve::{ServeArgs, start};
+use kvtier::cli::{Cli, Command as Sub};
+use kvtier_tests::prometheus_server::{PrometheusServer, require_prometheus};
+
+/// The dashboard's query variables, in order: (name, query).
+const VARIABLES: [(&str, &str); 4] = [
+    ("job", r#"label_values(vllm:num_requests_running, job)"#),
+    (
+        "model_name",
+        r#"label_values(vllm:num_requests_running{job=~"$job"}, model_name)"#,
+    ),
+    (
+        "instance",
+        r#"label_values(vllm:num_requests_running{job=~"$job", model_name=~"$model_name"}, instance)"#,
+    ),
+    (
+        "engine",
+        r#"label_values(vllm:num_requests_running{job=~"$job", model_name=~"$model_name", instance=~"$instance"}, engine)"#,
+    ),
+];
+
+/// Every target of the "KV offloading" row: (panel title, expression).
+const KV_OFFLOADING_ROW: [(&str, &str); 13] = [
+    (
+        "Offload throughput",
+        r#"sum(rate(vllm:kv_offload_load_bytes_total{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval]))"#,
+    ),
+    (
+        "Offload throughput",
+        r#"sum(rate(vllm:kv_offload_store_bytes_total{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval]))"#,
+    ),
+    (
+        "Offload transfer bandwidth",
+        r#"sum(rate(vllm:kv_offload_load_bytes_total{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval])) / (sum(rate(vllm:kv_offload_load_time_total{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval])) > 0)"#,
+    ),
+    (
+        "Offload transfer bandwidth",
+        r#"sum(rate(vllm:kv_offload_store_bytes_total{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval])) / (sum(rate(vllm:kv_offload_store_time_total{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval])) > 0)"#,
+    ),
+    (
+        "Mean offload transfer size",
+        r#"sum(rate(vllm:kv_offload_load_size_sum{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval])) / (sum(rate(vllm:kv_offload_load_size_count{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval])) > 0)"#,
+    ),
+    (
+        "Mean offload transfer size",
+        r#"sum(rate(vllm:kv_offload_store_size_sum{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval])) / (sum(rate(vllm:kv_offload_store_size_count{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval])) > 0)"#,
+    ),
+    (
+        "Offload lookup latency p99",
+        r#"histogram_quantile(0.99, sum by (le) (rate(vllm:kv_offload_lookup_sync_delay_seconds_bucket{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval])))"#,
+    ),
+    (
+        "Offload lookup latency p99",
+        r#"histogram_quantile(0.99, sum by (le) (rate(vllm:kv_offload_lookup_async_delay_seconds_bucket{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval])))"#,
+    ),
+    (
+        "CPU offload buffer usage",
+        r#"max(vllm:kv_offload_cpu_cache_usage_perc{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"})"#,
+    ),
+    (
+        "CPU offload buffer usage",
+        r#"max(vllm:kv_offload_cpu_cache_write_usage_perc{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"})"#,
+    ),
+    (
+        "CPU offload buffer usage",
+        r#"max(vllm:kv_offload_cpu_cache_read_usage_perc{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"})"#,
+    ),
+    (
+        "Failed and skipped stores / s",
+        r#"sum(rate(vllm:kv_offload_allocation_failure_total{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval]))"#,
+    ),
+    (
+        "Failed and skipped stores / s",
+        r#"sum(rate(vllm:kv_offload_stores_skipped_total{job=~"$job", model_name=~"$model_name", instance=~"$instance", engine=~"$engine"}[$__rate_interval]))"#,
+    ),
+];
+
+/// Seconds between two scrapes.
+const SCRAPE_INTERVAL_S: u32 = 1;
+/// Grafana's `$__rate_interval` at this scrape interval: four scrape intervals (its floor).
+const RATE_INTERVAL: &str = "4s";
+/// Llama-3-8B's bytes per 16-token bf16 block (as `kvtier capacity --model llama-3-8b` says).
+const LLAMA3_8B_BLOCK_BYTES: f64 = 2_097_152.0;
+
+/// Where the dashboard file is, if the shared folder is here.
+fn dashboard_file() -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let beside = root
+        .parent()
+        .and_then(|w| w.parent())
+        .map(|p| p.join("shared"));
+    beside
+        .into_iter()
+        .chain([PathBuf::from("/work/shared")])
+        .map(|s| s.join("dashboards/vllm_kv_cache.json"))
+        .find(|p| p.is_file())
+}
+
+/// `(name or panel title, query)` pairs.
+type Queries = Vec<(String, String)>;
+
+/// The dashboard's query variables and the targets of its "KV offloading" row (nested in the
+/// row when it is collapsed, else the panels after it up to the next row).
+fn queries_of(dashboard: &serde_json::Value) -> (Queries, Queries) {
+    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_owned();
+    let variables = dashboard["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["type"] == "query")
+        .map(|v| {
+            let q = &v["query"];
+            let q = if q.is_object() { &q["query"] } else { q };
+            (text(&v["name"]), text(q))
+        })
+        .collect();
+    let panels = dashboard["panels"].as_array().unwrap();
+    let is_row = |p: &serde_json::Value| p["type"] == "row";
+    let at = panels
+        .iter()
+        .position(|p| is_row(p) && text(&p["title"]).starts_with("KV offloading"))
+        .unwrap();
+    let nested = panels[at]["panels"].as_array().filter(|n| !n.is_empty());
+    let row: Vec<&serde_json::Value> = match nested {
+        Some(n) => n.iter().collect(),
+        None => panels[at + 1..].iter().take_while(|p| !is_row(p)).collect(),
+    };
+    let targets = row
+        .iter()
+        .flat_map(|p| {
+            let title = text(&p["title"]);
+            p["targets"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .map(move |t| (title.clone(), text(&t["expr"])))
+        })
+        .collect();
+    (variables, targets)
+}
+
+#[test]
+fn queries_match_the_dashboard_file() {
+    let Some(path) = dashboard_file() else {
+        eprintln!(
+            "SKIPPED: the dashboard cross-check: no shared/dashboards/vllm_kv_cache.json beside \
+             the workspace or under /work/shared"
+        );
+        return;
+    };
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    let (variables, targets) = queries_of(&dashboard);
+    let own = |l: &[(&str, &str)]| -> Queries {
+        l.iter()
+            .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+            .collect()
+    };
+    assert_eq!(variables, own(&VARIABLES), "{}", path.display());
+    assert_eq!(targets, own(&KV_OFFLOADING_ROW), "{}", path.display());
+}
+
+/// `value` as Grafana puts a multi-value variable's value into a Prometheus regex: regex
+/// metacharacters escaped with a PromQL-escaped backslash.
+fn regex_escape(value: &str) -> String {
+    let mut out = String::new();
+    for c in value.chars() {
+        if "\\$^*{}[]'+?.()|".contains(c) {
+            out.push_str("\\\\");
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `expr` with every `$name` replaced (longest names first, so `$model_name` is not `$model`).
+fn expand(expr: &str, values: &[(String, String)]) -> String {
+    let mut sorted: Vec<&(String, String)> = values.iter().collect();
+    sorted.sort_by_key(|(name, _)| std::cmp::Reverse(name.len()));
+    let mut out = expr.to_owned();
+    for (name, value) in sorted {
+        out = out.replace(&format!("${name}"), value);
+    }
+    out
+}
+
+/// `label_values(selector, label)` → `(selector, label)`.
+fn label_values_parts(query: &str) -> (&str, &str) {
+    let inner = query
+        .strip_prefix("label_values(")
+        .and_then(|q| q.strip_suffix(')'))
+        .unwrap();
+    let (selector, label) = inner.rsplit_once(',').unwrap();
+    (selector.trim(), label.trim())
+}
+
+#[test]
+#[ignore = "needs a Prometheus server (Debian package prometheus); run via `cargo xtask test`"]
+fn the_kv_offloading_row_has_data_on_kvtier_serve() {
+    require_prometheus();
+    // A long paced replay: it is still running while the queries run, so every rate has data.
+    let argv = [
+        "kvtier",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--requests",
+        "1000000",
+        "--rate",
+        "3000",
+        "--store-threshold",
+        "2",
+        "--model",
+        "llama-3-8b",
+        "--export-interval-ms",
+        "100",
+    ];
+    let args: ServeArgs = match Cli::try_parse_from(argv).unwrap().command {
+        Sub::Serve(a) => a,
+        other => panic!("parsed {other:?}"),
+    };
+    let serving = start(&args).unwrap();
+    let addr = serving.local_addr();
+    let prom = PrometheusServer::start(addr, "kvtier", SCRAPE_INTERVAL_S).unwrap();
+
+    // Wait for five scrapes: more than a rate window of samples.
+    let deadline = Instant::now() + Duration::from_secs(45);
+    let scrapes = "count_over_time(vllm:num_requests_running[30s])";
+    while prom.value(scrapes).is_none_or(|n| n < 5.0) {
+        assert!(
+            Instant::now() < deadline,
+            "Prometheus did not scrape five times; its log:\n{}",
+            prom.log()
+        );
+        thread::sleep(Duration::from_millis(250));
+    }
+
+    // The variables, as Grafana fills them: each query's label values, all selected
+    // (`$__all`: the escaped values joined with `|`).
+    let mut values: Queries = vec![("__rate_interval".into(), RATE_INTERVAL.into())];
+    let mut found = Vec::new();
+    for (name, query) in VARIABLES {
+        let (selector, label) = label_values_parts(query);
+        let result = prom.query(&expand(selector, &values)).unwrap();
+        let mut labels: Vec<String> = result
+            .iter()
+            .filter_map(|s| s["metric"][label].as_str().map(str::to_owned))
+            .collect();
+        labels.sort_unstable();
+        labels.dedup();
+        assert!(!labels.is_empty(), "variable {name}: {query} has no values");
+        let all: Vec<String> = labels.iter().map(|l| regex_escape(l)).collect();
+        values.push((name.to_owned(), format!("({})", all.join("|"))));
+        found.push(labels);
+    }
+    assert_eq!(
+        found,
+        [
+            vec!["kvtier".to_owned()],
+            vec!["kvtier-replay".to_owned()],
+            vec![addr.to_string()],
+            vec!["0".to_owned()],
+        ]
+    );
+
+    let mut empty = Vec::new();
+    let mut results = Vec::new();
+    for (title, expr) in KV_OFFLOADING_ROW {
+        let query = expand(expr, &values);
+        let result = prom.query(&query).unwrap();
+        if result.is_empty() {
+            empty.push(format!("{title}: {query}"));
+        }
+        let first = result
+            .first()
+            .and_then(|s| s["value"][1].as_str())
+            .unwrap_or("")
+            .to_owned();
+        results.push(first);
+    }
+    assert!(
+        empty.is_empty(),
+        "queries without data:\n{}\nPrometheus log:\n{}",
+        empty.join("\n"),
+        prom.log()
+    );
+    let v = |i: usize| -> f64 { results[i].parse().unwrap() };
+    // Loads and stores move bytes.
+    assert!(v(0) > 0.0 && v(1) > 0.0, "{results:?}");
+    // The bandwidth panel shows the modelled 25 GB/s (nanosecond rounding aside).
+    for i in [2, 3] {
+        assert!((v(i) / 25e9 - 1.0).abs() < 1e-3, "{results:?}");
+    }
+    // Transfers are whole blocks of Llama-3-8B.
+    assert!(
+        v(4) >= LLAMA3_8B_BLOCK_BYTES && v(5) >= LLAMA3_8B_BLOCK_BYTES,
+        "{results:?}"
+    );
+    // Measured lookup scans: a p99 under the top bucket; no deferred lookups (NaN).
+    assert!(v(6) > 0.0 && v(6) <= 1.0, "{results:?}");
+    assert!(v(7).is_nan(), "{results:?}");
+    // The threshold turns stores away.
+    assert!(v(12) > 0.0, "{results:?}");
+    drop(prom);
+    serving.stop();
+}
