@@ -160,7 +160,6 @@ fn huge() -> Vec<(ManagerConfig, u64)> {
     [lru, arc, tracker, one]
         .into_iter()
         .zip(per)
-        .into_iter()
         .map(|(c, per)| {
             let n = u64::from(
                 c.num_chunks
