@@ -4,6 +4,7 @@
 
 pub mod allocator_model;
 pub mod block_pool_model;
+pub mod expected;
 pub mod manager_checks;
 pub mod manager_model;
 pub mod stats_model;
