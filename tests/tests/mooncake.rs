@@ -305,3 +305,164 @@ fn timing_parameters_change_the_records_and_are_checked() {
     };
     assert!(MooncakeReader::new(text.as_bytes(), zero).is_err());
 }
+
+fn parse(argv: &[&str]) -> kvtier::cli::Command {
+    use clap::Parser;
+    let mut full = vec!["kvtier"];
+    full.extend_from_slice(argv);
+    kvtier::cli::Cli::try_parse_from(full).unwrap().command
+}
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvtier-mooncake-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn convert(argv: &[&str]) -> Result<kvtier::cli::convert::ConvertSummary, String> {
+    match parse(argv) {
+        kvtier::cli::Command::Convert(a) => kvtier::cli::convert::convert(&a),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn convert_writes_the_header_and_exactly_the_readers_records() {
+    let out = tmp("sample.kvtrace");
+    let input = data("mooncake-synthetic.jsonl");
+    let s = convert(&[
+        "convert",
+        "--from",
+        "mooncake",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .unwrap();
+    assert_eq!(
+        (s.requests, s.skipped, s.records, s.blocks),
+        (2886, 1107, 8658, 117_888)
+    );
+    let mut kv =
+        kvtier::trace::TraceReader::new(BufReader::new(File::open(&out).unwrap())).unwrap();
+    let h = kv.header().clone();
+    assert_eq!(
+        (h.block_tokens, h.requests, h.records),
+        (512, Some(2886), Some(8658))
+    );
+    assert_eq!(h.get_extra("source"), Some("mooncake"));
+    assert_eq!(h.get_extra("prefill_tokens_per_s"), Some("10000"));
+    assert_eq!(h.get_extra("decode_us_per_token"), Some("30000"));
+    assert_eq!(h.get_extra("skipped"), Some("1107"));
+    let mut mc = sample();
+    let mut n = 0;
+    while let Some(a) = kv.next_record().unwrap() {
+        let a = a.to_owned_record();
+        assert_eq!(
+            Some(a),
+            mc.next_record().unwrap().map(|r| r.to_owned_record())
+        );
+        n += 1;
+    }
+    assert_eq!(n, 8658);
+    assert!(mc.next_record().unwrap().is_none());
+
+    // Other timing parameters reach the header and the records.
+    let s = convert(&[
+        "convert",
+        "--from",
+        "mooncake",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--block-tokens",
+        "256",
+        "--prefill-tokens-per-s",
+        "5000",
+        "--decode-us-per-token",
+        "7",
+    ])
+    .unwrap();
+    assert!(s.blocks > 117_888 && s.requests > 2886, "{s:?}");
+    let kv = kvtier::trace::TraceReader::new(BufReader::new(File::open(&out).unwrap())).unwrap();
+    assert_eq!(kv.header().block_tokens, 256);
+    assert_eq!(kv.header().get_extra("decode_us_per_token"), Some("7"));
+}
+
+#[test]
+fn convert_of_a_bad_line_names_it_and_writes_nothing() {
+    let input = tmp("bad.jsonl");
+    let out = tmp("bad.kvtrace");
+    std::fs::write(&input, format!("{GOOD}{GOOD}{{\"timestamp\": 1}}\n")).unwrap();
+    let _ = std::fs::remove_file(&out);
+    let e = convert(&[
+        "convert",
+        "--from",
+        "mooncake",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ])
+    .unwrap_err();
+    assert!(e.ends_with("line 3: missing field `input_length`"), "{e}");
+    assert!(!out.exists());
+}
+
+fn replay(argv: &[&str]) -> Result<kvtier::cli::replay::ReplayReport, String> {
+    let mut full = vec!["replay"];
+    full.extend_from_slice(argv);
+    match parse(&full) {
+        kvtier::cli::Command::Replay(a) => kvtier::cli::replay::replay(&a, false),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn replay_detects_the_format_or_takes_it_from_the_option() {
+    let jsonl = data("mooncake-synthetic.jsonl");
+    let jsonl = jsonl.to_str().unwrap();
+    let auto = replay(&["--trace", jsonl, "--capacity", "2048"]).unwrap();
+    assert_eq!(format!("{:016x}", auto.counts.digest), "80267ea8e8704c8d");
+    let forced = replay(&[
+        "--trace",
+        jsonl,
+        "--capacity",
+        "2048",
+        "--format",
+        "mooncake",
+    ])
+    .unwrap();
+    assert_eq!(forced.counts, auto.counts);
+    let e = replay(&[
+        "--trace",
+        jsonl,
+        "--capacity",
+        "2048",
+        "--format",
+        "kvtrace",
+    ])
+    .unwrap_err();
+    assert!(e.contains("format=kvtrace"), "{e}");
+    let e = replay(&["--trace", jsonl]).unwrap_err();
+    assert!(e.contains("give --capacity"), "{e}");
+    // Another timing model changes the overlap, so the result.
+    let slow = replay(&[
+        "--trace",
+        jsonl,
+        "--capacity",
+        "2048",
+        "--prefill-tokens-per-s",
+        "1000",
+    ])
+    .unwrap();
+    assert_ne!(slow.counts.digest, auto.counts.digest);
+
+    let kv = data("small-a.kvtrace");
+    let r = replay(&["--trace", kv.to_str().unwrap(), "--capacity", "1024"]).unwrap();
+    assert_eq!(format!("{:016x}", r.counts.digest), "bcfa623160a0a602");
+
+    let other = tmp("other.txt");
+    std::fs::write(&other, "\n  L 0 1 0000000000000001\n").unwrap();
+    let e = replay(&["--trace", other.to_str().unwrap(), "--capacity", "8"]).unwrap_err();
+    assert!(e.contains("kvtrace") && e.contains("Mooncake"), "{e}");
+}
