@@ -10,8 +10,10 @@ pub mod export;
 pub mod exposition;
 pub mod http;
 pub mod layout;
+pub mod plot;
 pub mod replay;
 pub mod shared;
+pub mod sweep;
 pub mod trace;
 
 /// The README's Rust examples, compiled and run as doctests so they cannot rot.
