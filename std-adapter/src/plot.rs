@@ -141,6 +141,11 @@ fn label_number(x: f64) -> String {
     }
 }
 
+/// `permille` thousandths of `h` pixels (`h` is at most 8000).
+fn px(h: u32, permille: u32) -> i32 {
+    i32::try_from(h.saturating_mul(permille) / 1000).unwrap_or(0)
+}
+
 fn gib(chunks: u32, bytes_per_chunk: u64) -> f64 {
     #[expect(clippy::cast_precision_loss, reason = "a size for people")]
     let bytes = bytes_per_chunk as f64;
@@ -210,11 +215,11 @@ fn draw_on<DB: DrawingBackend>(
     let mut builder = ChartBuilder::on(root);
     builder
         .caption(&title, text(0.036).style(FontStyle::Bold))
-        .margin((f64::from(h) * 0.02) as i32)
-        .x_label_area_size((f64::from(h) * 0.11) as i32)
-        .y_label_area_size((f64::from(h) * 0.11) as i32);
+        .margin(px(h, 20))
+        .x_label_area_size(px(h, 110))
+        .y_label_area_size(px(h, 110));
     if spec.model.is_some() {
-        builder.top_x_label_area_size((f64::from(h) * 0.1) as i32);
+        builder.top_x_label_area_size(px(h, 100));
     }
     let mut chart = builder
         .build_cartesian_2d((x_lo..x_hi).log_scale(), 0.0..top)
@@ -274,8 +279,8 @@ fn draw_on<DB: DrawingBackend>(
             });
     }
 
-    let stroke = (f64::from(h) / 300.0).max(2.0) as u32;
-    let dot = (f64::from(h) / 170.0).max(3.0) as u32;
+    let stroke = (h / 300).max(2);
+    let dot = (h / 170).max(3);
     for (i, (name, points)) in lines(spec.sweep).into_iter().enumerate() {
         let color = COLORS[i % COLORS.len()];
         let xy: Vec<(f64, f64)> = points

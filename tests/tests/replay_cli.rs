@@ -61,7 +61,11 @@ fn json_has_every_field_with_vllm_values() {
         "policy",
         "capacity",
         "store_threshold",
+        "parse_s",
+        "replay_s",
+        "other_s",
         "wall_s",
+        "replay_request_blocks_per_s",
         "request_blocks_per_s",
     ] {
         assert!(o.contains_key(field), "missing {field}");
@@ -147,13 +151,80 @@ fn malformed_trace_is_an_error_naming_the_line() {
 }
 
 #[test]
-fn too_many_open_requests_is_an_error_naming_the_record() {
+fn too_many_open_requests_is_an_error_naming_the_line() {
     let trace = data("small-a.kvtrace");
-    // small-a keeps up to 33 requests open.
+    // small-a keeps up to 33 requests open; its ninth `L` is line 25.
     let err = replay(&args(&["--trace", &trace, "--max-requests", "8"]), false).unwrap_err();
     assert!(
-        err.contains("record") && err.contains("8 request slots"),
+        err.contains("line 25:") && err.contains("8 request slots"),
         "{err}"
     );
     assert!(replay(&args(&["--trace", &trace, "--max-requests", "33"]), false).is_ok());
+}
+
+/// Asserts the timing fields of a report's JSON: present, non-negative, parse + replay within
+/// wall (their sum with `other_s` is wall), and each rate the request blocks over its time.
+fn assert_timings(v: &serde_json::Value) {
+    let f = |k: &str| {
+        v[k].as_f64()
+            .unwrap_or_else(|| panic!("{k} missing in {v}"))
+    };
+    let (parse, replay, other, wall) = (f("parse_s"), f("replay_s"), f("other_s"), f("wall_s"));
+    for (name, t) in [("parse_s", parse), ("replay_s", replay), ("other_s", other)] {
+        assert!(t >= 0.0, "{name} = {t}");
+    }
+    assert!(replay > 0.0 && wall > 0.0, "{v}");
+    assert!(parse + replay <= wall + 1e-9, "{parse} + {replay} > {wall}");
+    assert!(
+        (parse + replay + other - wall).abs() <= 1e-9 * wall.max(1.0),
+        "{v}"
+    );
+    let blocks = v["request_blocks"].as_u64().unwrap() as f64;
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b.abs().max(1.0);
+    assert!(
+        close(f("replay_request_blocks_per_s"), blocks / replay),
+        "{v}"
+    );
+    assert!(close(f("request_blocks_per_s"), blocks / wall), "{v}");
+}
+
+#[test]
+fn json_times_parsing_and_replay_apart() {
+    let trace = data("small-b.kvtrace");
+    let r = replay(&args(&["--trace", &trace, "--json"]), false).unwrap();
+    let v = json_value(&r);
+    assert_eq!(v["request_blocks"], 302_290);
+    assert!(
+        v["parse_s"].as_f64().unwrap() > 0.0,
+        "reading a 5 MB file takes time"
+    );
+    assert_timings(&v);
+    // The built-in workload: generating counts as parsing.
+    let r = replay(&args(&["--requests", "3000", "--json"]), false).unwrap();
+    assert_timings(&json_value(&r));
+    // With log lines, whose time is neither parsing nor replay.
+    let r = replay(
+        &args(&["--requests", "3000", "--log-interval", "500"]),
+        false,
+    )
+    .unwrap();
+    assert_timings(&json_value(&r));
+}
+
+#[test]
+fn human_report_shows_each_time_and_both_rates() {
+    let trace = data("small-a.kvtrace");
+    let r = replay(&args(&["--trace", &trace]), false).unwrap();
+    let text = kvtier::cli::replay::human(&r);
+    for label in [
+        "parse time",
+        "replay time",
+        "other time",
+        "wall time",
+        "replay throughput",
+        "wall throughput",
+    ] {
+        assert!(text.contains(label), "{label} missing in\n{text}");
+    }
+    assert!(text.contains(&format!("{:>12.3} s", r.replay_s)), "{text}");
 }

@@ -260,4 +260,11 @@ impl<R: BufRead> RecordSource for TraceInput<R> {
             TraceInput::Mooncake(r) => r.next_record().map_err(TraceInputError::Mooncake),
         }
     }
+
+    fn line(&self) -> Option<u64> {
+        match self {
+            TraceInput::Kvtrace(r) => r.line(),
+            TraceInput::Mooncake(r) => r.line(),
+        }
+    }
 }

@@ -13,7 +13,9 @@ use crate::exposition::{EngineLabels, ExpositionOptions, render};
 
 use super::input::FormatArgs;
 use crate::replay::{ReplayCounts, Replayer};
-use crate::trace::{Generator, GeneratorConfig, RecordSource};
+use crate::trace::{
+    CompactLimits, CompactTrace, Generator, GeneratorConfig, RecordKind, RecordSource,
+};
 
 /// Options of `kvtier replay`.
 #[derive(Debug, Clone, clap::Args)]
@@ -103,9 +105,20 @@ pub struct ReplayReport {
     pub capacity: u32,
     /// The store threshold.
     pub store_threshold: u32,
-    /// Wall-clock seconds of the replay loop (reading or generating records included).
+    /// Seconds spent reading and parsing the trace (or generating the workload) into the
+    /// in-memory chunks.
+    pub parse_s: f64,
+    /// Seconds of the replay loop over the parsed chunks: the manager calls of the replay
+    /// protocol and the replayer's bookkeeping, nothing else (no parsing, no log lines).
+    pub replay_s: f64,
+    /// The rest of `wall_s`: building the manager, log lines, the final stats.
+    pub other_s: f64,
+    /// Wall-clock seconds of the whole run, from opening the trace to the report's numbers
+    /// (`parse_s + replay_s + other_s`).
     pub wall_s: f64,
-    /// `request_blocks / wall_s`.
+    /// `request_blocks / replay_s`: the manager's throughput.
+    pub replay_request_blocks_per_s: f64,
+    /// `request_blocks / wall_s`: the end-to-end throughput.
     pub request_blocks_per_s: f64,
     /// The manager's stats over the whole run, as vLLM's payload: the usage gauges at the
     /// end, every allocation-size sample, `stores_skipped` and `allocation_failure` totals,
@@ -162,6 +175,7 @@ pub fn json_value(r: &ReplayReport) -> serde_json::Value {
 /// # Errors
 /// Any error of reading or replaying the trace, as text.
 pub fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String> {
+    let started = Instant::now();
     match &args.trace {
         Some(path) => {
             let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
@@ -171,7 +185,17 @@ pub fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String>
                     .open_path(path, args.block_tokens, args.capacity.is_some(), |file| {
                         bar.wrap_read(file)
                     })?;
-            let r = run_source(args, reader, path.display().to_string(), &bar, false)
+            let parse_s = started.elapsed();
+            let run = Run {
+                args,
+                name: path.display().to_string(),
+                bar: &bar,
+                count_requests: false,
+                started,
+                parse_s,
+            };
+            let r = run
+                .replay(reader)
                 .map_err(|e| format!("{}: {e}", path.display()));
             bar.finish_and_clear();
             r
@@ -179,9 +203,17 @@ pub fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String>
         None => {
             let gen_cfg = GeneratorConfig::new(args.seed, args.requests);
             let generator = Generator::new(gen_cfg).map_err(|e| e.to_string())?;
+            let parse_s = started.elapsed();
             let bar = bar(progress, args.requests, "requests");
-            let source = format!("builtin(seed={}, requests={})", args.seed, args.requests);
-            let r = run_source(args, generator, source, &bar, true);
+            let run = Run {
+                args,
+                name: format!("builtin(seed={}, requests={})", args.seed, args.requests),
+                bar: &bar,
+                count_requests: true,
+                started,
+                parse_s,
+            };
+            let r = run.replay(generator);
             bar.finish_and_clear();
             r
         }
@@ -201,99 +233,150 @@ fn bar(show: bool, len: u64, unit: &str) -> ProgressBar {
     b
 }
 
-fn run_source<S: RecordSource>(
-    args: &ReplayArgs,
-    mut source: S,
+/// One replay run: where its records come from and the clock started before the source was
+/// opened.
+struct Run<'a> {
+    args: &'a ReplayArgs,
     name: String,
-    bar: &ProgressBar,
+    bar: &'a ProgressBar,
+    /// Whether the bar counts requests (the generator) rather than bytes read.
     count_requests: bool,
-) -> Result<ReplayReport, String>
-where
-    S::Error: std::fmt::Display,
-{
-    let header = source.header().clone();
-    let (manager, capacity) = args.manager(header.capacity)?;
-    let block_tokens = args.block_tokens.unwrap_or(header.block_tokens);
-    let mut replayer = Replayer::new(manager, u64::from(block_tokens));
-    let log_every = args.log_interval.filter(|n| *n > 0);
-    // With a log interval, drains happen during the run: `total` keeps every drain for the
-    // report, `interval` what the next log line covers (reset after each line, as vLLM's
-    // KVConnectorLogging does).
-    let mut total = Payload::new();
-    let mut interval = Payload::new();
-    let mut failures_logged = 0u64;
-    let mut requests = 0u64;
-    let start = Instant::now();
-    let mut n: u64 = 0;
-    loop {
-        let rec = match source.next_record() {
-            Ok(Some(rec)) => rec,
-            Ok(None) => break,
-            Err(e) => return Err(e.to_string()),
-        };
-        let is_load = matches!(rec, crate::trace::Record::Load { .. });
-        replayer
-            .apply(rec)
-            .map_err(|e| format!("record {}: {e}", n + 1))?;
-        n += 1;
-        if count_requests && is_load && n.is_multiple_of(4096) {
-            bar.set_position(replayer.counts().requests);
-        }
-        if is_load {
-            requests += 1;
-            if let Some(every) = log_every
-                && requests.is_multiple_of(every)
-            {
-                let mut drained = replayer.drain_stats().to_payload();
-                let failures = replayer.counts().store_failures;
-                if failures > failures_logged {
-                    drained
-                        .increase_counter(
-                            catalogue::ALLOCATION_FAILURE,
-                            &[],
-                            failures - failures_logged,
-                        )
-                        .map_err(|e| e.to_string())?;
-                    failures_logged = failures;
+    started: Instant,
+    /// Time spent opening the source (reading the header, or setting up the generator).
+    parse_s: Duration,
+}
+
+/// `what` per second of `secs`, 0 for no time.
+#[expect(clippy::cast_precision_loss, reason = "a rate for people")]
+fn per_second(what: u64, secs: f64) -> f64 {
+    if secs > 0.0 { what as f64 / secs } else { 0.0 }
+}
+
+impl Run<'_> {
+    /// Reads `source` a chunk at a time into one reused [`CompactTrace`] and replays each chunk:
+    /// parsing (or generating) and the replay loop are timed apart.
+    fn replay<S: RecordSource>(self, mut source: S) -> Result<ReplayReport, String>
+    where
+        S::Error: std::fmt::Display,
+    {
+        let args = self.args;
+        let (manager, capacity) = args.manager(source.header().capacity)?;
+        let block_tokens = args.block_tokens.unwrap_or(source.header().block_tokens);
+        let mut replayer = Replayer::new(manager, u64::from(block_tokens));
+        let mut chunk = CompactTrace::new(source.header().clone(), CompactLimits::REPLAY_CHUNK);
+        let mut log = IntervalLog::new(args.log_interval);
+        let mut parse = self.parse_s;
+        let mut replay = Duration::ZERO;
+        let mut records: u64 = 0;
+        loop {
+            let t = Instant::now();
+            let read = chunk.refill_from(&mut source).map_err(|e| e.to_string())?;
+            parse += t.elapsed();
+            if read == 0 {
+                break;
+            }
+            let t = Instant::now();
+            let mut logging = Duration::ZERO;
+            let mut cursor = chunk.cursor();
+            while let Some((rec, line)) = cursor.next_with_line() {
+                records += 1;
+                let is_load = rec.kind() == RecordKind::Load;
+                replayer.apply(rec).map_err(|e| match line {
+                    Some(line) => format!("line {line}: {e}"),
+                    None => format!("record {records}: {e}"),
+                })?;
+                if is_load && log.due() {
+                    let l = Instant::now();
+                    log.write(&mut replayer, self.bar)?;
+                    logging += l.elapsed();
                 }
-                total.aggregate(&drained).map_err(|e| e.to_string())?;
-                interval.aggregate(&drained).map_err(|e| e.to_string())?;
-                if let Some(line) = crate::export::log_line(&interval) {
-                    bar.suspend(|| eprintln!("{line}"));
-                }
-                interval = Payload::new();
+            }
+            replay += t.elapsed().saturating_sub(logging);
+            if self.count_requests {
+                self.bar.set_position(replayer.counts().requests);
             }
         }
+        let counts = replayer.counts();
+        let mut payload = log.total;
+        payload
+            .aggregate(&replayer.drain_stats().to_payload())
+            .map_err(|e| e.to_string())?;
+        // Without a log interval nothing was drained before, so this is the whole run's count.
+        let counts_failures = counts.store_failures.saturating_sub(log.failures_logged);
+        // Catalogue counters and one info series fit any payload.
+        let _ = payload.increase_counter(catalogue::ALLOCATION_FAILURE, &[], counts_failures);
+        let _ = payload.set_info(vec![replayer.manager().config_info()]);
+        let wall_s = self.started.elapsed().as_secs_f64();
+        let parse_s = parse.as_secs_f64();
+        let replay_s = replay.as_secs_f64();
+        Ok(ReplayReport {
+            source: self.name,
+            counts,
+            resident_blocks: replayer.manager().allocated(),
+            manager_heap_bytes: replayer.manager().heap_bytes() as u64,
+            policy: args.policy_kind().name(),
+            capacity,
+            store_threshold: args.store_threshold,
+            parse_s,
+            replay_s,
+            other_s: (wall_s - parse_s - replay_s).max(0.0),
+            wall_s,
+            replay_request_blocks_per_s: per_second(counts.request_blocks, replay_s),
+            request_blocks_per_s: per_second(counts.request_blocks, wall_s),
+            payload,
+        })
     }
-    let wall = start.elapsed().as_secs_f64();
-    let counts = replayer.counts();
-    let mut payload = total;
-    payload
-        .aggregate(&replayer.drain_stats().to_payload())
-        .map_err(|e| e.to_string())?;
-    // Without a log interval nothing was drained before, so this is the whole run's count.
-    let counts_failures = counts.store_failures.saturating_sub(failures_logged);
-    // Catalogue counters and one info series fit any payload.
-    let _ = payload.increase_counter(catalogue::ALLOCATION_FAILURE, &[], counts_failures);
-    let _ = payload.set_info(vec![replayer.manager().config_info()]);
-    #[expect(clippy::cast_precision_loss, reason = "a rate for people")]
-    let rate = if wall > 0.0 {
-        counts.request_blocks as f64 / wall
-    } else {
-        0.0
-    };
-    Ok(ReplayReport {
-        source: name,
-        counts,
-        resident_blocks: replayer.manager().allocated(),
-        manager_heap_bytes: replayer.manager().heap_bytes() as u64,
-        policy: args.policy_kind().name(),
-        capacity,
-        store_threshold: args.store_threshold,
-        wall_s: wall,
-        request_blocks_per_s: rate,
-        payload,
-    })
+}
+
+/// vLLM's `KV Transfer metrics` line every N requests, from the stats drained since the
+/// previous line (reset after each line, as vLLM's KVConnectorLogging does); `total` keeps
+/// every drain for the report.
+struct IntervalLog {
+    every: Option<u64>,
+    requests: u64,
+    total: Payload,
+    failures_logged: u64,
+}
+
+impl IntervalLog {
+    fn new(every: Option<u64>) -> Self {
+        IntervalLog {
+            every: every.filter(|n| *n > 0),
+            requests: 0,
+            total: Payload::new(),
+            failures_logged: 0,
+        }
+    }
+
+    /// Counts one request; whether a line is due.
+    fn due(&mut self) -> bool {
+        self.requests += 1;
+        self.every
+            .is_some_and(|every| self.requests.is_multiple_of(every))
+    }
+
+    /// Drains the manager's stats into the totals and prints the interval's line.
+    fn write(&mut self, replayer: &mut Replayer, bar: &ProgressBar) -> Result<(), String> {
+        let mut drained = replayer.drain_stats().to_payload();
+        let failures = replayer.counts().store_failures;
+        if failures > self.failures_logged {
+            drained
+                .increase_counter(
+                    catalogue::ALLOCATION_FAILURE,
+                    &[],
+                    failures - self.failures_logged,
+                )
+                .map_err(|e| e.to_string())?;
+            self.failures_logged = failures;
+        }
+        self.total.aggregate(&drained).map_err(|e| e.to_string())?;
+        let mut interval = Payload::new();
+        interval.aggregate(&drained).map_err(|e| e.to_string())?;
+        if let Some(line) = crate::export::log_line(&interval) {
+            bar.suspend(|| eprintln!("{line}"));
+        }
+        Ok(())
+    }
 }
 
 impl ReplayArgs {
@@ -367,8 +450,12 @@ pub fn human(r: &ReplayReport) -> String {
          manager heap          {heap:>14} bytes ({per:.1} per chunk)\n\
          hit digest            {digest:>14}\n\
          \n\
+         parse time            {parse:>12.3} s   (reading the trace or generating it)\n\
+         replay time           {replay:>12.3} s   (the manager calls of the replay loop)\n\
+         other time            {other:>12.3} s   (setup, log lines, final stats)\n\
          wall time             {wall:>12.3} s\n\
-         throughput            {rate:>12.2} M request-blocks/s\n",
+         replay throughput     {replay_rate:>12.2} M request-blocks/s\n\
+         wall throughput       {rate:>12.2} M request-blocks/s\n",
         source = r.source,
         policy = r.policy,
         cap = r.capacity,
@@ -387,7 +474,11 @@ pub fn human(r: &ReplayReport) -> String {
         heap = r.manager_heap_bytes,
         per = per_chunk(r),
         digest = format!("{:016x}", c.digest),
+        parse = r.parse_s,
+        replay = r.replay_s,
+        other = r.other_s,
         wall = r.wall_s,
+        replay_rate = r.replay_request_blocks_per_s / 1e6,
         rate = r.request_blocks_per_s / 1e6,
     )
 }

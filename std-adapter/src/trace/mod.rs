@@ -12,7 +12,8 @@
 //! - [`TraceWriter`] writes a [`Header`] and records.
 //! - [`Generator`] makes LLM-server-like traffic from a [`GeneratorConfig`], deterministically,
 //!   in memory bounded by its parameters.
-//! - [`RecordSource`] lets a replay take either.
+//! - [`CompactTrace`] holds a trace parsed once (or one chunk of it) in two flat buffers.
+//! - [`RecordSource`] lets a replay take any of them.
 //!
 //! Hard limits of the reader (inputs beyond them are errors, not allocations):
 //! [`MAX_LINE_BYTES`], [`MAX_BLOCKS_PER_RECORD`], [`MAX_OPEN_REQUESTS`], [`MAX_HEADER_LINES`].
@@ -39,6 +40,7 @@
 //! ```
 
 mod cdf;
+mod compact;
 mod config;
 mod error;
 mod generator;
@@ -51,6 +53,7 @@ mod rng;
 mod tracker;
 mod writer;
 
+pub use compact::{CompactCursor, CompactError, CompactLimits, CompactTrace};
 pub use config::{
     BlockRange, BlockRangeParseError, GeneratorConfig, GeneratorError, MAX_HELD_HASHES,
     MAX_PREFIXES, MAX_RECENT_OR_INFLIGHT, MAX_ZIPF_S, RangeParam,
@@ -98,6 +101,10 @@ pub trait RecordSource {
     /// # Errors
     /// The source's error.
     fn next_record(&mut self) -> Result<Option<Record<'_>>, Self::Error>;
+
+    /// The 1-based line of the record returned last, when the source reads lines (`None`
+    /// for the generator, or before the first record).
+    fn line(&self) -> Option<u64>;
 }
 
 impl<R: std::io::BufRead> RecordSource for TraceReader<R> {
@@ -110,6 +117,10 @@ impl<R: std::io::BufRead> RecordSource for TraceReader<R> {
     fn next_record(&mut self) -> Result<Option<Record<'_>>, ReadError> {
         TraceReader::next_record(self)
     }
+
+    fn line(&self) -> Option<u64> {
+        (self.records_read() > 0).then(|| self.line_number())
+    }
 }
 
 impl RecordSource for Generator {
@@ -121,5 +132,9 @@ impl RecordSource for Generator {
 
     fn next_record(&mut self) -> Result<Option<Record<'_>>, core::convert::Infallible> {
         Ok(Generator::next_record(self))
+    }
+
+    fn line(&self) -> Option<u64> {
+        None
     }
 }

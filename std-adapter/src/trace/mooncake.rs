@@ -274,20 +274,21 @@ struct RawLine {
 #[derive(Clone, Copy, Debug)]
 struct Arrival {
     rid: u64,
+    line: u64,
     arrive: u64,
     prefill_done: u64,
     finish: u64,
 }
 
 /// A pending `S` (kind 1, with the `C` time to push after it) or `C` (kind 2), ordered by
-/// `(time, kind, rid)`.
-type Event = Reverse<(u64, u8, u64, u64)>;
+/// `(time, kind, rid)`, with the request's line last.
+type Event = Reverse<(u64, u8, u64, u64, u64)>;
 const KIND_START: u8 = 1;
 const KIND_COMPLETE: u8 = 2;
 
 /// Reads a Mooncake JSONL trace as the kvtrace records of `spec/mooncake.md`.
 ///
-/// Memory is bounded by the requests in flight (at most [`MAX_OPEN_REQUESTS`], 32 bytes each)
+/// Memory is bounded by the requests in flight (at most [`MAX_OPEN_REQUESTS`], 40 bytes each)
 /// and one line ([`MAX_LINE_BYTES`]), never by the file. Every malformed line is a
 /// [`MooncakeError`] naming it, and every later call returns that error again. Lines holding
 /// only whitespace are ignored.
@@ -299,6 +300,7 @@ pub struct MooncakeReader<R> {
     line: Vec<u8>,
     hashes: Vec<u64>,
     line_no: u64,
+    record_line: Option<u64>,
     last_timestamp: u64,
     pending: Option<Arrival>,
     events: BinaryHeap<Event>,
@@ -329,6 +331,7 @@ impl<R: BufRead> MooncakeReader<R> {
             line: Vec::new(),
             hashes: Vec::new(),
             line_no: 0,
+            record_line: None,
             last_timestamp: 0,
             pending: None,
             events: BinaryHeap::new(),
@@ -378,6 +381,13 @@ impl<R: BufRead> MooncakeReader<R> {
         self.line_no
     }
 
+    /// The line of the request of the record returned last (`S` and `C` records name their
+    /// request's line); `None` before the first record.
+    #[must_use]
+    pub const fn record_line(&self) -> Option<u64> {
+        self.record_line
+    }
+
     /// The most requests that were in flight at once (the reorder heap's peak).
     #[must_use]
     pub const fn peak_in_flight(&self) -> usize {
@@ -405,8 +415,14 @@ impl<R: BufRead> MooncakeReader<R> {
             }
             (Some(a), _) => {
                 self.pending = None;
-                self.events
-                    .push(Reverse((a.prefill_done, KIND_START, a.rid, a.finish)));
+                self.record_line = Some(a.line);
+                self.events.push(Reverse((
+                    a.prefill_done,
+                    KIND_START,
+                    a.rid,
+                    a.finish,
+                    a.line,
+                )));
                 self.peak_in_flight = self.peak_in_flight.max(self.events.len());
                 Ok(Some(Record::Load {
                     rid: a.rid,
@@ -420,12 +436,13 @@ impl<R: BufRead> MooncakeReader<R> {
 
     /// Pops the earliest pending event (the heap is not empty) and, for an `S`, pushes its `C`.
     fn pop_event(&mut self) -> Record<'static> {
-        let Some(Reverse((_, kind, rid, finish))) = self.events.pop() else {
+        let Some(Reverse((_, kind, rid, finish, line))) = self.events.pop() else {
             return Record::Complete { rid: u64::MAX };
         };
+        self.record_line = Some(line);
         if kind == KIND_START {
             self.events
-                .push(Reverse((finish, KIND_COMPLETE, rid, finish)));
+                .push(Reverse((finish, KIND_COMPLETE, rid, finish, line)));
             Record::Start { rid }
         } else {
             Record::Complete { rid }
@@ -505,6 +522,7 @@ impl<R: BufRead> MooncakeReader<R> {
         let (arrive, prefill_done, finish) = times;
         Ok(Some(Arrival {
             rid,
+            line: self.line_no,
             arrive,
             prefill_done,
             finish,
@@ -620,5 +638,9 @@ impl<R: BufRead> super::RecordSource for MooncakeReader<R> {
 
     fn next_record(&mut self) -> Result<Option<Record<'_>>, MooncakeError> {
         MooncakeReader::next_record(self)
+    }
+
+    fn line(&self) -> Option<u64> {
+        self.record_line
     }
 }
