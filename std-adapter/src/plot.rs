@@ -141,6 +141,22 @@ fn label_number(x: f64) -> String {
     }
 }
 
+/// The 1-2-5 values from `lo` to `hi` (the labelled ticks of a log axis).
+fn ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let mut out = Vec::new();
+    let mut decade = 10f64.powf(lo.max(1e-9).log10().floor());
+    while decade <= hi && out.len() < 64 {
+        for m in [1.0, 2.0, 5.0] {
+            let v = decade * m;
+            if v >= lo && v <= hi {
+                out.push(v);
+            }
+        }
+        decade *= 10.0;
+    }
+    out
+}
+
 /// `permille` thousandths of `h` pixels (`h` is at most 8000).
 fn px(h: u32, permille: u32) -> i32 {
     i32::try_from(h.saturating_mul(permille) / 1000).unwrap_or(0)
@@ -216,20 +232,37 @@ fn draw_on<DB: DrawingBackend>(
     builder
         .caption(&title, text(0.036).style(FontStyle::Bold))
         .margin(px(h, 20))
+        .margin_right(px(h, 45))
         .x_label_area_size(px(h, 110))
         .y_label_area_size(px(h, 110));
     if spec.model.is_some() {
         builder.top_x_label_area_size(px(h, 100));
     }
-    let mut chart = builder
-        .build_cartesian_2d((x_lo..x_hi).log_scale(), 0.0..top)
+    let chart = builder
+        .build_cartesian_2d(
+            (x_lo..x_hi).log_scale().with_key_points(ticks(x_lo, x_hi)),
+            0.0..top,
+        )
         .map_err(|e| err(&e))?;
     let bpc = spec.model.as_ref().map(|(_, b)| *b);
+    // The GiB axis (drawn only with a model; without one the secondary coordinates are unused).
+    // The secondary coordinates take the top label area, so the mesh is drawn after them.
+    let scale = |x: f64| {
+        #[expect(clippy::cast_precision_loss, reason = "a size for people")]
+        let b = bpc.unwrap_or(1) as f64;
+        x * b / f64::from(1u32 << 30)
+    };
+    let (g_lo, g_hi) = (scale(x_lo), scale(x_hi));
+    let mut dual = chart.set_secondary_coord(
+        (g_lo..g_hi).log_scale().with_key_points(ticks(g_lo, g_hi)),
+        0.0..top,
+    );
     let chunk_unit = format!("chunks of {} tokens", spec.block_tokens);
-    chart
-        .configure_mesh()
+    dual.configure_mesh()
         .x_desc(format!("CPU tier capacity ({chunk_unit}, log scale)"))
         .y_desc("block hit rate (% of request blocks)")
+        .x_labels(12)
+        .y_labels(12)
         .x_label_formatter(&|x| label_number(*x))
         .y_label_formatter(&|y| format!("{y:.0}%"))
         .label_style(text(0.024))
@@ -238,17 +271,10 @@ fn draw_on<DB: DrawingBackend>(
         .bold_line_style(RGBColor(200, 200, 200))
         .draw()
         .map_err(|e| err(&e))?;
-
-    // The GiB axis (drawn only with a model; without one the secondary coordinates are unused).
-    let scale = |x: f64| {
-        #[expect(clippy::cast_precision_loss, reason = "a size for people")]
-        let b = bpc.unwrap_or(1) as f64;
-        x * b / f64::from(1u32 << 30)
-    };
-    let mut dual = chart.set_secondary_coord((scale(x_lo)..scale(x_hi)).log_scale(), 0.0..top);
-    if bpc.is_some() {
+    if let Some((model, _)) = &spec.model {
         dual.configure_secondary_axes()
-            .x_desc("CPU memory (GiB, exact bytes per chunk of the model)")
+            .x_desc(format!("CPU memory for {model} (GiB, log scale)"))
+            .x_labels(12)
             .x_label_formatter(&|x| label_number(*x))
             .y_labels(0)
             .label_style(text(0.024))
@@ -315,7 +341,10 @@ fn draw_on<DB: DrawingBackend>(
             label_number(f64::from(knee.case.capacity))
         );
         if let Some(bpc) = bpc {
-            label.push_str(&format!(" = {:.1} GiB", gib(knee.case.capacity, bpc)));
+            label.push_str(&format!(
+                " = {} GiB",
+                label_number(gib(knee.case.capacity, bpc))
+            ));
         }
         label.push_str(&format!(
             " ({}, {:.1}%)",

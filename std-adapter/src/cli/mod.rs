@@ -5,6 +5,7 @@ pub mod convert;
 pub mod input;
 pub mod replay;
 pub mod serve;
+pub mod sweep;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -25,6 +26,8 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// How many KV blocks, tokens and concurrent requests fit in a memory budget.
     Capacity(capacity::CapacityArgs),
+    /// Replay one trace under many capacities, policies and thresholds; table and plot.
+    Sweep(sweep::SweepArgs),
     /// Convert a Mooncake JSONL trace into a kvtrace.
     Convert(convert::ConvertArgs),
     /// Replay while serving `/metrics` for Prometheus, then keep serving until interrupted.
@@ -39,6 +42,7 @@ pub fn main() -> ExitCode {
         Command::Capacity(args) => capacity::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Convert(args) => convert::run(&args),
+        Command::Sweep(args) => sweep::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
