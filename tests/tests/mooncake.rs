@@ -141,6 +141,28 @@ fn records_are_the_specs_in_time_kind_rid_order() {
         "C 2",                                     // 580,000 us
     ];
     assert_eq!(lines, want);
+
+    // Each record names its request's line (the fourth line was skipped).
+    use kvtier::trace::RecordSource;
+    let mut r = MooncakeReader::new(text.as_bytes(), t).unwrap();
+    let mut named = Vec::new();
+    while let Some(rec) = r.next_record().unwrap() {
+        let letter = rec.kind().letter();
+        let rid = rec.rid();
+        named.push((letter, rid, RecordSource::line(&r).unwrap()));
+    }
+    assert_eq!(
+        &named[..5],
+        &[
+            ('L', 0, 1),
+            ('L', 1, 2),
+            ('L', 2, 3),
+            ('S', 1, 2),
+            ('C', 1, 2)
+        ]
+    );
+    assert_eq!(named[5], ('L', 3, 5));
+    assert_eq!(named[14], ('C', 2, 3));
 }
 
 const GOOD: &str = "{\"timestamp\": 5, \"input_length\": 600, \"output_length\": 1, \"hash_ids\": [1, 18446744073709551615]}\n";

@@ -408,7 +408,7 @@ impl<R: BufRead> MooncakeReader<R> {
         }
         let next_event = self.events.peek().map(|Reverse(e)| *e);
         match (self.pending, next_event) {
-            (Some(a), Some((time, ..))) if time < a.arrive => Ok(Some(self.pop_event())),
+            (Some(a), Some((time, ..))) if time < a.arrive => Ok(self.pop_event()),
             (Some(_), _) if self.events.len() >= MAX_OPEN_REQUESTS => {
                 // Every request still in the heap finishes at or after this arrival.
                 Err(self.fail(MooncakeErrorKind::TooManyInFlight))
@@ -429,23 +429,21 @@ impl<R: BufRead> MooncakeReader<R> {
                     hashes: &self.hashes,
                 }))
             }
-            (None, Some(_)) => Ok(Some(self.pop_event())),
-            (None, None) => Ok(None),
+            (None, _) => Ok(self.pop_event()),
         }
     }
 
-    /// Pops the earliest pending event (the heap is not empty) and, for an `S`, pushes its `C`.
-    fn pop_event(&mut self) -> Record<'static> {
-        let Some(Reverse((_, kind, rid, finish, line))) = self.events.pop() else {
-            return Record::Complete { rid: u64::MAX };
-        };
+    /// Pops the earliest pending event and, for an `S`, pushes its `C`; `None` when there is
+    /// none.
+    fn pop_event(&mut self) -> Option<Record<'static>> {
+        let Reverse((_, kind, rid, finish, line)) = self.events.pop()?;
         self.record_line = Some(line);
         if kind == KIND_START {
             self.events
                 .push(Reverse((finish, KIND_COMPLETE, rid, finish, line)));
-            Record::Start { rid }
+            Some(Record::Start { rid })
         } else {
-            Record::Complete { rid }
+            Some(Record::Complete { rid })
         }
     }
 
