@@ -341,8 +341,22 @@ fn tmp(name: &str) -> std::path::PathBuf {
     dir.join(name)
 }
 
-fn convert(argv: &[&str]) -> Result<kvtier::cli::convert::ConvertSummary, String> {
-    match parse(argv) {
+/// `kvtier convert --from mooncake IN -o OUT EXTRA…`.
+fn convert(
+    input: &std::path::Path,
+    out: &std::path::Path,
+    extra: &[&str],
+) -> Result<kvtier::cli::convert::ConvertSummary, String> {
+    let mut argv = vec![
+        "convert",
+        "--from",
+        "mooncake",
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+    ];
+    argv.extend_from_slice(extra);
+    match parse(&argv) {
         kvtier::cli::Command::Convert(a) => kvtier::cli::convert::convert(&a),
         other => panic!("{other:?}"),
     }
@@ -352,15 +366,7 @@ fn convert(argv: &[&str]) -> Result<kvtier::cli::convert::ConvertSummary, String
 fn convert_writes_the_header_and_exactly_the_readers_records() {
     let out = tmp("sample.kvtrace");
     let input = data("mooncake-synthetic.jsonl");
-    let s = convert(&[
-        "convert",
-        "--from",
-        "mooncake",
-        input.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ])
-    .unwrap();
+    let s = convert(&input, &out, &[]).unwrap();
     assert_eq!(
         (s.requests, s.skipped, s.records, s.blocks),
         (2886, 1107, 8658, 117_888)
@@ -390,20 +396,18 @@ fn convert_writes_the_header_and_exactly_the_readers_records() {
     assert!(mc.next_record().unwrap().is_none());
 
     // Other timing parameters reach the header and the records.
-    let s = convert(&[
-        "convert",
-        "--from",
-        "mooncake",
-        input.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-        "--block-tokens",
-        "256",
-        "--prefill-tokens-per-s",
-        "5000",
-        "--decode-us-per-token",
-        "7",
-    ])
+    let s = convert(
+        &input,
+        &out,
+        &[
+            "--block-tokens",
+            "256",
+            "--prefill-tokens-per-s",
+            "5000",
+            "--decode-us-per-token",
+            "7",
+        ],
+    )
     .unwrap();
     assert!(s.blocks > 117_888 && s.requests > 2886, "{s:?}");
     let kv = kvtier::trace::TraceReader::new(BufReader::new(File::open(&out).unwrap())).unwrap();
@@ -417,15 +421,7 @@ fn convert_of_a_bad_line_names_it_and_writes_nothing() {
     let out = tmp("bad.kvtrace");
     std::fs::write(&input, format!("{GOOD}{GOOD}{{\"timestamp\": 1}}\n")).unwrap();
     let _ = std::fs::remove_file(&out);
-    let e = convert(&[
-        "convert",
-        "--from",
-        "mooncake",
-        input.to_str().unwrap(),
-        "-o",
-        out.to_str().unwrap(),
-    ])
-    .unwrap_err();
+    let e = convert(&input, &out, &[]).unwrap_err();
     assert!(e.ends_with("line 3: missing field `input_length`"), "{e}");
     assert!(!out.exists());
 }
