@@ -14,7 +14,7 @@ use kvtier_core::BlockKey;
 use kvtier_core::hashing::Map;
 use kvtier_core::manager::{
     CompleteLoadError, LoadError, LookupResult, ManagerStats, OffloadManager, RequestError,
-    StoreError,
+    RequestId, StoreError,
 };
 
 use crate::trace::Record;
@@ -71,9 +71,14 @@ impl ReplayCounts {
     }
 }
 
-/// Why a record could not be replayed. The reader already rejects these for files; the
-/// replayer checks again so that any record source is safe.
+/// The default of [`Replayer::with_max_open_blocks`]: 16,777,216 blocks over the requests
+/// open at once (8 B each in the replayer's arena).
+pub const DEFAULT_MAX_OPEN_BLOCKS: u64 = 1 << 24;
+
+/// Why a record could not be replayed. The reader already rejects the order errors for files;
+/// the replayer checks again so that any record source is safe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum ReplayError {
     /// An `L` for a request that is already open.
     DuplicateRequest(u64),
@@ -81,13 +86,54 @@ pub enum ReplayError {
     UnknownRequest(u64),
     /// An `S` twice, or a `C` before the `S`.
     OutOfOrder(u64),
-    /// The manager refused a request context (too many in flight).
+    /// An `L` arriving while the manager already holds `max_requests` requests in flight.
+    TooManyRequests {
+        /// The request id.
+        rid: u64,
+        /// The manager's `max_requests`.
+        max_requests: u32,
+    },
+    /// An `L` whose blocks would bring the open requests' blocks past the replayer's
+    /// [`Replayer::with_max_open_blocks`] limit.
+    TooManyOpenBlocks {
+        /// The request id.
+        rid: u64,
+        /// The request's blocks.
+        blocks: u64,
+        /// The blocks of the requests already open.
+        open: u64,
+        /// The limit.
+        max_open_blocks: u64,
+    },
+    /// An `L` whose blocks after its leading hits (the keys its `S` offers to `prepare_store`)
+    /// repeat a hash: the manager refuses an offer holding a key twice.
+    RepeatedHash {
+        /// The request id.
+        rid: u64,
+        /// The repeated hash.
+        hash: u64,
+        /// The 1-based block of its first occurrence.
+        first: u64,
+        /// The 1-based block of the repeat.
+        repeat: u64,
+    },
+    /// An `L` whose last end-token position, `blocks · block_tokens`, exceeds `i64::MAX`.
+    PositionTooLarge {
+        /// The request id.
+        rid: u64,
+    },
+    /// The replayer's buffers could not grow to hold the `L`'s blocks: out of memory.
+    OutOfMemory {
+        /// The request id.
+        rid: u64,
+    },
+    /// The manager refused a request context or finishing it (a bug: the handle is live).
     Request(RequestError),
     /// The manager refused a load (a bug: the keys were just looked up).
     Load(LoadError),
     /// The manager refused to complete a load (a bug: the keys were pinned by this request).
     CompleteLoad(CompleteLoadError),
-    /// The manager refused a store (e.g. a request that repeats a block hash).
+    /// The manager refused a store (a bug: the `L` checks every documented cause).
     Store(StoreError),
 }
 
@@ -97,6 +143,39 @@ impl fmt::Display for ReplayError {
             ReplayError::DuplicateRequest(r) => write!(f, "request {r} arrived twice"),
             ReplayError::UnknownRequest(r) => write!(f, "request {r} is not open"),
             ReplayError::OutOfOrder(r) => write!(f, "request {r}: records out of order"),
+            ReplayError::TooManyRequests { rid, max_requests } => write!(
+                f,
+                "request {rid} arrives while {max_requests} requests are in flight, the \
+                 manager's max_requests"
+            ),
+            ReplayError::TooManyOpenBlocks {
+                rid,
+                blocks,
+                open,
+                max_open_blocks,
+            } => write!(
+                f,
+                "request {rid}'s {blocks} blocks would bring the open requests to {} blocks, \
+                 over the limit of {max_open_blocks}",
+                open.saturating_add(*blocks)
+            ),
+            ReplayError::RepeatedHash {
+                rid,
+                hash,
+                first,
+                repeat,
+            } => write!(
+                f,
+                "request {rid} repeats block hash {hash:016x} (blocks {first} and {repeat}) in \
+                 the blocks it would store: a store offer cannot hold a key twice"
+            ),
+            ReplayError::PositionTooLarge { rid } => write!(
+                f,
+                "request {rid}: its end-token positions (blocks · block_tokens) exceed i64::MAX"
+            ),
+            ReplayError::OutOfMemory { rid } => {
+                write!(f, "request {rid}: out of memory for its blocks")
+            }
             ReplayError::Request(e) => write!(f, "{e}"),
             ReplayError::Load(e) => write!(f, "{e}"),
             ReplayError::CompleteLoad(e) => write!(f, "{e}"),
@@ -107,43 +186,79 @@ impl fmt::Display for ReplayError {
 
 impl std::error::Error for ReplayError {}
 
-#[derive(Debug)]
+/// A request between its `L` and its `C`. Its hashes are `arena[start..start + held]`: all
+/// of its blocks until its `S`, then the ones its store allocated.
+#[derive(Clone, Copy, Debug)]
 struct Open {
-    req: kvtier_core::manager::RequestId,
-    keys: Vec<BlockKey>,
-    positions: Vec<u64>,
+    req: RequestId,
+    start: usize,
+    held: usize,
+    blocks: u64,
     hits: usize,
     started: bool,
-    stored: Vec<BlockKey>,
 }
 
 /// Replays records through a manager it owns.
+///
+/// Memory: the hashes of the open requests sit in one arena, 8 bytes per block (the arena
+/// reuses the space of completed requests; with its slack at most 4 times that), bounded by
+/// [`Replayer::with_max_open_blocks`]; a small entry per open request; and scratch buffers as
+/// long as the longest request. Keys ([`BlockKey`], group 0) and end-token positions are made
+/// from the hashes when a manager call needs them.
 #[derive(Debug)]
 pub struct Replayer {
     manager: OffloadManager<BlockKey>,
     block_tokens: u64,
+    max_open_blocks: u64,
+    open_blocks: u64,
     open: Map<u64, Open>,
-    spare: Vec<Open>,
+    arena: Vec<u64>,
+    /// Arena slots of completed requests (and of blocks not stored), reclaimed by compaction.
+    garbage: usize,
+    /// The keys of the current manager call.
+    keys: Vec<BlockKey>,
+    /// `positions[i] = (i + 1) · block_tokens`, as long as the longest request so far.
+    positions: Vec<u64>,
+    /// Hash → first block, to find a repeat in a store offer.
+    seen: Map<u64, u64>,
+    /// (start, rid) of the open requests, sorted to compact the arena.
+    order: Vec<(usize, u64)>,
     counts: ReplayCounts,
     skipped_total: u64,
 }
 
 impl Replayer {
-    /// A replayer over `manager` with `block_tokens` tokens per block.
+    /// A replayer over `manager` with `block_tokens` tokens per block, holding at most
+    /// [`DEFAULT_MAX_OPEN_BLOCKS`] blocks of open requests.
     #[must_use]
     pub fn new(manager: OffloadManager<BlockKey>, block_tokens: u64) -> Self {
         let filter = manager.config().filter_enabled();
         Replayer {
             manager,
             block_tokens,
+            max_open_blocks: DEFAULT_MAX_OPEN_BLOCKS,
+            open_blocks: 0,
             open: Map::default(),
-            spare: Vec::new(),
+            arena: Vec::new(),
+            garbage: 0,
+            keys: Vec::new(),
+            positions: Vec::new(),
+            seen: Map::default(),
+            order: Vec::new(),
             counts: ReplayCounts {
                 stores_skipped: filter.then_some(0),
                 ..ReplayCounts::default()
             },
             skipped_total: 0,
         }
+    }
+
+    /// The same replayer holding at most `max_open_blocks` blocks over the requests open at
+    /// once (an `L` past it is [`ReplayError::TooManyOpenBlocks`]).
+    #[must_use]
+    pub const fn with_max_open_blocks(mut self, max_open_blocks: u64) -> Self {
+        self.max_open_blocks = max_open_blocks;
+        self
     }
 
     /// The manager, for inspection.
@@ -184,11 +299,31 @@ impl Replayer {
         self.open.len()
     }
 
+    /// The blocks of the open requests (what [`Replayer::with_max_open_blocks`] bounds).
+    #[must_use]
+    pub const fn open_blocks(&self) -> u64 {
+        self.open_blocks
+    }
+
+    /// The heap bytes of the replayer's own buffers (the manager's are
+    /// [`OffloadManager::heap_bytes`]).
+    #[must_use]
+    pub fn heap_bytes(&self) -> usize {
+        self.arena.capacity() * size_of::<u64>()
+            + self.keys.capacity() * size_of::<BlockKey>()
+            + self.positions.capacity() * size_of::<u64>()
+            + self.order.capacity() * size_of::<(usize, u64)>()
+            + self.open.allocation_size()
+            + self.seen.allocation_size()
+    }
+
     /// Replays one record.
     ///
     /// # Errors
-    /// [`ReplayError`] for a record that breaks the protocol or a manager refusal; the
-    /// replayer and the manager are unchanged then.
+    /// [`ReplayError`] for a record that breaks the protocol, passes a limit, or that the
+    /// manager refuses. The replayer and the manager are unchanged then: an `L` is checked
+    /// whole (including that the keys its `S` will offer do not repeat) before anything
+    /// changes, so its `S` and `C` cannot meet a documented manager error.
     pub fn apply(&mut self, rec: Record<'_>) -> Result<(), ReplayError> {
         match rec {
             Record::Load { rid, hashes } => self.load(rid, hashes),
@@ -197,115 +332,226 @@ impl Replayer {
         }
     }
 
+    /// `self.keys` = the keys of `hashes`; `positions` covers `hashes.len()`.
+    fn stage(&mut self, rid: u64, hashes: &[u64]) -> Result<(), ReplayError> {
+        let oom = ReplayError::OutOfMemory { rid };
+        let n = hashes.len();
+        self.keys.clear();
+        self.keys.try_reserve(n).map_err(|_| oom)?;
+        self.keys
+            .extend(hashes.iter().map(|&h| BlockKey::new(h, 0)));
+        if self.positions.len() < n {
+            let have = self.positions.len();
+            self.positions.try_reserve(n - have).map_err(|_| oom)?;
+            let bt = self.block_tokens;
+            self.positions
+                .extend((have as u64 + 1..=n as u64).map(|i| i.saturating_mul(bt)));
+        }
+        Ok(())
+    }
+
+    /// The first repeated hash of `hashes` (1-based blocks, `offset` added).
+    fn repeat_in(&mut self, rid: u64, hashes: &[u64], offset: u64) -> Result<(), ReplayError> {
+        self.seen.clear();
+        self.seen
+            .try_reserve(hashes.len())
+            .map_err(|_| ReplayError::OutOfMemory { rid })?;
+        for (i, &hash) in (offset + 1..).zip(hashes) {
+            if let Some(&first) = self.seen.get(&hash) {
+                return Err(ReplayError::RepeatedHash {
+                    rid,
+                    hash,
+                    first,
+                    repeat: i,
+                });
+            }
+            self.seen.insert(hash, i);
+        }
+        Ok(())
+    }
+
+    /// Room for `n` more hashes at the end of the arena, compacting it when that reclaims at
+    /// least half of it.
+    fn make_room(&mut self, rid: u64, n: usize) -> Result<(), ReplayError> {
+        let oom = ReplayError::OutOfMemory { rid };
+        if self.arena.len() + n > self.arena.capacity() && self.garbage * 2 >= self.arena.len() {
+            self.order.clear();
+            self.order.try_reserve(self.open.len()).map_err(|_| oom)?;
+            self.order
+                .extend(self.open.iter().map(|(&rid, o)| (o.start, rid)));
+            self.order.sort_unstable();
+            let mut to = 0;
+            for &(from, rid) in &self.order {
+                if let Some(o) = self.open.get_mut(&rid) {
+                    self.arena.copy_within(from..from + o.held, to);
+                    o.start = to;
+                    to += o.held;
+                }
+            }
+            self.arena.truncate(to);
+            self.garbage = 0;
+        }
+        self.arena.try_reserve(n).map_err(|_| oom)?;
+        self.open.try_reserve(1).map_err(|_| oom)
+    }
+
     fn load(&mut self, rid: u64, hashes: &[u64]) -> Result<(), ReplayError> {
+        // Check everything first; change nothing before the manager accepts the request.
         if self.open.contains_key(&rid) {
             return Err(ReplayError::DuplicateRequest(rid));
         }
-        let req = self
-            .manager
-            .on_new_request()
-            .map_err(ReplayError::Request)?;
-        let mut o = self.spare.pop().unwrap_or_else(|| Open {
-            req,
-            keys: Vec::new(),
-            positions: Vec::new(),
-            hits: 0,
-            started: false,
-            stored: Vec::new(),
-        });
-        o.req = req;
-        o.keys.clear();
-        o.positions.clear();
-        o.stored.clear();
-        o.started = false;
-        let bt = self.block_tokens;
-        o.keys.extend(hashes.iter().map(|&h| BlockKey::new(h, 0)));
-        o.positions
-            .extend((1..=hashes.len() as u64).map(|i| i.saturating_mul(bt)));
+        let n = hashes.len();
+        let blocks = n as u64;
+        if self.open_blocks.saturating_add(blocks) > self.max_open_blocks {
+            return Err(ReplayError::TooManyOpenBlocks {
+                rid,
+                blocks,
+                open: self.open_blocks,
+                max_open_blocks: self.max_open_blocks,
+            });
+        }
+        if blocks
+            .checked_mul(self.block_tokens)
+            .is_none_or(|last| last > i64::MAX as u64)
+        {
+            return Err(ReplayError::PositionTooLarge { rid });
+        }
+        self.stage(rid, hashes)?;
         let mut k = 0;
-        for key in &o.keys {
+        let mut pending = false;
+        for key in &self.keys {
             match self.manager.lookup(key) {
                 LookupResult::Hit => k += 1,
                 LookupResult::HitPending => {
-                    self.counts.stopped_at_pending += 1;
+                    pending = true;
                     break;
                 }
                 LookupResult::Miss => break,
             }
         }
-        if k > 0 {
-            if let Err(e) = self
-                .manager
-                .prepare_load(req, &o.keys[..k], Some(&o.positions[..k]))
-            {
-                let _ = self.manager.drop_request(req);
-                self.spare.push(o);
-                return Err(ReplayError::Load(e));
+        self.repeat_in(rid, &hashes[k..], k as u64)?;
+        self.make_room(rid, n)?;
+        let req = self.manager.on_new_request().map_err(|e| match e {
+            RequestError::TooManyRequests { max_requests } => {
+                ReplayError::TooManyRequests { rid, max_requests }
             }
+            RequestError::Unknown(_) => ReplayError::Request(e),
+        })?;
+        if k > 0
+            && let Err(e) =
+                self.manager
+                    .prepare_load(req, &self.keys[..k], Some(&self.positions[..k]))
+        {
+            let _ = self.manager.drop_request(req);
+            return Err(ReplayError::Load(e));
+        }
+        // Accepted: record it.
+        let start = self.arena.len();
+        self.arena.extend_from_slice(hashes);
+        self.open.insert(
+            rid,
+            Open {
+                req,
+                start,
+                held: n,
+                blocks,
+                hits: k,
+                started: false,
+            },
+        );
+        self.open_blocks += blocks;
+        if pending {
+            self.counts.stopped_at_pending += 1;
+        }
+        if k > 0 {
             self.counts.hit_requests += 1;
         }
-        o.hits = k;
         self.counts.requests += 1;
-        self.counts.request_blocks += hashes.len() as u64;
+        self.counts.request_blocks += blocks;
         self.counts.hit_blocks += k as u64;
         self.counts.digest = self
             .counts
             .digest
             .wrapping_mul(DIGEST_MULTIPLIER)
             .wrapping_add(k as u64);
-        self.open.insert(rid, o);
         Ok(())
     }
 
     fn start(&mut self, rid: u64) -> Result<(), ReplayError> {
-        let o = self
+        let o = *self
             .open
-            .get_mut(&rid)
+            .get(&rid)
             .ok_or(ReplayError::UnknownRequest(rid))?;
         if o.started {
             return Err(ReplayError::OutOfOrder(rid));
         }
+        self.keys.clear();
+        self.keys.extend(
+            self.arena[o.start..o.start + o.held]
+                .iter()
+                .map(|&h| BlockKey::new(h, 0)),
+        );
         let k = o.hits;
         if k > 0 {
-            // Cannot fail: the keys were pinned by this request's prepare_load.
             self.manager
-                .complete_load(&o.keys[..k])
+                .complete_load(&self.keys[..k])
                 .map_err(ReplayError::CompleteLoad)?;
         }
-        o.started = true;
-        if k < o.keys.len() {
-            match self
-                .manager
-                .prepare_store(o.req, &o.keys[k..], Some(&o.positions[k..]))
-            {
+        let mut held = 0;
+        if k < o.held {
+            match self.manager.prepare_store(
+                o.req,
+                &self.keys[k..],
+                Some(&self.positions[k..o.held]),
+            ) {
                 Ok(Some(out)) => {
                     self.counts.stored_blocks += out.keys.len() as u64;
                     self.counts.evicted_blocks += out.evicted.len() as u64;
-                    o.stored.extend_from_slice(out.keys);
+                    // The stored keys are a subset of the request's: they fit its range.
+                    for (slot, key) in self.arena[o.start..].iter_mut().zip(out.keys) {
+                        *slot = key.hash;
+                    }
+                    held = out.keys.len();
                 }
                 Ok(None) => self.counts.store_failures += 1,
                 Err(e) => return Err(ReplayError::Store(e)),
             }
         }
+        self.garbage += o.held - held;
+        if let Some(open) = self.open.get_mut(&rid) {
+            open.held = held;
+            open.started = true;
+        }
         Ok(())
     }
 
     fn complete(&mut self, rid: u64) -> Result<(), ReplayError> {
-        match self.open.get(&rid) {
-            None => return Err(ReplayError::UnknownRequest(rid)),
-            Some(o) if !o.started => return Err(ReplayError::OutOfOrder(rid)),
-            Some(_) => {}
+        let o = *self
+            .open
+            .get(&rid)
+            .ok_or(ReplayError::UnknownRequest(rid))?;
+        if !o.started {
+            return Err(ReplayError::OutOfOrder(rid));
         }
-        let Some(o) = self.open.remove(&rid) else {
-            return Err(ReplayError::UnknownRequest(rid));
-        };
-        if !o.stored.is_empty() {
-            self.manager.complete_store(&o.stored, true);
+        if o.held > 0 {
+            self.keys.clear();
+            self.keys.extend(
+                self.arena[o.start..o.start + o.held]
+                    .iter()
+                    .map(|&h| BlockKey::new(h, 0)),
+            );
+            self.manager.complete_store(&self.keys, true);
         }
         self.manager
             .on_request_finished(o.req)
             .map_err(ReplayError::Request)?;
-        self.spare.push(o);
+        self.open.remove(&rid);
+        self.garbage += o.held;
+        self.open_blocks -= o.blocks;
+        if self.open.is_empty() {
+            self.arena.clear();
+            self.garbage = 0;
+        }
         Ok(())
     }
 }

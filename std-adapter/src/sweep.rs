@@ -23,13 +23,15 @@
 //!     policies: vec![PolicyKind::Lru, PolicyKind::Arc],
 //!     thresholds: vec![1],
 //! };
-//! let make_manager = |case: &kvtier::sweep::SweepCase| {
+//! let make_replayer = |case: &kvtier::sweep::SweepCase| {
 //!     let mut cfg = ManagerConfig::new(case.capacity);
 //!     cfg.policy = case.policy;
 //!     cfg.store_threshold = case.threshold;
-//!     OffloadManager::new(cfg).map_err(|e| e.to_string())
+//!     let manager = OffloadManager::new(cfg).map_err(|e| e.to_string())?;
+//!     Ok(Replayer::new(manager, 16))
 //! };
-//! let sweep = run(&grid.cases(), 16, 2, &make_manager, &|| records.iter().map(|r| r.as_record()), &|_| {})?;
+//! let records = || records.iter().map(|r| r.as_record());
+//! let sweep = run(&grid.cases(), 2, &make_replayer, &records, &|_| {})?;
 //! assert_eq!(sweep.points.len(), 4);
 //! assert!(sweep.points[1].counts.hit_blocks >= sweep.points[0].counts.hit_blocks);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
@@ -39,7 +41,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use kvtier_core::hashing::Set;
-use kvtier_core::manager::{OffloadManager, PolicyKind};
+use kvtier_core::manager::PolicyKind;
 
 use crate::replay::{ReplayCounts, Replayer};
 use crate::trace::Record;
@@ -127,7 +129,7 @@ impl Sweep {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum SweepError {
-    /// The manager of a case could not be built.
+    /// The manager (or replayer) of a case could not be built.
     Manager {
         /// The case.
         case: SweepCase,
@@ -171,16 +173,14 @@ impl core::fmt::Display for SweepError {
 
 impl core::error::Error for SweepError {}
 
-/// Replays `records` through `manager` to the end.
+/// Replays `records` through `replayer` to the end: the counts and the chunks resident.
 ///
 /// # Errors
 /// The 1-based record that could not be replayed, and why.
 pub fn replay_one<'a>(
-    manager: OffloadManager,
-    block_tokens: u64,
+    mut replayer: Replayer,
     records: impl Iterator<Item = Record<'a>>,
 ) -> Result<(ReplayCounts, u32), (u64, String)> {
-    let mut replayer = Replayer::new(manager, block_tokens);
     for (i, record) in records.enumerate() {
         replayer
             .apply(record)
@@ -189,8 +189,8 @@ pub fn replay_one<'a>(
     Ok((replayer.counts(), replayer.manager().allocated()))
 }
 
-/// A manager for a case.
-pub type MakeManager<'a> = dyn Fn(&SweepCase) -> Result<OffloadManager, String> + Sync + 'a;
+/// The replayer (its manager, block size and limits) of a case.
+pub type MakeReplayer<'a> = dyn Fn(&SweepCase) -> Result<Replayer, String> + Sync + 'a;
 
 /// Replays every case on `jobs` threads (at least 1), each case from a fresh iterator of
 /// `records` (which must give the same records every time: a cursor over a parsed trace).
@@ -200,9 +200,8 @@ pub type MakeManager<'a> = dyn Fn(&SweepCase) -> Result<OffloadManager, String> 
 /// [`SweepError`] for the first case (in case order) that failed; the other cases stop early.
 pub fn run<'t, I, F>(
     cases: &[SweepCase],
-    block_tokens: u64,
     jobs: usize,
-    make_manager: &MakeManager<'_>,
+    make_replayer: &MakeReplayer<'_>,
     records: &F,
     done: &(dyn Fn(&SweepPoint) + Sync),
 ) -> Result<Sweep, SweepError>
@@ -218,15 +217,13 @@ where
         while !stop.load(Ordering::Relaxed) {
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(&case) = cases.get(i) else { break };
-            let result = make_manager(&case)
+            let result = make_replayer(&case)
                 .map_err(|message| SweepError::Manager { case, message })
-                .and_then(|m| {
-                    replay_one(m, block_tokens, records()).map_err(|(record, message)| {
-                        SweepError::Replay {
-                            case,
-                            record,
-                            message,
-                        }
+                .and_then(|r| {
+                    replay_one(r, records()).map_err(|(record, message)| SweepError::Replay {
+                        case,
+                        record,
+                        message,
                     })
                 })
                 .map(|(counts, resident_blocks)| SweepPoint {

@@ -8,3 +8,4 @@ pub mod expected;
 pub mod manager_checks;
 pub mod manager_model;
 pub mod stats_model;
+pub mod trace_order;

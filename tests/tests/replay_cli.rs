@@ -156,7 +156,8 @@ fn too_many_open_requests_is_an_error_naming_the_line() {
     // small-a keeps up to 33 requests open; its ninth `L` is line 25.
     let err = replay(&args(&["--trace", &trace, "--max-requests", "8"]), false).unwrap_err();
     assert!(
-        err.contains("line 25:") && err.contains("8 request slots"),
+        err.contains("line 25: request 8 arrives while 8 requests are in flight")
+            && err.ends_with("(raise it with --max-requests)"),
         "{err}"
     );
     assert!(replay(&args(&["--trace", &trace, "--max-requests", "33"]), false).is_ok());
@@ -227,4 +228,108 @@ fn human_report_shows_each_time_and_both_rates() {
         assert!(text.contains(label), "{label} missing in\n{text}");
     }
     assert!(text.contains(&format!("{:>12.3} s", r.replay_s)), "{text}");
+}
+
+#[test]
+fn open_blocks_are_bounded_by_an_option_named_in_the_error() {
+    let trace = data("small-a.kvtrace");
+    // small-a's open requests hold at most 1,265 blocks at once.
+    assert!(
+        replay(
+            &args(&["--trace", &trace, "--max-open-blocks", "1265"]),
+            false
+        )
+        .is_ok()
+    );
+    let err = replay(
+        &args(&["--trace", &trace, "--max-open-blocks", "1264"]),
+        false,
+    )
+    .unwrap_err();
+    assert!(err.contains(": line "), "{err}");
+    assert!(err.contains("over the limit of 1264"), "{err}");
+    assert!(err.ends_with("(raise it with --max-open-blocks)"), "{err}");
+    let err = replay(
+        &args(&["--trace", &trace, "--max-open-blocks", "500"]),
+        false,
+    )
+    .unwrap_err();
+    assert!(
+        err.ends_with(
+            "line 33: request 16's 55 blocks would bring the open requests to 550 blocks, \
+             over the limit of 500 (raise it with --max-open-blocks)"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn zero_block_tokens_is_refused() {
+    let e = Cli::try_parse_from(["kvtier", "replay", "--block-tokens", "0"]).unwrap_err();
+    assert!(e.to_string().contains("--block-tokens"), "{e}");
+    // Built without clap, the replay refuses it too (positions would all be 0).
+    let mut a = args(&["--requests", "10"]);
+    a.block_tokens = Some(0);
+    assert_eq!(
+        replay(&a, false).unwrap_err(),
+        "--block-tokens must be at least 1"
+    );
+}
+
+#[test]
+fn zero_capacity_stores_nothing_as_in_vllm() {
+    // vLLM's CPUOffloadingManager accepts num_chunks = 0: every store offer fails.
+    let trace = data("small-a.kvtrace");
+    let r = replay(&args(&["--trace", &trace, "--capacity", "0"]), false).unwrap();
+    let c = r.counts;
+    assert_eq!((c.requests, c.hit_blocks, c.stored_blocks), (1000, 0, 0));
+    assert_eq!(c.store_failures, 1000);
+    assert_eq!(r.resident_blocks, 0);
+    assert_eq!(r.capacity, 0);
+}
+
+#[test]
+fn a_repeated_hash_names_the_line_of_its_load() {
+    let dir = std::env::temp_dir().join(format!("kvtier-replay-rep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("repeat.kvtrace");
+    let (a, b) = ("000000000000000a", "000000000000000b");
+    std::fs::write(
+        &path,
+        format!("# format=kvtrace v1\nL 0 1 {a}\nS 0\nC 0\nL 1 3 {a} {b} {b}\nS 1\nC 1\n"),
+    )
+    .unwrap();
+    let p = path.display().to_string();
+    let err = replay(&args(&["--trace", &p]), false).unwrap_err();
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert_eq!(
+        err,
+        format!(
+            "{p}: line 5: request 1 repeats block hash 000000000000000b (blocks 2 and 3) in the \
+             blocks it would store: a store offer cannot hold a key twice"
+        )
+    );
+}
+
+#[test]
+fn rejected_configurations_name_the_options_and_the_policy() {
+    let err = |extra: &[&str]| {
+        let mut a = vec!["--requests", "10"];
+        a.extend_from_slice(extra);
+        replay(&args(&a), false).unwrap_err()
+    };
+    assert_eq!(
+        err(&["--max-requests", "0"]),
+        "--max-requests must be at least 1"
+    );
+    // Under ARC, 2 · capacity must fit: the sum with --max-requests is not the reason.
+    assert_eq!(
+        err(&["--capacity", "2200000000", "--policy", "arc"]),
+        "capacity 2200000000 is too large for --policy arc: ARC's ghost lists need 2 · capacity \
+         below 4294967295 (capacity at most 2147483647)"
+    );
+    assert_eq!(
+        err(&["--capacity", "4294967000"]),
+        "capacity 4294967000 plus --max-requests 65536 must be below 4294967295"
+    );
 }

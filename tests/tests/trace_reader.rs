@@ -80,8 +80,8 @@ fn small_a_counts_and_header() {
     assert_eq!(reader.line_number(), 3016);
     assert_eq!(reader.open_requests(), 0);
     // Dense ids: the completed set is one interval, however long the trace.
-    assert_eq!(reader.completed().len(), 1000);
-    assert_eq!(reader.completed().intervals(), 1);
+    assert_eq!(reader.completed_requests(), 1000);
+    assert_eq!(reader.completed_ranges(), 1);
     // The end is sticky.
     assert_eq!(reader.next_record().unwrap(), None);
 }
@@ -103,7 +103,7 @@ fn small_b_counts() {
             max_open: 33,
         }
     );
-    assert_eq!(reader.completed().intervals(), 1);
+    assert_eq!(reader.completed_ranges(), 1);
 }
 
 #[test]
@@ -250,15 +250,7 @@ fn malformed_lines_name_their_line() {
         (format!("{HEAD}L\n"), err(2, K::UnknownRecord)),
         (format!("{HEAD}l 0 1 {H1}\n"), err(2, K::UnknownRecord)),
         (format!("{HEAD}S\n"), err(2, K::UnknownRecord)),
-        (
-            format!("{HEAD}S \n"),
-            err(
-                2,
-                K::BadNumber {
-                    field: Field::RequestId,
-                },
-            ),
-        ),
+        (format!("{HEAD}S \n"), err(2, K::TrailingWhitespace)),
         (
             format!("{HEAD}L x 1 {H1}\n"),
             err(
@@ -319,17 +311,12 @@ fn malformed_lines_name_their_line() {
         ),
         (
             format!("{HEAD}L 0 1 {H1}\nS 0\nC 0 \n"),
-            err(4, K::TrailingField),
+            err(4, K::TrailingWhitespace),
         ),
-        (format!("{HEAD}L 0 1 {H1}\r\nS 0\nC 0\n"), {
-            err(
-                2,
-                K::BadHash {
-                    index: 1,
-                    problem: HashProblem::WrongLength { len: 17 },
-                },
-            )
-        }),
+        (
+            format!("{HEAD}L 0 1 {H1}\r\nS 0\nC 0\n"),
+            err(2, K::CarriageReturn),
+        ),
     ];
     for (text, expected) in cases {
         assert_eq!(error_of(text.as_bytes()), expected, "input {text:?}");
@@ -735,11 +722,11 @@ fn out_of_order_completions_keep_few_intervals() {
     let mut reader = TraceReader::new(text.as_bytes()).unwrap();
     let mut intervals = Vec::new();
     while reader.next_record().unwrap().is_some() {
-        intervals.push(reader.completed().intervals());
+        intervals.push(reader.completed_ranges());
     }
     // After each C: {3} {0}{3} {0}{3-4} {0-1}{3-4} {0-4} {0-4}{7} {0-5}{7} {0-7}.
     assert_eq!(intervals[16..], [1, 2, 2, 2, 1, 2, 2, 1]);
-    assert_eq!(reader.completed().len(), 8);
+    assert_eq!(reader.completed_requests(), 8);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -849,22 +836,8 @@ fn read_all(text: &[u8]) -> Result<u64, TraceError> {
 
 /// Valid interleavings: each rid's L, S, C at increasing positions.
 fn valid_ops(rids: u64) -> impl Strategy<Value = Vec<(u8, u64)>> {
-    proptest::collection::vec(any::<u32>(), (rids * 3) as usize).prop_map(move |keys| {
-        // Sort 3·rids tagged events by random keys, then fix each rid's own order.
-        let mut events: Vec<(u32, u64)> =
-            (0..rids * 3).map(|i| (keys[i as usize], i / 3)).collect();
-        events.sort();
-        let mut next: BTreeMap<u64, u8> = BTreeMap::new();
-        events
-            .into_iter()
-            .map(|(_, rid)| {
-                let op = next.entry(rid).or_insert(0);
-                let this = *op;
-                *op += 1;
-                (this, rid)
-            })
-            .collect()
-    })
+    proptest::collection::vec(any::<u32>(), (rids * 3) as usize)
+        .prop_map(|keys| kvtier_tests::trace_order::interleave(&keys))
 }
 
 proptest! {
@@ -985,4 +958,176 @@ fn measure_million_record_round_trip() {
         bytes as f64 / median / 1e6,
         blocks as f64 / median / 1e6
     );
+}
+
+#[test]
+fn bom_crlf_and_trailing_whitespace_are_named() {
+    use TraceErrorKind as K;
+    let cases: Vec<(String, TraceError)> = vec![
+        (format!("\u{feff}{HEAD}"), err(1, K::ByteOrderMark)),
+        ("# format=kvtrace v1\r\n".into(), err(1, K::CarriageReturn)),
+        (
+            format!("{HEAD}# seed=1\r\nL 0 1 {H1}\n"),
+            err(2, K::CarriageReturn),
+        ),
+        (
+            format!("{HEAD}L 0 1 {H1}\nS 0\r\nC 0\n"),
+            err(3, K::CarriageReturn),
+        ),
+        (
+            format!("{HEAD}L 0 1 {H1} \n"),
+            err(2, K::TrailingWhitespace),
+        ),
+        (
+            format!("{HEAD}L 0 1 {H1}\t\n"),
+            err(2, K::TrailingWhitespace),
+        ),
+        (
+            format!("{HEAD}L 0 1 {H1}\nS 0 \n"),
+            err(3, K::TrailingWhitespace),
+        ),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(error_of(text.as_bytes()), expected, "input {text:?}");
+    }
+    assert_eq!(
+        error_of(format!("\u{feff}{HEAD}").as_bytes()).to_string(),
+        "line 1: a UTF-8 byte order mark (BOM) is not allowed: the file must start with \
+         `# format=kvtrace v1`"
+    );
+    assert_eq!(
+        error_of(b"# format=kvtrace v1\r\n").to_string(),
+        "line 1: CRLF line endings are not allowed (kvtrace lines end in `\\n` alone)"
+    );
+    assert_eq!(
+        error_of(format!("{HEAD}L 0 1 {H1} \n").as_bytes()).to_string(),
+        "line 2: malformed line: trailing whitespace at the end of the line"
+    );
+}
+
+#[test]
+fn record_numbers_with_leading_zeros_are_errors() {
+    use TraceErrorKind as K;
+    let rid = K::LeadingZero {
+        field: Field::RequestId,
+    };
+    let n = K::LeadingZero {
+        field: Field::BlockCount,
+    };
+    let cases: Vec<(String, TraceError)> = vec![
+        (format!("{HEAD}L 007 1 {H1}\n"), err(2, rid)),
+        (format!("{HEAD}L 00 1 {H1}\n"), err(2, rid)),
+        (format!("{HEAD}L 7 01 {H1}\n"), err(2, n)),
+        (format!("{HEAD}L 0 1 {H1}\nS 00\n"), err(3, rid)),
+        (format!("{HEAD}L 0 1 {H1}\nS 0\nC 0000\n"), err(4, rid)),
+    ];
+    for (text, expected) in cases {
+        assert_eq!(error_of(text.as_bytes()), expected, "input {text:?}");
+    }
+    assert_eq!(
+        error_of(format!("{HEAD}L 007 1 {H1}\n").as_bytes()).to_string(),
+        "line 2: malformed line: the request id has a leading zero (write `7`, not `007`)"
+    );
+    // Zero itself is one digit, and accepted.
+    assert_eq!(
+        read_all(format!("{HEAD}L 0 1 {H1}\nS 0\nC 0\n").as_bytes()),
+        Ok(3)
+    );
+}
+
+#[test]
+fn the_header_is_bounded_in_bytes_and_per_value() {
+    use TraceErrorKind as K;
+    use kvtier::trace::{MAX_HEADER_BYTES, MAX_HEADER_VALUE_BYTES};
+    // One value one byte too long.
+    let long = "v".repeat(MAX_HEADER_VALUE_BYTES + 1);
+    let text = format!("{HEAD}# note={long}\nL 0 1 {H1}\nS 0\nC 0\n");
+    assert_eq!(error_of(text.as_bytes()), err(2, K::HeaderValueTooLong));
+    // At the limit, accepted and kept.
+    let at_limit = "v".repeat(MAX_HEADER_VALUE_BYTES);
+    let text = format!("{HEAD}# note={at_limit}\nL 0 1 {H1}\nS 0\nC 0\n");
+    let reader = TraceReader::new(text.as_bytes()).unwrap();
+    assert_eq!(reader.header().get_extra("note"), Some(at_limit.as_str()));
+    // Lines of 4 KiB values: the first line of 19 bytes, then `# kNN=` (6 bytes) + 4096 each;
+    // the total passes 65,536 bytes on the 16th of them, line 17.
+    let mut text = String::from(HEAD);
+    for i in 0..40 {
+        text.push_str(&format!("# k{i:02}={at_limit}\n"));
+    }
+    let per_line = 6 + MAX_HEADER_VALUE_BYTES;
+    let failing = (MAX_HEADER_BYTES - 19) / per_line + 1;
+    assert_eq!(failing, 16);
+    assert_eq!(
+        error_of(text.as_bytes()),
+        err(1 + failing as u64, K::HeaderTooLarge)
+    );
+    assert_eq!(
+        error_of(text.as_bytes()).to_string(),
+        "line 17: the header lines exceed 65536 bytes in total"
+    );
+}
+
+/// A trace made on the fly: request `i` (id `rid(i)`) loads, starts and completes in turn;
+/// `requests` of them.
+struct Sequential {
+    next: u64,
+    requests: u64,
+    rid: fn(u64) -> u64,
+    pending: Vec<u8>,
+    at: usize,
+}
+
+impl Sequential {
+    fn new(requests: u64, rid: fn(u64) -> u64) -> Self {
+        Sequential {
+            next: 0,
+            requests,
+            rid,
+            pending: HEAD.as_bytes().to_vec(),
+            at: 0,
+        }
+    }
+}
+
+impl Read for Sequential {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        if self.at == self.pending.len() {
+            if self.next == self.requests {
+                return Ok(0);
+            }
+            let rid = (self.rid)(self.next);
+            self.next += 1;
+            self.pending = format!("L {rid} 1 {H1}\nS {rid}\nC {rid}\n").into_bytes();
+            self.at = 0;
+        }
+        let n = buf.len().min(self.pending.len() - self.at);
+        buf[..n].copy_from_slice(&self.pending[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+#[test]
+fn sparse_request_ids_are_capped_dense_ones_are_not() {
+    use kvtier::trace::MAX_COMPLETED_RANGES;
+    let past = MAX_COMPLETED_RANGES as u64 + 1;
+    // Even ids: every completion is a range of its own; the one past the cap is an error at
+    // its `C` (request i's `C` is line 1 + 3·(i + 1)).
+    let mut reader =
+        TraceReader::new(BufReader::new(Sequential::new(past + 10, |i| 2 * i))).unwrap();
+    let e = loop {
+        match reader.next_record() {
+            Ok(Some(_)) => {}
+            Ok(None) => panic!("read cleanly"),
+            Err(e) => break *e.trace_error().unwrap(),
+        }
+    };
+    assert_eq!(e, err(1 + 3 * past, TraceErrorKind::SparseRequestIds));
+    assert_eq!(reader.completed_ranges(), MAX_COMPLETED_RANGES + 1);
+    // Dense ids: one range all along.
+    let mut reader = TraceReader::new(BufReader::new(Sequential::new(100_000, |i| i))).unwrap();
+    while reader.next_record().unwrap().is_some() {
+        assert!(reader.completed_ranges() <= 1);
+    }
+    assert_eq!(reader.completed_requests(), 100_000);
 }

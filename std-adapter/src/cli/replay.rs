@@ -6,13 +6,13 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager, PolicyKind};
+use kvtier_core::manager::{ConfigError, CpuTierInfo, ManagerConfig, OffloadManager, PolicyKind};
 use kvtier_core::stats::{Payload, catalogue};
 
 use crate::exposition::{EngineLabels, ExpositionOptions, render};
 
 use super::input::FormatArgs;
-use crate::replay::{ReplayCounts, Replayer};
+use crate::replay::{DEFAULT_MAX_OPEN_BLOCKS, ReplayCounts, ReplayError, Replayer};
 use crate::trace::{
     CompactLimits, CompactTrace, Generator, GeneratorConfig, RecordKind, RecordSource,
 };
@@ -47,11 +47,16 @@ pub struct ReplayArgs {
     #[arg(long, default_value_t = 64_000, value_name = "M")]
     pub max_tracker_size: u32,
     /// Requests in flight the manager can hold at once (a trace with more open requests is an
-    /// error naming the record).
+    /// error naming the line).
     #[arg(long, default_value_t = 65_536, value_name = "N")]
     pub max_requests: u32,
-    /// Tokens per block (default: the trace header's `block_tokens`; 512 for Mooncake).
-    #[arg(long, value_name = "N")]
+    /// Blocks the replayer holds over the requests open at once, 8 bytes each (a trace with
+    /// more is an error naming the line).
+    #[arg(long, default_value_t = DEFAULT_MAX_OPEN_BLOCKS, value_name = "N")]
+    pub max_open_blocks: u64,
+    /// Tokens per block, at least 1 (default: the trace header's `block_tokens`; 512 for
+    /// Mooncake).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub block_tokens: Option<u32>,
     /// Print one JSON object instead of the report.
     #[arg(long)]
@@ -262,7 +267,11 @@ impl Run<'_> {
         let args = self.args;
         let (manager, capacity) = args.manager(source.header().capacity)?;
         let block_tokens = args.block_tokens.unwrap_or(source.header().block_tokens);
-        let mut replayer = Replayer::new(manager, u64::from(block_tokens));
+        if block_tokens == 0 {
+            return Err("--block-tokens must be at least 1".into());
+        }
+        let mut replayer = Replayer::new(manager, u64::from(block_tokens))
+            .with_max_open_blocks(args.max_open_blocks);
         let mut chunk = CompactTrace::new(source.header().clone(), CompactLimits::REPLAY_CHUNK);
         let mut log = IntervalLog::new(args.log_interval);
         let mut parse = self.parse_s;
@@ -281,9 +290,12 @@ impl Run<'_> {
             while let Some((rec, line)) = cursor.next_with_line() {
                 records += 1;
                 let is_load = rec.kind() == RecordKind::Load;
-                replayer.apply(rec).map_err(|e| match line {
-                    Some(line) => format!("line {line}: {e}"),
-                    None => format!("record {records}: {e}"),
+                replayer.apply(rec).map_err(|e| {
+                    let hint = option_hint(&e);
+                    match line {
+                        Some(line) => format!("line {line}: {e}{hint}"),
+                        None => format!("record {records}: {e}{hint}"),
+                    }
                 })?;
                 if is_load && log.due() {
                     let l = Instant::now();
@@ -325,6 +337,15 @@ impl Run<'_> {
             request_blocks_per_s: per_second(counts.request_blocks, wall_s),
             payload,
         })
+    }
+}
+
+/// The option that raises the limit a replay error hit, as a sentence's end.
+fn option_hint(e: &ReplayError) -> &'static str {
+    match e {
+        ReplayError::TooManyRequests { .. } => " (raise it with --max-requests)",
+        ReplayError::TooManyOpenBlocks { .. } => " (raise it with --max-open-blocks)",
+        _ => "",
     }
 }
 
@@ -410,10 +431,29 @@ impl ReplayArgs {
         cfg.store_threshold = self.store_threshold;
         cfg.max_tracker_size = self.max_tracker_size;
         cfg.max_requests = self.max_requests;
-        Ok((
-            OffloadManager::new(cfg).map_err(|e| e.to_string())?,
-            capacity,
-        ))
+        let manager = OffloadManager::new(cfg).map_err(|e| self.config_message(e, capacity))?;
+        Ok((manager, capacity))
+    }
+
+    /// A rejected manager configuration in the words of the options that set it.
+    fn config_message(&self, e: ConfigError, capacity: u32) -> String {
+        let max_requests = self.max_requests;
+        match e {
+            ConfigError::ZeroMaxRequests => "--max-requests must be at least 1".into(),
+            ConfigError::TooLarge { .. }
+                if self.policy == PolicyArg::Arc
+                    && u64::from(capacity) * 2 >= u64::from(u32::MAX) =>
+            {
+                format!(
+                    "capacity {capacity} is too large for --policy arc: ARC's ghost lists need \
+                     2 · capacity below 4294967295 (capacity at most 2147483647)"
+                )
+            }
+            ConfigError::TooLarge { .. } => format!(
+                "capacity {capacity} plus --max-requests {max_requests} must be below 4294967295"
+            ),
+            e => e.to_string(),
+        }
     }
 }
 

@@ -12,13 +12,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kvtier_core::manager::{OffloadManager, PolicyKind};
+use kvtier_core::manager::PolicyKind;
 use serde::Serialize;
 
 use super::capacity::{CapacityArgs, parse_dtype, report, thousands};
 use super::input::FormatArgs;
 use super::replay::{PolicyArg, ReplayArgs};
 use crate::plot::{KNEE_MARGIN, PlotSpec, draw, parse_size};
+use crate::replay::{DEFAULT_MAX_OPEN_BLOCKS, Replayer};
 use crate::sweep::{Sweep, SweepCase, SweepGrid, SweepPoint, geometric_capacities, repeat_bound};
 use crate::trace::{CompactLimits, CompactTrace};
 
@@ -63,6 +64,9 @@ pub struct SweepArgs {
     /// Requests in flight each manager can hold at once.
     #[arg(long, default_value_t = 65_536, value_name = "N")]
     pub max_requests: u32,
+    /// Blocks each replayer holds over the requests open at once (see `kvtier replay`).
+    #[arg(long, default_value_t = DEFAULT_MAX_OPEN_BLOCKS, value_name = "N")]
+    pub max_open_blocks: u64,
     /// The most records of the trace held in memory (24 bytes each).
     #[arg(long, default_value_t = 100_000_000, value_name = "N")]
     pub max_records: u64,
@@ -233,6 +237,7 @@ impl SweepArgs {
             store_threshold: case.threshold,
             max_tracker_size: self.max_tracker_size,
             max_requests: self.max_requests,
+            max_open_blocks: self.max_open_blocks,
             block_tokens: self.block_tokens,
             json: false,
             metrics: false,
@@ -346,18 +351,15 @@ pub fn sweep(args: &SweepArgs, progress: bool) -> Result<SweepReport, String> {
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
         .max(1);
     let bar = progress_bar(progress, cases.len());
-    let make_manager = |case: &SweepCase| -> Result<OffloadManager, String> {
-        args.replay_args(case).manager(None).map(|(m, _)| m)
+    let make_replayer = |case: &SweepCase| -> Result<Replayer, String> {
+        let (manager, _) = args.replay_args(case).manager(None)?;
+        Ok(Replayer::new(manager, u64::from(block_tokens))
+            .with_max_open_blocks(args.max_open_blocks))
     };
     let t = Instant::now();
-    let result = crate::sweep::run(
-        &cases,
-        u64::from(block_tokens),
-        jobs,
-        &make_manager,
-        &|| trace.cursor(),
-        &|_| bar.inc(1),
-    );
+    let result = crate::sweep::run(&cases, jobs, &make_replayer, &|| trace.cursor(), &|_| {
+        bar.inc(1)
+    });
     bar.finish_and_clear();
     let sweep = result.map_err(|e| at(&e))?;
     let sweep_s = t.elapsed().as_secs_f64();

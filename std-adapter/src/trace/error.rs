@@ -46,6 +46,21 @@ pub enum TraceErrorKind {
     },
     /// More header lines than [`super::MAX_HEADER_LINES`].
     TooManyHeaderLines,
+    /// The header lines together are longer than [`super::MAX_HEADER_BYTES`].
+    HeaderTooLarge,
+    /// A header value is longer than [`super::MAX_HEADER_VALUE_BYTES`].
+    HeaderValueTooLong,
+    /// The file starts with a UTF-8 byte order mark.
+    ByteOrderMark,
+    /// A line ends in a carriage return (CRLF line ends).
+    CarriageReturn,
+    /// A record line ends in a space or a tab.
+    TrailingWhitespace,
+    /// A number field of a record has a leading zero (`007`).
+    LeadingZero {
+        /// The field.
+        field: Field,
+    },
     /// A header line after the first record.
     HeaderAfterRecords,
     /// An empty line.
@@ -118,6 +133,9 @@ pub enum TraceErrorKind {
     },
     /// More requests open at once than [`super::MAX_OPEN_REQUESTS`].
     TooManyOpenRequests,
+    /// The completed request ids form more than [`super::MAX_COMPLETED_RANGES`] separate
+    /// ranges (ids far from `0, 1, 2, …` in `L` order).
+    SparseRequestIds,
     /// The input ended while requests were open; the error's line is the `L` of the open request
     /// with the smallest id.
     OpenAtEnd {
@@ -164,6 +182,30 @@ impl core::fmt::Display for TraceErrorKind {
             K::TooManyHeaderLines => {
                 write!(f, "more than {} header lines", super::MAX_HEADER_LINES)
             }
+            K::HeaderTooLarge => write!(
+                f,
+                "the header lines exceed {} bytes in total",
+                super::MAX_HEADER_BYTES
+            ),
+            K::HeaderValueTooLong => write!(
+                f,
+                "header value longer than {} bytes",
+                super::MAX_HEADER_VALUE_BYTES
+            ),
+            K::ByteOrderMark => f.write_str(
+                "a UTF-8 byte order mark (BOM) is not allowed: the file must start with \
+                 `# format=kvtrace v1`",
+            ),
+            K::CarriageReturn => {
+                f.write_str("CRLF line endings are not allowed (kvtrace lines end in `\\n` alone)")
+            }
+            K::TrailingWhitespace => {
+                f.write_str("malformed line: trailing whitespace at the end of the line")
+            }
+            K::LeadingZero { field } => write!(
+                f,
+                "malformed line: the {field} has a leading zero (write `7`, not `007`)"
+            ),
             K::HeaderAfterRecords => f.write_str("header line after the first record"),
             K::EmptyLine => f.write_str("empty line"),
             K::UnknownRecord => {
@@ -210,6 +252,12 @@ impl core::fmt::Display for TraceErrorKind {
                 f,
                 "more than {} requests open at once",
                 super::MAX_OPEN_REQUESTS
+            ),
+            K::SparseRequestIds => write!(
+                f,
+                "the completed request ids form more than {} separate ranges: request ids \
+                 must stay close to 0, 1, 2, … in `L` order",
+                super::MAX_COMPLETED_RANGES
             ),
             K::OpenAtEnd { rid, open } => write!(
                 f,

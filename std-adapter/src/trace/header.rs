@@ -127,6 +127,7 @@ pub(crate) enum HeaderLineError {
     Duplicate,
     BadValue(HeaderKey),
     UnsupportedFormat,
+    ValueTooLong,
 }
 
 /// Splits `# key=value` into its key and value.

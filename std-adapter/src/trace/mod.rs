@@ -16,7 +16,9 @@
 //! - [`RecordSource`] lets a replay take any of them.
 //!
 //! Hard limits of the reader (inputs beyond them are errors, not allocations):
-//! [`MAX_LINE_BYTES`], [`MAX_BLOCKS_PER_RECORD`], [`MAX_OPEN_REQUESTS`], [`MAX_HEADER_LINES`].
+//! [`MAX_LINE_BYTES`], [`MAX_BLOCKS_PER_RECORD`], [`MAX_OPEN_REQUESTS`],
+//! [`MAX_COMPLETED_RANGES`], [`MAX_HEADER_LINES`], [`MAX_HEADER_BYTES`],
+//! [`MAX_HEADER_VALUE_BYTES`].
 //!
 //! ```
 //! use kvtier::trace::{Generator, GeneratorConfig, TraceReader, TraceWriter};
@@ -70,7 +72,6 @@ pub use mooncake::{
 pub use reader::TraceReader;
 pub use record::{OwnedRecord, Record, RecordKind};
 pub use rng::{SplitMix64, mix64};
-pub use tracker::IntervalSet;
 pub use writer::{TraceWriter, WriteError};
 
 /// The longest line the reader accepts, in bytes without the `\n` (2 MiB: room for an `L` of
@@ -86,6 +87,19 @@ pub const MAX_OPEN_REQUESTS: usize = 1 << 20;
 
 /// The most header lines the reader accepts.
 pub const MAX_HEADER_LINES: usize = 1024;
+
+/// The most bytes of header lines the reader accepts, over all of them (64 KiB, line ends
+/// excluded).
+pub const MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// The longest header value the reader accepts (4 KiB).
+pub const MAX_HEADER_VALUE_BYTES: usize = 4 * 1024;
+
+/// The most separate ranges the completed request ids may form (the reader remembers them
+/// to reject a repeated `L`). Ids given as `0, 1, 2, …` in `L` order — what every generator
+/// writes — never form more ranges than there are requests open plus one, so this is reached
+/// only by ids with gaps, such as even ids alone.
+pub const MAX_COMPLETED_RANGES: usize = MAX_OPEN_REQUESTS;
 
 /// A stream of kvtrace records: a [`TraceReader`] or a [`Generator`], so a replay can take
 /// either.

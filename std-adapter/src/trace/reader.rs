@@ -9,8 +9,11 @@ use super::header::{
 };
 use super::hex::parse_hash;
 use super::record::{Record, RecordKind};
-use super::tracker::{IntervalSet, RequestTracker};
-use super::{MAX_BLOCKS_PER_RECORD, MAX_HEADER_LINES, MAX_LINE_BYTES, MAX_OPEN_REQUESTS};
+use super::tracker::RequestTracker;
+use super::{
+    MAX_BLOCKS_PER_RECORD, MAX_COMPLETED_RANGES, MAX_HEADER_BYTES, MAX_HEADER_LINES,
+    MAX_HEADER_VALUE_BYTES, MAX_LINE_BYTES, MAX_OPEN_REQUESTS,
+};
 
 /// Where the reader stands.
 #[derive(Debug)]
@@ -45,10 +48,11 @@ impl Failed {
 
 /// A streaming kvtrace v1 reader over any [`BufRead`].
 ///
-/// Memory is constant in the trace's length: one line buffer and one hash buffer, both reused
-/// (a line is at most [`MAX_LINE_BYTES`]), a map of the requests in flight (at most
-/// [`MAX_OPEN_REQUESTS`]) and the completed ids as an [`IntervalSet`], which holds one interval
-/// when ids are dense. [`TraceReader::next_record`] lends each record's hashes without
+/// Memory is independent of the trace's length: one line buffer and one hash buffer, both
+/// reused (a line is at most [`MAX_LINE_BYTES`]), the header (at most [`MAX_HEADER_BYTES`]), a
+/// map of the requests in flight (at most [`MAX_OPEN_REQUESTS`]) and the completed ids as
+/// ranges (at most [`MAX_COMPLETED_RANGES`]; one range when ids are `0, 1, 2, …` in `L`
+/// order and no request is open). [`TraceReader::next_record`] lends each record's hashes without
 /// allocating. Every malformed input is a [`TraceError`] naming the line; nothing panics.
 /// After an error, every later call returns that error again.
 ///
@@ -90,7 +94,7 @@ impl<R: BufRead> TraceReader<R> {
             line: Vec::new(),
             hashes: Vec::new(),
             line_no: 0,
-            tracker: RequestTracker::new(MAX_OPEN_REQUESTS),
+            tracker: RequestTracker::new(MAX_OPEN_REQUESTS, MAX_COMPLETED_RANGES),
             records: 0,
             loads: 0,
             blocks: 0,
@@ -142,11 +146,17 @@ impl<R: BufRead> TraceReader<R> {
         self.tracker.open_count()
     }
 
-    /// The completed request ids, as intervals (what the reader's memory grows with besides the
-    /// open requests; one interval for dense ids).
+    /// The requests completed so far.
     #[must_use]
-    pub fn completed(&self) -> &IntervalSet {
-        self.tracker.closed()
+    pub fn completed_requests(&self) -> u64 {
+        self.tracker.closed().len()
+    }
+
+    /// The separate ranges the completed request ids form (what the reader's memory grows with
+    /// besides the open requests; at most [`MAX_COMPLETED_RANGES`]).
+    #[must_use]
+    pub fn completed_ranges(&self) -> usize {
+        self.tracker.closed().intervals()
     }
 
     /// The next record, or `None` at the end of a valid trace.
@@ -259,6 +269,9 @@ impl<R: BufRead> TraceReader<R> {
         }
         if any {
             self.line_no = next_line;
+            if self.line.last() == Some(&b'\r') {
+                return Err(self.fail(TraceErrorKind::CarriageReturn));
+            }
         }
         Ok(any)
     }
@@ -267,6 +280,9 @@ impl<R: BufRead> TraceReader<R> {
     fn read_header(&mut self) -> Result<(), ReadError> {
         if !self.read_line()? {
             return Err(self.fail_at(1, TraceErrorKind::MissingFormatHeader));
+        }
+        if self.line.starts_with("\u{feff}".as_bytes()) {
+            return Err(self.fail(TraceErrorKind::ByteOrderMark));
         }
         let first = match utf8(&self.line) {
             Ok(text) => split_header_line(text).map(|(k, v)| (k == "format", v == FORMAT_V1)),
@@ -284,27 +300,37 @@ impl<R: BufRead> TraceReader<R> {
         let mut seen = SeenKeys::default();
         seen.insert(HeaderKey::Format);
         let mut header_lines = 1usize;
+        let mut header_bytes = self.line.len();
         while self.read_line()? {
             if !self.line.starts_with(b"#") {
                 self.state = State::Pending;
                 return Ok(());
             }
             header_lines += 1;
+            header_bytes = header_bytes.saturating_add(self.line.len());
             if header_lines > MAX_HEADER_LINES {
                 return Err(self.fail(TraceErrorKind::TooManyHeaderLines));
+            }
+            if header_bytes > MAX_HEADER_BYTES {
+                return Err(self.fail(TraceErrorKind::HeaderTooLarge));
             }
             let text = match utf8(&self.line) {
                 Ok(text) => text,
                 Err(kind) => return Err(self.fail(kind)),
             };
-            let applied = split_header_line(text)
-                .and_then(|(k, v)| apply_header_pair(&mut self.header, &mut seen, k, v));
+            let applied = split_header_line(text).and_then(|(k, v)| {
+                if v.len() > MAX_HEADER_VALUE_BYTES {
+                    return Err(HeaderLineError::ValueTooLong);
+                }
+                apply_header_pair(&mut self.header, &mut seen, k, v)
+            });
             if let Err(e) = applied {
                 let kind = match e {
                     HeaderLineError::Malformed => TraceErrorKind::MalformedHeader,
                     HeaderLineError::Duplicate => TraceErrorKind::DuplicateHeaderKey,
                     HeaderLineError::BadValue(key) => TraceErrorKind::BadHeaderValue { key },
                     HeaderLineError::UnsupportedFormat => TraceErrorKind::UnsupportedFormat,
+                    HeaderLineError::ValueTooLong => TraceErrorKind::HeaderValueTooLong,
                 };
                 return Err(self.fail(kind));
             }
@@ -338,6 +364,9 @@ fn utf8(line: &[u8]) -> Result<&str, TraceErrorKind> {
 
 /// Parses one record line (without its line end); an `L`'s hashes go to `hashes`.
 fn parse_record(line: &[u8], hashes: &mut Vec<u64>) -> Result<(RecordKind, u64), TraceErrorKind> {
+    if matches!(line.last(), Some(b' ' | b'\t')) {
+        return Err(TraceErrorKind::TrailingWhitespace);
+    }
     let (kind, rest) = match line {
         [] => return Err(TraceErrorKind::EmptyLine),
         [b'#', ..] => return Err(TraceErrorKind::HeaderAfterRecords),
@@ -347,9 +376,7 @@ fn parse_record(line: &[u8], hashes: &mut Vec<u64>) -> Result<(RecordKind, u64),
         _ => return Err(TraceErrorKind::UnknownRecord),
     };
     let (rid_field, rest) = split_field(rest);
-    let rid = parse_decimal(rid_field).ok_or(TraceErrorKind::BadNumber {
-        field: Field::RequestId,
-    })?;
+    let rid = parse_record_number(rid_field, Field::RequestId)?;
     if kind != RecordKind::Load {
         return match rest {
             None => Ok((kind, rid)),
@@ -360,9 +387,7 @@ fn parse_record(line: &[u8], hashes: &mut Vec<u64>) -> Result<(RecordKind, u64),
         field: Field::BlockCount,
     })?;
     let (n_field, rest) = split_field(rest);
-    let declared = parse_decimal(n_field).ok_or(TraceErrorKind::BadNumber {
-        field: Field::BlockCount,
-    })?;
+    let declared = parse_record_number(n_field, Field::BlockCount)?;
     if declared == 0 {
         return Err(TraceErrorKind::ZeroBlocks);
     }
@@ -411,6 +436,15 @@ fn parse_record(line: &[u8], hashes: &mut Vec<u64>) -> Result<(RecordKind, u64),
         return Err(TraceErrorKind::BlockCountMismatch { declared, found });
     }
     Ok((kind, rid))
+}
+
+/// A record's decimal field, in its one spelling: no leading zero.
+fn parse_record_number(bytes: &[u8], field: Field) -> Result<u64, TraceErrorKind> {
+    let value = parse_decimal(bytes).ok_or(TraceErrorKind::BadNumber { field })?;
+    if bytes.len() > 1 && bytes[0] == b'0' {
+        return Err(TraceErrorKind::LeadingZero { field });
+    }
+    Ok(value)
 }
 
 /// The index of the first `\n` in `bytes`, a word at a time.

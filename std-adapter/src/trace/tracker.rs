@@ -1,5 +1,5 @@
 //! The request-order check of a kvtrace (one `L`, then one `S`, then one `C` per request), in
-//! memory bounded by the requests in flight plus the gaps between completed ids.
+//! memory bounded by the requests in flight plus the gaps between completed ids (both capped).
 
 use std::collections::BTreeMap;
 
@@ -9,19 +9,8 @@ use super::error::TraceErrorKind;
 use super::record::RecordKind;
 
 /// A set of `u64` kept as disjoint, non-adjacent inclusive intervals: tiny when the ids are dense.
-///
-/// ```
-/// use kvtier::trace::IntervalSet;
-/// let mut s = IntervalSet::default();
-/// for id in [0, 2, 1, 3, 7] {
-///     assert!(s.insert(id));
-/// }
-/// assert!(!s.insert(2));
-/// assert!(s.contains(3) && !s.contains(5));
-/// assert_eq!(s.intervals(), 2); // 0..=3 and 7..=7
-/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct IntervalSet {
+pub(crate) struct IntervalSet {
     /// start → end (inclusive); no two intervals overlap or touch.
     ranges: BTreeMap<u64, u64>,
     len: u64,
@@ -29,8 +18,7 @@ pub struct IntervalSet {
 
 impl IntervalSet {
     /// Whether `id` is in the set.
-    #[must_use]
-    pub fn contains(&self, id: u64) -> bool {
+    pub(crate) fn contains(&self, id: u64) -> bool {
         self.ranges
             .range(..=id)
             .next_back()
@@ -38,7 +26,7 @@ impl IntervalSet {
     }
 
     /// Adds `id`; `false` (and no change) if it was already there.
-    pub fn insert(&mut self, id: u64) -> bool {
+    pub(crate) fn insert(&mut self, id: u64) -> bool {
         let below = self.ranges.range(..=id).next_back().map(|(&s, &e)| (s, e));
         if below.is_some_and(|(_, end)| id <= end) {
             return false;
@@ -68,20 +56,12 @@ impl IntervalSet {
     }
 
     /// The number of ids in the set.
-    #[must_use]
-    pub const fn len(&self) -> u64 {
+    pub(crate) const fn len(&self) -> u64 {
         self.len
     }
 
-    /// Whether the set is empty.
-    #[must_use]
-    pub const fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
     /// The number of disjoint intervals held (what the memory use grows with).
-    #[must_use]
-    pub fn intervals(&self) -> usize {
+    pub(crate) fn intervals(&self) -> usize {
         self.ranges.len()
     }
 }
@@ -99,14 +79,18 @@ pub(crate) struct RequestTracker {
     open: Map<u64, Open>,
     closed: IntervalSet,
     max_open: usize,
+    max_ranges: usize,
 }
 
 impl RequestTracker {
-    pub(crate) fn new(max_open: usize) -> Self {
+    /// A tracker of at most `max_open` open requests whose completed ids form at most
+    /// `max_ranges` ranges.
+    pub(crate) fn new(max_open: usize, max_ranges: usize) -> Self {
         RequestTracker {
             open: Map::with_hasher(FixedState::default()),
             closed: IntervalSet::default(),
             max_open,
+            max_ranges,
         }
     }
 
@@ -165,6 +149,9 @@ impl RequestTracker {
             Some(_) => {
                 self.open.remove(&rid);
                 self.closed.insert(rid);
+                if self.closed.intervals() > self.max_ranges {
+                    return Err(TraceErrorKind::SparseRequestIds);
+                }
                 Ok(())
             }
         }
