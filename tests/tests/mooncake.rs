@@ -291,6 +291,35 @@ fn malformed_lines_name_their_line_and_what_is_wrong() {
 }
 
 #[test]
+fn requests_in_flight_are_capped_with_an_error_naming_the_line() {
+    // Each request takes 10 s to decode; the third arrives while two are in flight, the fourth
+    // after the first two completed.
+    let line = |ts: u64| {
+        format!(
+            "{{\"timestamp\": {ts}, \"input_length\": 512, \"output_length\": 200, \"hash_ids\": [{ts}]}}\n"
+        )
+    };
+    let overlapping: String = [0, 1, 2].into_iter().map(line).collect();
+    let spaced: String = [0, 1, 20_000, 20_001].into_iter().map(line).collect();
+    let read = |text: &str| {
+        let mut r = MooncakeReader::new(text.as_bytes(), MooncakeTiming::default())
+            .unwrap()
+            .with_max_in_flight(2);
+        loop {
+            match r.next_record() {
+                Ok(Some(_)) => {}
+                Ok(None) => return Ok(r.peak_in_flight()),
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    let e = read(&overlapping).unwrap_err();
+    assert_eq!(e.line(), 3, "{e}");
+    assert!(matches!(&e, MooncakeError::Line(l) if l.kind == MooncakeErrorKind::TooManyInFlight));
+    assert_eq!(read(&spaced).unwrap(), 2);
+}
+
+#[test]
 fn timing_parameters_change_the_records_and_are_checked() {
     let text = "{\"timestamp\": 0, \"input_length\": 40, \"output_length\": 2, \"hash_ids\": [1, 2, 3]}\n\
                 {\"timestamp\": 0, \"input_length\": 16, \"output_length\": 0, \"hash_ids\": [4]}\n";

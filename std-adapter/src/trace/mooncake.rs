@@ -159,7 +159,8 @@ pub enum MooncakeErrorKind {
         /// Its full blocks.
         blocks: u64,
     },
-    /// More than [`MAX_OPEN_REQUESTS`] requests would be in flight at once.
+    /// More requests would be in flight at once than the reader holds
+    /// ([`MooncakeReader::with_max_in_flight`], default [`MAX_OPEN_REQUESTS`]).
     TooManyInFlight,
     /// The line is longer than [`MAX_LINE_BYTES`] bytes.
     LineTooLong,
@@ -191,9 +192,9 @@ impl core::fmt::Display for MooncakeErrorKind {
                 f,
                 "{blocks} full blocks exceed the limit of {MAX_BLOCKS_PER_RECORD} per request"
             ),
-            K::TooManyInFlight => write!(
-                f,
-                "more than {MAX_OPEN_REQUESTS} requests in flight at once"
+            K::TooManyInFlight => f.write_str(
+                "too many requests in flight at once (a request arrives before enough earlier \
+                 ones complete)",
             ),
             K::LineTooLong => write!(f, "line longer than {MAX_LINE_BYTES} bytes"),
         }
@@ -304,6 +305,7 @@ pub struct MooncakeReader<R> {
     last_timestamp: u64,
     pending: Option<Arrival>,
     events: BinaryHeap<Event>,
+    max_in_flight: usize,
     peak_in_flight: usize,
     requests: u64,
     skipped: u64,
@@ -335,6 +337,7 @@ impl<R: BufRead> MooncakeReader<R> {
             last_timestamp: 0,
             pending: None,
             events: BinaryHeap::new(),
+            max_in_flight: MAX_OPEN_REQUESTS,
             peak_in_flight: 0,
             requests: 0,
             skipped: 0,
@@ -342,6 +345,15 @@ impl<R: BufRead> MooncakeReader<R> {
             eof: false,
             failed: None,
         })
+    }
+
+    /// The same reader holding at most `max` requests in flight (default
+    /// [`MAX_OPEN_REQUESTS`]); a request that arrives while `max` are in flight is
+    /// [`MooncakeErrorKind::TooManyInFlight`].
+    #[must_use]
+    pub const fn with_max_in_flight(mut self, max: usize) -> Self {
+        self.max_in_flight = max;
+        self
     }
 
     /// The kvtrace header of the records: `block_tokens`, `source=mooncake` and the timing
@@ -409,7 +421,7 @@ impl<R: BufRead> MooncakeReader<R> {
         let next_event = self.events.peek().map(|Reverse(e)| *e);
         match (self.pending, next_event) {
             (Some(a), Some((time, ..))) if time < a.arrive => Ok(self.pop_event()),
-            (Some(_), _) if self.events.len() >= MAX_OPEN_REQUESTS => {
+            (Some(_), _) if self.events.len() >= self.max_in_flight => {
                 // Every request still in the heap finishes at or after this arrival.
                 Err(self.fail(MooncakeErrorKind::TooManyInFlight))
             }
