@@ -10,9 +10,11 @@ pub mod export;
 pub mod http;
 pub mod layout;
 pub mod memory;
+pub mod plot;
 pub mod replay;
 pub mod replay_stats;
 pub mod shared;
+pub mod sweep;
 pub mod trace;
 
 pub use error::Error;

@@ -114,7 +114,11 @@ pub(crate) fn boxed_str(s: &str) -> Result<Box<str>, String> {
     Ok(s.into())
 }
 
-pub(crate) fn parse_dtype(s: &str) -> Result<u64, String> {
+/// Parses a KV-cache dtype name into bytes per element.
+///
+/// # Errors
+/// A message listing the known names.
+pub fn parse_dtype(s: &str) -> Result<u64, String> {
     dtype_bytes(s).ok_or_else(|| format!("unknown dtype \"{s}\" (fp32, bf16, fp16, fp8)"))
 }
 

@@ -1,8 +1,11 @@
-//! The `kvtier` command line: `replay`, `capacity`, `serve`.
+//! The `kvtier` command line: `replay`, `capacity`, `serve`, `convert`, `sweep`.
 
 pub mod capacity;
+pub mod convert;
+pub mod input;
 pub mod replay;
 pub mod serve;
+pub mod sweep;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
@@ -23,6 +26,10 @@ pub enum Command {
     Replay(replay::ReplayArgs),
     /// How many KV blocks, tokens and concurrent requests fit in a memory budget.
     Capacity(capacity::CapacityArgs),
+    /// Replay one trace under many capacities, policies and thresholds; table and plot.
+    Sweep(sweep::SweepArgs),
+    /// Convert a Mooncake JSONL trace into a kvtrace.
+    Convert(convert::ConvertArgs),
     /// Replay while serving `/metrics` for Prometheus, then keep serving until interrupted.
     Serve(serve::ServeArgs),
 }
@@ -34,6 +41,8 @@ pub fn main() -> ExitCode {
         Command::Replay(args) => replay::run(&args),
         Command::Capacity(args) => capacity::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Convert(args) => convert::run(&args),
+        Command::Sweep(args) => sweep::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,8 +1,7 @@
 //! `kvtier replay`: replays a kvtrace (or the built-in workload) through the offload manager
 //! and reports hit rates, evictions, skipped stores, the hit digest and the throughput.
 
-use std::fs::File;
-use std::io::{BufReader, IsTerminal, Write};
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -10,19 +9,24 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kvtier_core::manager::{ConfigError, CpuTierInfo, ManagerConfig, OffloadManager, PolicyKind};
 use kvtier_core::stats::{Payload, catalogue};
 
+use super::input::FormatArgs;
 use crate::replay::{DEFAULT_MAX_OPEN_BLOCKS, ReplayCounts, ReplayError, Replayer};
 use crate::replay_stats::{ReplayStats, TransferArgs};
 use crate::trace::{
-    CompactLimits, CompactTrace, Generator, GeneratorConfig, RecordKind, RecordSource, TraceReader,
+    CompactLimits, CompactTrace, Generator, GeneratorConfig, RecordKind, RecordSource,
 };
 
 /// Options of `kvtier replay`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ReplayArgs {
-    /// The kvtrace file to replay; without it, a built-in deterministic workload
-    /// (shared prefixes with Zipf popularity, multi-turn follow-ups, 32 requests in flight).
+    /// The trace to replay, kvtrace or Mooncake JSONL (see --format); without it, a built-in
+    /// deterministic workload (shared prefixes with Zipf popularity, multi-turn follow-ups, 32
+    /// requests in flight).
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
+    /// The trace's format and the Mooncake timing model.
+    #[command(flatten)]
+    pub input: FormatArgs,
     /// Requests of the built-in workload.
     #[arg(long, default_value_t = 100_000, value_name = "N")]
     pub requests: u64,
@@ -53,7 +57,8 @@ pub struct ReplayArgs {
     /// configuration that needs more is refused before anything is allocated.
     #[arg(long, value_name = "BYTES")]
     pub memory_limit: Option<u64>,
-    /// Tokens per block, at least 1 (default: the trace header's `block_tokens`).
+    /// Tokens per block, at least 1 (default: the trace header's `block_tokens`; 512 for
+    /// Mooncake).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub block_tokens: Option<u32>,
     /// Print one JSON object instead of the report.
@@ -184,11 +189,13 @@ pub fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String>
     let started = Instant::now();
     match &args.trace {
         Some(path) => {
-            let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+            let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
             let bar = bar(progress, len, "bytes");
-            let reader = TraceReader::new(BufReader::with_capacity(1 << 16, bar.wrap_read(file)))
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let reader =
+                args.input
+                    .open_path(path, args.block_tokens, args.capacity.is_some(), |file| {
+                        bar.wrap_read(file)
+                    })?;
             let parse_s = started.elapsed();
             let run = Run {
                 args,

@@ -8,8 +8,6 @@
 //! [`MetricsServer`] encodes that registry on every scrape. Every family of the offloading
 //! connector and `vllm:num_requests_running` is served from the first scrape on.
 
-use std::fs::File;
-use std::io::BufReader;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::{self, JoinHandle};
@@ -25,7 +23,7 @@ use crate::replay::{ReplayCounts, Replayer};
 use crate::replay_stats::ReplayStats;
 use crate::shared::sync::Arc;
 use crate::shared::{CollectorConfig, PayloadSender, StatsCollector};
-use crate::trace::{Generator, GeneratorConfig, Record, RecordSource, TraceReader};
+use crate::trace::{Generator, GeneratorConfig, Record, RecordSource};
 
 /// Requests between two stats drains of the replay.
 const DRAIN_EVERY_REQUESTS: u64 = 256;
@@ -195,9 +193,11 @@ fn replay_thread(
 ) -> Result<ServeSummary, String> {
     match &args.trace {
         Some(path) => {
-            let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            let reader = TraceReader::new(BufReader::with_capacity(1 << 16, file))
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let reader =
+                args.input
+                    .open_path(path, args.block_tokens, args.capacity.is_some(), |file| {
+                        file
+                    })?;
             drive(args, reader, rate, sender, stop).map_err(|e| format!("{}: {e}", path.display()))
         }
         None => {

@@ -48,6 +48,7 @@ mod error;
 mod generator;
 mod header;
 mod hex;
+mod mooncake;
 mod reader;
 mod record;
 mod rng;
@@ -63,6 +64,11 @@ pub use error::{Field, ReadError, TraceError, TraceErrorKind};
 pub use generator::{Generator, OwnedRecords};
 pub use header::{DEFAULT_BLOCK_TOKENS, FORMAT_V1, Header, HeaderKey};
 pub use hex::{HashProblem, format_hash, parse_hash};
+pub use mooncake::{
+    DEFAULT_DECODE_US_PER_TOKEN, DEFAULT_MOONCAKE_BLOCK_TOKENS, DEFAULT_PREFILL_TOKENS_PER_S,
+    MooncakeError, MooncakeErrorKind, MooncakeField, MooncakeLineError, MooncakeReader,
+    MooncakeTiming, TimingError,
+};
 pub use reader::TraceReader;
 pub use record::{OwnedRecord, Record, RecordKind};
 pub use rng::{SplitMix64, mix64};

@@ -1,0 +1,345 @@
+//! Replaying one trace under many configurations, in parallel: "how big should the CPU tier
+//! be, with which policy?".
+//!
+//! A sweep is the cross product of capacities, policies and store thresholds
+//! ([`SweepGrid::cases`]). [`run`] replays every case from its own cursor over one shared,
+//! already parsed trace (a source factory that is `Sync`), on `jobs` threads that take cases
+//! from a shared counter, so the parse is never repeated per case and memory is the trace plus
+//! one manager per thread. Each case is exactly the single replay of that configuration.
+//!
+//! [`repeat_bound`] gives the infinite-cache bound (every block whose key appeared in an
+//! earlier request hits), [`Sweep::knee`] the smallest capacity within a margin of the best
+//! hit rate, [`geometric_capacities`] a log-spaced capacity range.
+//!
+//! ```
+//! use kvtier::replay::Replayer;
+//! use kvtier::sweep::{SweepGrid, run};
+//! use kvtier::trace::{Generator, GeneratorConfig, OwnedRecord};
+//! use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
+//!
+//! let records: Vec<OwnedRecord> = Generator::new(GeneratorConfig::new(1, 500))?.into_owned_records().collect();
+//! let grid = SweepGrid {
+//!     capacities: vec![64, 256],
+//!     policies: vec![PolicyKind::Lru, PolicyKind::Arc],
+//!     thresholds: vec![1],
+//! };
+//! let make_replayer = |case: &kvtier::sweep::SweepCase| {
+//!     let mut cfg = ManagerConfig::new(case.capacity);
+//!     cfg.policy = case.policy;
+//!     cfg.store_threshold = case.threshold;
+//!     let manager = OffloadManager::new(cfg).map_err(|e| e.to_string())?;
+//!     Ok(Replayer::new(manager, 16))
+//! };
+//! let records = || records.iter().map(|r| r.as_record());
+//! let sweep = run(&grid.cases(), 2, &make_replayer, &records, &|_| {})?;
+//! assert_eq!(sweep.points.len(), 4);
+//! assert!(sweep.points[1].counts.hit_blocks >= sweep.points[0].counts.hit_blocks);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+use kvtier_core::hashing::Set;
+use kvtier_core::manager::PolicyKind;
+
+use crate::replay::{ReplayCounts, Replayer};
+use crate::trace::Record;
+
+/// The configurations of a sweep, as three lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SweepGrid {
+    /// Tier sizes in chunks.
+    pub capacities: Vec<u32>,
+    /// Eviction policies.
+    pub policies: Vec<PolicyKind>,
+    /// Store thresholds (0 or 1: no filter).
+    pub thresholds: Vec<u32>,
+}
+
+impl SweepGrid {
+    /// Every configuration: for each policy, each threshold, each capacity (in the lists'
+    /// order), so one policy/threshold line is contiguous.
+    #[must_use]
+    pub fn cases(&self) -> Vec<SweepCase> {
+        let mut out = Vec::new();
+        for &policy in &self.policies {
+            for &threshold in &self.thresholds {
+                for &capacity in &self.capacities {
+                    out.push(SweepCase {
+                        capacity,
+                        policy,
+                        threshold,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct SweepCase {
+    /// Tier size in chunks.
+    pub capacity: u32,
+    /// Eviction policy.
+    pub policy: PolicyKind,
+    /// Store threshold.
+    pub threshold: u32,
+}
+
+/// The replay of one configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SweepPoint {
+    /// The configuration.
+    pub case: SweepCase,
+    /// What the replay counted.
+    pub counts: ReplayCounts,
+    /// Chunks resident at the end.
+    pub resident_blocks: u32,
+}
+
+/// A whole sweep: one point per case, in the cases' order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sweep {
+    /// The points.
+    pub points: Vec<SweepPoint>,
+}
+
+impl Sweep {
+    /// The point with the smallest capacity whose block hit rate is within `margin` (a
+    /// fraction, e.g. 0.01 for one percentage point) of the best over the sweep; ties go to
+    /// the earlier case. `None` for an empty sweep.
+    #[must_use]
+    pub fn knee(&self, margin: f64) -> Option<&SweepPoint> {
+        let best = self
+            .points
+            .iter()
+            .map(|p| p.counts.block_hit_rate())
+            .fold(f64::NEG_INFINITY, f64::max);
+        self.points
+            .iter()
+            .filter(|p| p.counts.block_hit_rate() >= best - margin)
+            .min_by_key(|p| p.case.capacity)
+    }
+}
+
+/// Why a sweep failed: the first case that did, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum SweepError {
+    /// The manager (or replayer) of a case could not be built.
+    Manager {
+        /// The case.
+        case: SweepCase,
+        /// Why.
+        message: String,
+    },
+    /// A record could not be replayed.
+    Replay {
+        /// The case.
+        case: SweepCase,
+        /// The 1-based record.
+        record: u64,
+        /// Why.
+        message: String,
+    },
+    /// A worker thread could not be started or panicked.
+    Thread(String),
+}
+
+impl core::fmt::Display for SweepError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let name = |c: &SweepCase| {
+            format!(
+                "{} capacity {} threshold {}",
+                c.policy.name(),
+                c.capacity,
+                c.threshold
+            )
+        };
+        match self {
+            SweepError::Manager { case, message } => write!(f, "{}: {message}", name(case)),
+            SweepError::Replay {
+                case,
+                record,
+                message,
+            } => write!(f, "{}: record {record}: {message}", name(case)),
+            SweepError::Thread(m) => write!(f, "sweep thread: {m}"),
+        }
+    }
+}
+
+impl core::error::Error for SweepError {}
+
+/// Replays `records` through `replayer` to the end: the counts and the chunks resident.
+///
+/// # Errors
+/// The 1-based record that could not be replayed, and why.
+pub fn replay_one<'a>(
+    mut replayer: Replayer,
+    records: impl Iterator<Item = Record<'a>>,
+) -> Result<(ReplayCounts, u32), (u64, String)> {
+    for (i, record) in records.enumerate() {
+        replayer
+            .apply(record)
+            .map_err(|e| (i as u64 + 1, e.to_string()))?;
+    }
+    Ok((replayer.counts(), replayer.manager().inspect().allocated()))
+}
+
+/// The replayer (its manager, block size and limits) of a case.
+pub type MakeReplayer<'a> = dyn Fn(&SweepCase) -> Result<Replayer, String> + Sync + 'a;
+
+/// Replays every case on `jobs` threads (at least 1), each case from a fresh iterator of
+/// `records` (which must give the same records every time: a cursor over a parsed trace).
+/// `done` is called after each case (from the worker threads, in completion order).
+///
+/// # Errors
+/// [`SweepError`] for the first case (in case order) that failed; the other cases stop early.
+pub fn run<'t, I, F>(
+    cases: &[SweepCase],
+    jobs: usize,
+    make_replayer: &MakeReplayer<'_>,
+    records: &F,
+    done: &(dyn Fn(&SweepPoint) + Sync),
+) -> Result<Sweep, SweepError>
+where
+    F: Fn() -> I + Sync,
+    I: Iterator<Item = Record<'t>>,
+{
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let slots: Mutex<Vec<Option<Result<SweepPoint, SweepError>>>> =
+        Mutex::new(vec![None; cases.len()]);
+    let work = || {
+        while !stop.load(Ordering::Relaxed) {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(&case) = cases.get(i) else { break };
+            let result = make_replayer(&case)
+                .map_err(|message| SweepError::Manager { case, message })
+                .and_then(|r| {
+                    replay_one(r, records()).map_err(|(record, message)| SweepError::Replay {
+                        case,
+                        record,
+                        message,
+                    })
+                })
+                .map(|(counts, resident_blocks)| SweepPoint {
+                    case,
+                    counts,
+                    resident_blocks,
+                });
+            match &result {
+                Ok(point) => done(point),
+                Err(_) => stop.store(true, Ordering::Relaxed),
+            }
+            // A poisoned lock only means another worker panicked; its slot stays empty.
+            let mut guard = slots
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(slot) = guard.get_mut(i) {
+                *slot = Some(result);
+            }
+        }
+    };
+    let threads = jobs.clamp(1, cases.len().max(1));
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|n| {
+                std::thread::Builder::new()
+                    .name(format!("kvtier-sweep-{n}"))
+                    .spawn_scoped(scope, work)
+            })
+            .collect();
+        for h in handles {
+            match h {
+                Ok(h) => h
+                    .join()
+                    .map_err(|_| SweepError::Thread("a worker panicked".into()))?,
+                Err(e) => {
+                    stop.store(true, Ordering::Relaxed);
+                    return Err(SweepError::Thread(e.to_string()));
+                }
+            }
+        }
+        Ok(())
+    })?;
+    let slots = slots
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut points = Vec::with_capacity(cases.len());
+    for slot in slots {
+        match slot {
+            Some(Ok(p)) => points.push(p),
+            Some(Err(e)) => return Err(e),
+            None => {}
+        }
+    }
+    if points.len() != cases.len() {
+        return Err(SweepError::Thread("a case was not replayed".into()));
+    }
+    Ok(Sweep { points })
+}
+
+/// The infinite-cache bound of a trace: `(repeated, blocks)`, the request blocks whose key
+/// appeared in an earlier request (or earlier in the same one) and all request blocks. No
+/// capacity or policy hits more than `repeated`.
+#[must_use]
+pub fn repeat_bound<'a>(records: impl Iterator<Item = Record<'a>>) -> (u64, u64) {
+    let mut seen: Set<u64> = Set::default();
+    let (mut repeated, mut blocks) = (0u64, 0u64);
+    for record in records {
+        if let Record::Load { hashes, .. } = record {
+            for &h in hashes {
+                blocks += 1;
+                if !seen.insert(h) {
+                    repeated += 1;
+                }
+            }
+        }
+    }
+    (repeated, blocks)
+}
+
+/// `steps` capacities from `from` to `to`, evenly spaced on a log scale, rounded to whole
+/// chunks, without repeats (so fewer than `steps` when the range is narrow).
+///
+/// ```
+/// use kvtier::sweep::geometric_capacities;
+/// assert_eq!(geometric_capacities(256, 65_536, 5), Ok(vec![256, 1024, 4096, 16_384, 65_536]));
+/// assert_eq!(geometric_capacities(1, 3, 5), Ok(vec![1, 2, 3]));
+/// ```
+///
+/// # Errors
+/// A message when `from` is 0, `from > to`, or `steps` is 0 (1 step needs `from == to`).
+pub fn geometric_capacities(from: u32, to: u32, steps: u32) -> Result<Vec<u32>, String> {
+    if from == 0 || from > to || steps == 0 {
+        return Err(format!(
+            "need 1 <= from <= to and steps >= 1 (from {from}, to {to}, steps {steps})"
+        ));
+    }
+    if steps == 1 {
+        return if from == to {
+            Ok(vec![from])
+        } else {
+            Err("one step needs from == to".into())
+        };
+    }
+    let (lo, hi) = (f64::from(from).ln(), f64::from(to).ln());
+    let mut out: Vec<u32> = Vec::with_capacity(steps as usize);
+    for i in 0..steps {
+        let x = (lo + (hi - lo) * f64::from(i) / f64::from(steps - 1)).exp();
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            reason = "rounded and clamped to [from, to]"
+        )]
+        let c = (x.round() as u32).clamp(from, to);
+        if out.last() != Some(&c) {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
