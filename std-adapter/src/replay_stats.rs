@@ -31,7 +31,7 @@ use kvtier_core::stats::catalogue::{
 };
 use kvtier_core::stats::{Gauge, Payload};
 
-use crate::cli::capacity::{self, CapacityArgs, boxed_str, parse_dtype};
+use crate::cli::capacity::{self, CapacityArgs, ModelArgs};
 use crate::replay::{ReplayError, Replayer};
 use crate::trace::Record;
 
@@ -111,19 +111,10 @@ impl TransferModel {
 /// model's layout as `kvtier capacity` takes it, and the bandwidth.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct TransferArgs {
-    /// The model whose blocks the transfers move: a built-in preset (as `kvtier capacity
-    /// --model`); feeds the `vllm:kv_offload_load_*` / `_store_*` families.
-    #[arg(long, value_name = "NAME", value_parser = boxed_str)]
-    pub model: Option<Box<str>>,
-    /// The model as a JSON layout file (as `kvtier capacity --layout`).
-    #[arg(long, value_name = "FILE.json", value_parser = boxed_str)]
-    pub layout: Option<Box<str>>,
-    /// The model as a Hugging Face config.json (as `kvtier capacity --hf-config`).
-    #[arg(long, value_name = "FILE", value_parser = boxed_str)]
-    pub hf_config: Option<Box<str>>,
-    /// KV-cache dtype for presets and config.json (fp32, bf16, fp16, fp8).
-    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
-    pub dtype: Option<u64>,
+    /// The model whose blocks the transfers move (as `kvtier capacity` takes it); feeds the
+    /// `vllm:kv_offload_load_*` / `_store_*` families.
+    #[command(flatten)]
+    pub source: ModelArgs,
     /// The modelled bandwidth of every transfer, in GB/s (10^9 bytes per second): a transfer's
     /// time is its bytes divided by this (a model, not a measurement).
     #[arg(long, default_value_t = DEFAULT_TRANSFER_GBPS, value_name = "GB/S")]
@@ -140,14 +131,11 @@ impl TransferArgs {
         if !(self.transfer_gbps.is_finite() && self.transfer_gbps > 0.0) {
             return Err(TransferModelError::Bandwidth(self.transfer_gbps).to_string());
         }
-        if self.model.is_none() && self.layout.is_none() && self.hf_config.is_none() {
+        if !self.source.is_given() {
             return Ok(None);
         }
         let args = CapacityArgs {
-            model: self.model.clone(),
-            layout: self.layout.clone(),
-            hf_config: self.hf_config.clone(),
-            dtype: self.dtype,
+            source: self.source.clone(),
             block_size: block_tokens,
             ..CapacityArgs::default()
         };
@@ -261,7 +249,7 @@ mod tests {
             ..TransferArgs::default()
         };
         assert_eq!(args.model(16).unwrap(), None);
-        args.model = Some("llama-3-8b".into());
+        args.source.model = Some("llama-3-8b".into());
         // 32 layers · 8 KV heads · (128 + 128) · 2 bytes · 16 tokens.
         let m = args.model(16).unwrap().unwrap();
         assert_eq!(m.bytes_per_block(), 2_097_152);
@@ -269,12 +257,12 @@ mod tests {
             args.model(32).unwrap().unwrap().bytes_per_block(),
             4_194_304
         );
-        args.layout = Some("x.json".into());
+        args.source.layout = Some("x.json".into());
         assert_eq!(
             args.model(16).unwrap_err(),
             "--model: give only one of --model, --layout and --hf-config"
         );
-        args.layout = None;
+        args.source.layout = None;
         args.transfer_gbps = -3.0;
         assert_eq!(
             args.model(16).unwrap_err(),

@@ -85,6 +85,11 @@ const NEEDS: &[Need] = &[
         used_by: "the 32-bit suite (cargo test --target i686-unknown-linux-gnu)",
     },
     Need {
+        check: Check::Program("python3"),
+        deb: Some("python3-venv"),
+        used_by: "std-adapter/python/tests/run.sh (the vLLM plugin's tests, in a venv)",
+    },
+    Need {
         check: Check::DebPackage("gcc-multilib"),
         deb: Some("gcc-multilib"),
         used_by: "the 32-bit suite (linking i686 test binaries)",

@@ -21,19 +21,40 @@ use crate::layout::{
 /// Default `max_num_batched_tokens` when neither the option nor the layout file gives one.
 pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 8192;
 
-/// Options of `kvtier capacity`.
+/// The model's KV layout, as every command takes it (`capacity`; `replay` and `serve` for the
+/// transfer model; `sweep` for CPU memory): one of a preset, a layout file or a config.json,
+/// and the cache dtype.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct CapacityArgs {
+pub struct ModelArgs {
     /// A built-in model preset (llama-3-8b, llama-3.1-8b, llama-3.1-70b, mistral-7b-v0.1,
     /// qwen2.5-7b, qwen3-8b, gemma-2-9b, gemma-3-27b, deepseek-v3).
     #[arg(long, value_name = "NAME", value_parser = boxed_str)]
     pub model: Option<Box<str>>,
-    /// A JSON layout file.
+    /// The model as a JSON layout file.
     #[arg(long, value_name = "FILE.json", value_parser = boxed_str)]
     pub layout: Option<Box<str>>,
-    /// A Hugging Face config.json.
+    /// The model as a Hugging Face config.json.
     #[arg(long, value_name = "FILE", value_parser = boxed_str)]
     pub hf_config: Option<Box<str>>,
+    /// KV-cache dtype for presets and config.json (fp32, bf16, fp16, fp8).
+    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
+    pub dtype: Option<u64>,
+}
+
+impl ModelArgs {
+    /// Whether a model was given at all.
+    #[must_use]
+    pub fn is_given(&self) -> bool {
+        self.model.is_some() || self.layout.is_some() || self.hf_config.is_some()
+    }
+}
+
+/// Options of `kvtier capacity`.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct CapacityArgs {
+    /// The model.
+    #[command(flatten)]
+    pub source: ModelArgs,
     /// GPU memory for the KV cache per worker: bytes, or with a unit (70GiB, 500MB, 1.5TiB).
     #[arg(long, value_name = "SIZE", value_parser = parse_size_floor, allow_hyphen_values = true)]
     pub memory: Option<u64>,
@@ -46,9 +67,6 @@ pub struct CapacityArgs {
     /// Batches in flight (1 synchronous; 2 with async scheduling).
     #[arg(long)]
     pub max_concurrent_batches: Option<u64>,
-    /// KV-cache dtype for presets and config.json (fp32, bf16, fp16, fp8).
-    #[arg(long, value_parser = parse_dtype)]
-    pub dtype: Option<u64>,
     /// Tokens per block for presets and config.json.
     #[arg(long, default_value_t = 16)]
     pub block_size: u32,
@@ -416,9 +434,9 @@ fn load_layout<'a>(
     hf: &HfOptions,
 ) -> Result<(ModelLayout, Source<'a>), CapacityCliError> {
     match (
-        args.model.as_deref(),
-        args.layout.as_deref(),
-        args.hf_config.as_deref(),
+        args.source.model.as_deref(),
+        args.source.layout.as_deref(),
+        args.source.hf_config.as_deref(),
     ) {
         (Some(name), None, None) => Ok((preset(name, hf)?, Source::Preset)),
         (None, Some(path), None) => {
@@ -486,7 +504,7 @@ fn model_layout(args: &CapacityArgs) -> Result<(ModelLayout, Source<'_>), Capaci
     }
     let hf = HfOptions {
         block_size: u64::from(args.block_size),
-        dtype_bytes: args.dtype,
+        dtype_bytes: args.source.dtype,
     };
     let (mut model, source) = load_layout(args, &hf)?;
     if args.disable_hybrid_kv_cache_manager {

@@ -15,7 +15,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kvtier_core::manager::PolicyKind;
 use serde::Serialize;
 
-use super::capacity::{CapacityArgs, parse_dtype, report, thousands};
+use super::capacity::{CapacityArgs, ModelArgs, report, thousands};
 use super::input::FormatArgs;
 use super::replay::{PolicyArg, ReplayArgs};
 use crate::plot::{KNEE_MARGIN, PlotSpec, draw, parse_size};
@@ -76,18 +76,9 @@ pub struct SweepArgs {
     /// Threads (default: every core).
     #[arg(long, value_name = "N")]
     pub jobs: Option<usize>,
-    /// A built-in model preset, to show each capacity as CPU memory (see `kvtier capacity`).
-    #[arg(long, value_name = "NAME", conflicts_with_all = ["layout", "hf_config"])]
-    pub model: Option<String>,
-    /// A JSON layout file, for the CPU memory.
-    #[arg(long, value_name = "FILE.json", conflicts_with = "hf_config")]
-    pub layout: Option<String>,
-    /// A Hugging Face config.json, for the CPU memory.
-    #[arg(long, value_name = "FILE")]
-    pub hf_config: Option<String>,
-    /// KV-cache dtype of the model (fp32, bf16, fp16, fp8).
-    #[arg(long, value_parser = parse_dtype)]
-    pub dtype: Option<u64>,
+    /// The model, to show each capacity as CPU memory (as `kvtier capacity` takes it).
+    #[command(flatten)]
+    pub source: ModelArgs,
     /// The model's GPU block size in tokens (a chunk of the trace is `block_tokens /
     /// block_size` GPU blocks).
     #[arg(long, default_value_t = 16)]
@@ -256,7 +247,7 @@ impl SweepArgs {
     /// # Errors
     /// A message for a bad model, or `block_tokens` not a multiple of `--block-size`.
     pub fn bytes_per_chunk(&self, block_tokens: u32) -> Result<Option<(String, u64)>, String> {
-        if self.model.is_none() && self.layout.is_none() && self.hf_config.is_none() {
+        if !self.source.is_given() {
             return Ok(None);
         }
         if self.block_size == 0 || !block_tokens.is_multiple_of(self.block_size) {
@@ -267,10 +258,7 @@ impl SweepArgs {
             ));
         }
         let args = CapacityArgs {
-            model: self.model.as_deref().map(Into::into),
-            layout: self.layout.as_deref().map(Into::into),
-            hf_config: self.hf_config.as_deref().map(Into::into),
-            dtype: self.dtype,
+            source: self.source.clone(),
             block_size: self.block_size,
             max_model_len: Some(u64::from(block_tokens)),
             cpu_bytes: Some(1 << 40),
