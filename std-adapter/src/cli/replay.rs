@@ -33,9 +33,9 @@ pub struct ReplayArgs {
     /// Seed of the built-in workload.
     #[arg(long, default_value_t = 1, value_name = "S")]
     pub seed: u64,
-    /// Eviction policy.
-    #[arg(long, value_enum, default_value_t = PolicyArg::Lru)]
-    pub policy: PolicyArg,
+    /// Eviction policy: lru or arc, as vLLM names them.
+    #[arg(long, default_value = "lru", value_parser = parse_policy)]
+    pub policy: PolicyKind,
     /// Tier size in chunks (default: the trace header's `capacity`, else 1024).
     #[arg(long, value_name = "N")]
     pub capacity: Option<u32>,
@@ -80,22 +80,12 @@ pub struct ReplayArgs {
     pub transfer: TransferArgs,
 }
 
-/// The policies on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum PolicyArg {
-    /// vLLM's request-scoped LRU.
-    Lru,
-    /// vLLM's ARC.
-    Arc,
-}
-
-impl From<PolicyArg> for PolicyKind {
-    fn from(p: PolicyArg) -> Self {
-        match p {
-            PolicyArg::Lru => PolicyKind::Lru,
-            PolicyArg::Arc => PolicyKind::Arc,
-        }
-    }
+/// Parses a policy name as vLLM names it (`lru`, `arc`) into the core's [`PolicyKind`].
+///
+/// # Errors
+/// The core's message for any other name.
+pub fn parse_policy(name: &str) -> Result<PolicyKind, String> {
+    PolicyKind::from_name(name).map_err(|e| e.to_string())
 }
 
 /// The result of a replay run.
@@ -334,7 +324,7 @@ impl Run<'_> {
             counts,
             resident_blocks: replayer.manager().inspect().allocated(),
             manager_heap_bytes: replayer.manager().inspect().heap_bytes() as u64,
-            policy: args.policy_kind().name(),
+            policy: args.policy.name(),
             capacity,
             store_threshold: args.store_threshold,
             parse_s,
@@ -396,10 +386,6 @@ impl IntervalLog {
 }
 
 impl ReplayArgs {
-    fn policy_kind(&self) -> PolicyKind {
-        self.policy.into()
-    }
-
     /// The manager these options describe, and its capacity: `--capacity`, else the trace
     /// header's `capacity`, else 1024 chunks. Its `config_info` reports the capacity and
     /// `None` for the sizes a replay cannot know.
@@ -422,7 +408,7 @@ impl ReplayArgs {
             kv_cache_size_bytes: None,
             kv_cache_size_tokens: None,
         });
-        cfg.policy = self.policy_kind();
+        cfg.policy = self.policy;
         cfg.store_threshold = self.store_threshold;
         cfg.max_tracker_size = self.max_tracker_size;
         cfg.max_requests = self.max_requests;

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use super::capacity::{CapacityArgs, ModelArgs, report, thousands};
 use super::input::FormatArgs;
-use super::replay::{PolicyArg, ReplayArgs};
+use super::replay::{ReplayArgs, parse_policy};
 use crate::plot::{KNEE_MARGIN, PlotSpec, draw, parse_size};
 use crate::replay::{DEFAULT_MAX_OPEN_BLOCKS, Replayer};
 use crate::sweep::{Sweep, SweepCase, SweepGrid, SweepPoint, geometric_capacities, repeat_bound};
@@ -48,8 +48,8 @@ pub struct SweepArgs {
     #[arg(long, value_name = "N", requires_all = ["from", "to"])]
     pub steps: Option<u32>,
     /// Eviction policies, comma-separated.
-    #[arg(long, value_enum, value_delimiter = ',', default_value = "lru,arc")]
-    pub policies: Vec<PolicyArg>,
+    #[arg(long, value_delimiter = ',', default_value = "lru,arc", value_parser = parse_policy)]
+    pub policies: Vec<PolicyKind>,
     /// Store thresholds, comma-separated (0 or 1: no filter).
     #[arg(
         long,
@@ -207,7 +207,7 @@ impl SweepArgs {
         }
         Ok(SweepGrid {
             capacities: self.capacity_list()?,
-            policies: self.policies.iter().map(|&p| p.into()).collect(),
+            policies: self.policies.clone(),
             thresholds: self.thresholds.clone(),
         })
     }
@@ -220,10 +220,7 @@ impl SweepArgs {
             input: self.input.clone(),
             requests: 0,
             seed: 0,
-            policy: match case.policy {
-                PolicyKind::Arc => PolicyArg::Arc,
-                _ => PolicyArg::Lru,
-            },
+            policy: case.policy,
             capacity: Some(case.capacity),
             store_threshold: case.threshold,
             max_tracker_size: self.max_tracker_size,
