@@ -319,7 +319,7 @@ impl Replayer {
     }
 
     /// The heap bytes of the replayer's own buffers (the manager's are
-    /// [`OffloadManager::heap_bytes`]).
+    /// [`Inspect::heap_bytes`](kvtier_core::manager::Inspect::heap_bytes)).
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
         self.arena.capacity() * size_of::<u64>()
