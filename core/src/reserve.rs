@@ -141,7 +141,18 @@ impl<T: Copy> Lazy<T> {
     pub(crate) fn set(&mut self, i: usize, x: T) {
         if let Some(slot) = self.v.get_mut(i) {
             *slot = x;
-        } else if i < self.len {
+        } else {
+            self.grow(i, x);
+        }
+    }
+
+    /// The first write at or past the written prefix: extends it (within the reserved
+    /// capacity) to `i`. Kept out of line so that the common write stays small enough to
+    /// inline into the list and rank operations.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, i: usize, x: T) {
+        if i < self.len {
             self.v.resize(i, self.fill);
             self.v.push(x);
         }
