@@ -4,8 +4,7 @@
 //! "KV offloading" row must return data through Prometheus's query API.
 //!
 //! The queries are written here; [`queries_match_the_dashboard_file`] checks them against the
-//! dashboard file when the shared folder is there (`../shared` beside the workspace, or
-//! `/work/shared`).
+//! dashboard file when the shared folder is there (`../shared` beside the workspace).
 
 #![allow(
     clippy::unwrap_used,
@@ -109,10 +108,8 @@ fn dashboard_file() -> Option<PathBuf> {
         .and_then(|w| w.parent())
         .map(|p| p.join("shared"));
     beside
-        .into_iter()
-        .chain([PathBuf::from("/work/shared")])
         .map(|s| s.join("dashboards/vllm_kv_cache.json"))
-        .find(|p| p.is_file())
+        .filter(|p| p.is_file())
 }
 
 /// `(name or panel title, query)` pairs.
@@ -164,7 +161,7 @@ fn queries_match_the_dashboard_file() {
     let Some(path) = dashboard_file() else {
         eprintln!(
             "SKIPPED: the dashboard cross-check: no shared/dashboards/vllm_kv_cache.json beside \
-             the workspace or under /work/shared"
+             the workspace"
         );
         return;
     };

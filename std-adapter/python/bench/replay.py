@@ -254,7 +254,7 @@ def main() -> int:
     )
     p.add_argument(
         "--gen-trace",
-        default="/work/shared/tools/gen_trace.py",
+        default=os.path.join(ROOT, "..", "shared", "tools", "gen_trace.py"),
         help="the trace generator (spec/kvtrace.md's gen_trace.py)",
     )
     p.add_argument("--policy", default="lru,arc")
