@@ -128,7 +128,7 @@ impl<T: Copy> Lazy<T> {
     }
 
     /// Element `i` (the fill value where unset or out of range).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get(&self, i: usize) -> T {
         match self.v.get(i) {
             Some(&x) => x,
@@ -137,7 +137,7 @@ impl<T: Copy> Lazy<T> {
     }
 
     /// Sets element `i < len`; an index out of range is ignored.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn set(&mut self, i: usize, x: T) {
         if let Some(slot) = self.v.get_mut(i) {
             *slot = x;
@@ -148,7 +148,7 @@ impl<T: Copy> Lazy<T> {
 
     /// Element `i < len` for writing, with the written prefix extended to it first (`None`
     /// out of range).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn slot(&mut self, i: usize) -> Option<&mut T> {
         if i >= self.v.len() {
             self.grow(i, self.fill);

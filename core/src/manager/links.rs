@@ -59,45 +59,45 @@ impl<P: Copy + Default> Links<P> {
         Lazy::<Node<P>>::bytes(n)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn next(&self, i: u32) -> u32 {
         self.nodes.get(i as usize).next
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn prev(&self, i: u32) -> u32 {
         self.nodes.get(i as usize).prev
     }
 
     /// Node `i`'s payload.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn data(&self, i: u32) -> P {
         self.nodes.get(i as usize).data
     }
 
     /// Sets node `i`'s payload (ignored out of range).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn set_data(&mut self, i: u32, data: P) {
         if let Some(n) = self.nodes.slot(i as usize) {
             n.data = data;
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn set_prev(&mut self, i: u32, prev: u32) {
         if let Some(n) = self.nodes.slot(i as usize) {
             n.prev = prev;
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn set_next(&mut self, i: u32, next: u32) {
         if let Some(n) = self.nodes.slot(i as usize) {
             n.next = next;
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn set_links(&mut self, i: u32, prev: u32, next: u32) {
         if let Some(n) = self.nodes.slot(i as usize) {
             n.prev = prev;
@@ -116,7 +116,7 @@ impl<P: Copy + Default> Links<P> {
     }
 
     /// Appends unlinked node `i` at the tail of `list`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_back(&mut self, list: &mut List, i: u32) {
         self.set_links(i, list.tail, NIL);
         if list.tail == NIL {
@@ -129,7 +129,7 @@ impl<P: Copy + Default> Links<P> {
     }
 
     /// Inserts unlinked node `i` before node `at` of `list` (at the tail when `at` is NIL).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert_before(&mut self, list: &mut List, at: u32, i: u32) {
         if at == NIL {
             self.push_back(list, i);
@@ -147,9 +147,11 @@ impl<P: Copy + Default> Links<P> {
     }
 
     /// Removes node `i`, which must be linked in `list`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn unlink(&mut self, list: &mut List, i: u32) {
-        let Node { prev: p, next: n, .. } = self.nodes.get(i as usize);
+        let Node {
+            prev: p, next: n, ..
+        } = self.nodes.get(i as usize);
         if p == NIL {
             list.head = n;
         } else {
@@ -165,7 +167,7 @@ impl<P: Copy + Default> Links<P> {
     }
 
     /// Moves node `i`, linked in `list`, to its tail.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn move_to_tail(&mut self, list: &mut List, i: u32) {
         if list.tail != i {
             self.unlink(list, i);
@@ -174,7 +176,7 @@ impl<P: Copy + Default> Links<P> {
     }
 
     /// Moves node `i` (linked in `from`) to the tail of another list `to`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn move_to_back(&mut self, from: &mut List, to: &mut List, i: u32) {
         self.unlink(from, i);
         self.push_back(to, i);

@@ -65,19 +65,19 @@ impl Lru {
     }
 
     /// The node of `slot`.
-    #[inline]
+    #[inline(always)]
     fn node(&self, slot: u32) -> u32 {
         self.base + slot
     }
 
     /// The slot of `node`, `None` for an anchor.
-    #[inline]
+    #[inline(always)]
     fn slot_of(&self, node: u32) -> Option<u32> {
         node.checked_sub(self.base)
     }
 
     /// Unlinks node `i`, moving the scan hint back to its predecessor if it pointed at `i`.
-    #[inline]
+    #[inline(always)]
     fn unlink(&mut self, i: u32) {
         if self.hint == i {
             self.hint = self.links.prev(i);
@@ -145,7 +145,7 @@ impl Lru {
 
     /// Places unlinked `node` with rank `rank` right after the request's anchor, past the
     /// bucket's chunks that rank lower.
-    #[inline]
+    #[inline(always)]
     fn place_in_bucket<K: OffloadKey>(&mut self, node: u32, rank: Rank, anchor: u32, keys: &[K]) {
         self.links.set_data(node, rank);
         let key = keys[(node - self.base) as usize];
@@ -193,7 +193,7 @@ impl Lru {
     }
 
     /// Gives resident `slot` a fresh (largest) rank.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn refresh(&mut self, slot: u32) {
         let node = self.node(slot);
         let major = self.fresh_major();
@@ -212,7 +212,7 @@ impl Lru {
 
     /// A request's first access to resident `slot` at `position`: raise its rank to
     /// `(request_major, −position)` if that is larger.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn on_access<K: OffloadKey>(
         &mut self,
         slot: u32,

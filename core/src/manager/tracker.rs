@@ -30,8 +30,7 @@ impl<K: OffloadKey> Tracker<K> {
 
     /// The bytes [`Tracker::new`] allocates for `max` entries.
     pub(crate) fn bytes(max: u64) -> u64 {
-        KeyPool::<K>::bytes(max)
-            .saturating_add(Links::<u32>::bytes(max))
+        KeyPool::<K>::bytes(max).saturating_add(Links::<u32>::bytes(max))
     }
 
     fn find(&self, key: &K) -> Option<u32> {
