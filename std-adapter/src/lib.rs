@@ -1,8 +1,8 @@
 //! # kvtier
 //!
 //! The std side of kvtier: the `kvtier` command (trace replay, capacity sizing), the kvtrace
-//! reader and writer, the built-in workload generator, layout readers, and the Prometheus export of stats payloads,
-//! all around [`kvtier_core`].
+//! reader and writer, the built-in workload generator, layout readers, and the Prometheus
+//! export of stats payloads, all around [`kvtier_core`].
 
 pub mod cli;
 pub mod error;

@@ -40,8 +40,8 @@ enum Phase {
 /// `small-b`: 32 in flight, 16 loading and 16 storing).
 ///
 /// Shared prefix `p` (ranked by Zipf popularity) has hashes derived from the seed, `p` and the
-/// block index by the SplitMix64 finaliser, so prefixes take no memory; every other block hash is a fresh
-/// SplitMix64 draw. Memory is bounded by the parameters, not by `requests`: about
+/// block index by the SplitMix64 finaliser, so prefixes take no memory; every other block hash
+/// is a fresh SplitMix64 draw. Memory is bounded by the parameters, not by `requests`: about
 /// `(recent_convs + inflight + 2) · max_blocks` hashes (see [`Generator::held_hashes`]), one
 /// threshold per prefix and one per count of each block range.
 ///
