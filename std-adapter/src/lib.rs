@@ -1,8 +1,8 @@
 //! # kvtier
 //!
 //! The std side of kvtier: the `kvtier` command (trace replay, capacity sizing), the kvtrace
-//! reader and generator, layout readers, and the Prometheus export of stats payloads,
-//! all around [`kvtier_core`].
+//! reader and writer, the built-in workload generator, layout readers, and the Prometheus
+//! export of stats payloads, all around [`kvtier_core`].
 
 pub mod cli;
 pub mod error;
@@ -15,6 +15,8 @@ pub mod replay;
 pub mod replay_stats;
 pub mod shared;
 pub mod sweep;
+pub mod sync;
 pub mod trace;
+pub mod workload;
 
 pub use error::Error;

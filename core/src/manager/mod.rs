@@ -47,7 +47,7 @@ mod stats;
 mod store;
 mod tracker;
 
-pub use config::{ConfigError, CpuTierInfo, ManagerConfig, PolicyKind, UnknownPolicy};
+pub use config::{ConfigError, ManagerConfig, PolicyKind, UnknownPolicy};
 pub use error::{CompleteLoadError, LoadError, PositionError, StoreError};
 pub use events::{EventKind, OffloadEvent};
 pub use inspect::Inspect;
@@ -66,7 +66,7 @@ use self::policy::{Policy, check_positions, order_keys, record_access};
 use self::request::{INSERTED, REUSED, Requests};
 use self::tracker::Tracker;
 use crate::key::{BlockKey, OffloadKey};
-use crate::stats::Histogram;
+use crate::stats::{CpuTierInfo, Histogram};
 
 /// The answer of [`OffloadManager::lookup`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

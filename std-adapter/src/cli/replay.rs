@@ -6,15 +6,15 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kvtier_core::manager::{ConfigError, CpuTierInfo, ManagerConfig, OffloadManager, PolicyKind};
+use kvtier_core::manager::{ConfigError, ManagerConfig, OffloadManager, PolicyKind};
+use kvtier_core::stats::CpuTierInfo;
 use kvtier_core::stats::{Payload, catalogue};
 
 use super::input::FormatArgs;
 use crate::replay::{DEFAULT_MAX_OPEN_BLOCKS, ReplayCounts, ReplayError, Replayer};
 use crate::replay_stats::{ReplayStats, TransferArgs};
-use crate::trace::{
-    CompactLimits, CompactTrace, Generator, GeneratorConfig, RecordKind, RecordSource,
-};
+use crate::trace::{CompactLimits, CompactTrace, RecordKind, RecordSource};
+use crate::workload::{Generator, GeneratorConfig};
 
 /// Options of `kvtier replay`.
 #[derive(Debug, Clone, clap::Args)]

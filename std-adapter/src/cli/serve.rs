@@ -21,9 +21,10 @@ use crate::export::{ExporterConfig, OffloadExporter, encode_text};
 use crate::http::{MetricsServer, ServerConfig};
 use crate::replay::{ReplayCounts, Replayer};
 use crate::replay_stats::ReplayStats;
-use crate::shared::sync::Arc;
 use crate::shared::{CollectorConfig, PayloadSender, StatsCollector};
-use crate::trace::{Generator, GeneratorConfig, Record, RecordSource};
+use crate::sync::Arc;
+use crate::trace::{Record, RecordSource};
+use crate::workload::{Generator, GeneratorConfig};
 
 /// Requests between two stats drains of the replay.
 const DRAIN_EVERY_REQUESTS: u64 = 256;
