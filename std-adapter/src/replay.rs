@@ -230,6 +230,8 @@ pub struct Replayer {
     counts: ReplayCounts,
     skipped_total: u64,
     last_lookup: Duration,
+    /// The slots of the last `L`'s leading hits.
+    hit_slots: Vec<u32>,
     /// The reused output of `prepare_store`.
     plan: StorePlan<BlockKey>,
 }
@@ -259,6 +261,7 @@ impl Replayer {
             },
             skipped_total: 0,
             last_lookup: Duration::ZERO,
+            hit_slots: Vec::new(),
             plan: StorePlan::new(),
         }
     }
@@ -330,6 +333,7 @@ impl Replayer {
             + self.slots.capacity() * size_of::<u32>()
             + self.keys.capacity() * size_of::<BlockKey>()
             + self.positions.capacity() * size_of::<u64>()
+            + self.hit_slots.capacity() * size_of::<u32>()
             + self.order.capacity() * size_of::<(usize, u64)>()
             + self.open.allocation_size()
             + self.seen.allocation_size()
@@ -443,7 +447,9 @@ impl Replayer {
         let HitScan {
             hits: k,
             stopped_at_pending: pending,
-        } = self.manager.scan_hit_prefix(&self.keys);
+        } = self
+            .manager
+            .scan_hit_prefix_slots(&self.keys, &mut self.hit_slots);
         self.last_lookup = scan.elapsed();
         self.repeat_in(rid, &hashes[k..], k as u64)?;
         self.make_room(rid, n)?;
@@ -455,10 +461,12 @@ impl Replayer {
         })?;
         let start = self.arena.len();
         if k > 0 {
-            match self
-                .manager
-                .prepare_load(req, &self.keys[..k], Some(&self.positions[..k]))
-            {
+            match self.manager.prepare_load_slots(
+                req,
+                &self.keys[..k],
+                &self.hit_slots,
+                Some(&self.positions[..k]),
+            ) {
                 Ok(slots) => self.slots.extend_from_slice(slots),
                 Err(e) => {
                     let _ = self.manager.drop_request(req);

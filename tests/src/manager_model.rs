@@ -447,6 +447,22 @@ impl Real {
                 slot,
                 keys,
                 positions,
+            } if keys.len() % 2 == 1 => {
+                let h = self.handle(*slot);
+                let keys = ks(keys);
+                let slots: Vec<u32> = keys
+                    .iter()
+                    .map(|k| self.manager.inspect().chunk(k).map_or(u32::MAX, |(s, _)| s))
+                    .collect();
+                let r = self
+                    .manager
+                    .prepare_load_slots(h, &keys, &slots, positions.as_deref());
+                Outcome::Load(r.map(<[u32]>::to_vec).map_err(Into::into))
+            }
+            Op::PrepareLoad {
+                slot,
+                keys,
+                positions,
             } => {
                 let h = self.handle(*slot);
                 let r = self

@@ -27,6 +27,13 @@ pub enum LoadError {
     },
     /// The positions do not fit the keys (see [`PositionError`]).
     Positions(PositionError),
+    /// `prepare_load_slots` got a different number of slots than keys.
+    SlotsMismatch {
+        /// Keys given.
+        keys: usize,
+        /// Slots given.
+        slots: usize,
+    },
 }
 
 /// Why `complete_load` refused (vLLM asserts instead).
@@ -119,6 +126,9 @@ impl fmt::Display for LoadError {
                 )
             }
             LoadError::Positions(e) => write!(f, "prepare_load: {e}"),
+            LoadError::SlotsMismatch { keys, slots } => {
+                write!(f, "prepare_load: {keys} keys but {slots} slots")
+            }
         }
     }
 }

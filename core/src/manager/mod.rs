@@ -58,7 +58,7 @@ pub use store::{StoreOutcome, StorePlan};
 use alloc::vec::Vec;
 
 use self::arc::Arc;
-use self::chunks::{Chunks, PENDING};
+use self::chunks::{ABSENT, Chunks, PENDING};
 use self::events::EventQueue;
 use self::links::NIL;
 use self::lru::Lru;
@@ -360,6 +360,54 @@ impl<K: OffloadKey> OffloadManager<K> {
                 Some(s) => self.s_slot.push(s),
             }
         }
+        self.pin_found(req, keys, end_tokens)
+    }
+
+    /// [`prepare_load`](Self::prepare_load) of keys whose slots the caller has just looked
+    /// up (with [`scan_hit_prefix_slots`](Self::scan_hit_prefix_slots)): each slot is checked
+    /// to hold its key instead of looking the key up again.
+    ///
+    /// # Errors
+    /// As [`prepare_load`](Self::prepare_load), with [`LoadError::NotPresent`] also for a slot
+    /// that does not hold its key and [`LoadError::SlotsMismatch`] when `slots` and `keys`
+    /// differ in length; nothing changes then.
+    pub fn prepare_load_slots(
+        &mut self,
+        req: RequestId,
+        keys: &[K],
+        slots: &[u32],
+        end_tokens: Option<&[u64]>,
+    ) -> Result<&[u32], LoadError> {
+        check_positions(keys.len(), end_tokens).map_err(LoadError::Positions)?;
+        if slots.len() != keys.len() {
+            return Err(LoadError::SlotsMismatch {
+                keys: keys.len(),
+                slots: slots.len(),
+            });
+        }
+        self.refresh_request(req)?;
+        self.s_slot.clear();
+        for (index, (key, &s)) in keys.iter().zip(slots).enumerate() {
+            let r = self.chunks.ref_cnt(s);
+            if r == ABSENT || self.chunks.keys().get(s as usize) != Some(key) {
+                return Err(LoadError::NotPresent { index });
+            }
+            if r < 0 {
+                return Err(LoadError::NotReady { index });
+            }
+            self.s_slot.push(s);
+        }
+        self.pin_found(req, keys, end_tokens)
+    }
+
+    /// Pins the readable chunks `s_slot` of `keys` for the live request `req` and records the
+    /// request's access to them (the common end of the two `prepare_load` forms).
+    fn pin_found(
+        &mut self,
+        req: RequestId,
+        keys: &[K],
+        end_tokens: Option<&[u64]>,
+    ) -> Result<&[u32], LoadError> {
         for i in 0..self.s_slot.len() {
             let s = self.s_slot[i];
             let r = self.chunks.ref_cnt(s);
@@ -408,17 +456,32 @@ impl<K: OffloadKey> OffloadManager<K> {
     /// [`prepare_load`](Self::prepare_load).
     #[must_use]
     pub fn scan_hit_prefix(&self, keys: &[K]) -> HitScan {
+        self.scan_with(keys, |_| {})
+    }
+
+    /// [`scan_hit_prefix`](Self::scan_hit_prefix) that also writes the readable prefix's
+    /// slots into `slots` (cleared first), for [`prepare_load_slots`](Self::prepare_load_slots).
+    pub fn scan_hit_prefix_slots(&self, keys: &[K], slots: &mut Vec<u32>) -> HitScan {
+        slots.clear();
+        self.scan_with(keys, |s| slots.push(s))
+    }
+
+    #[inline]
+    fn scan_with(&self, keys: &[K], mut found: impl FnMut(u32)) -> HitScan {
         let mut hits = 0;
         for key in keys {
-            match self.lookup(key) {
-                LookupResult::Hit => hits += 1,
-                LookupResult::HitPending => {
+            match self.chunks.find(key) {
+                None => break,
+                Some(s) if self.chunks.ref_cnt(s) == PENDING => {
                     return HitScan {
                         hits,
                         stopped_at_pending: true,
                     };
                 }
-                LookupResult::Miss => break,
+                Some(s) => {
+                    found(s);
+                    hits += 1;
+                }
             }
         }
         HitScan {
@@ -443,17 +506,24 @@ impl<K: OffloadKey> OffloadManager<K> {
     ) -> Result<HitPrefix<'_>, LoadError> {
         check_positions(keys.len(), end_tokens).map_err(LoadError::Positions)?;
         self.requests.get_mut(req)?;
+        let mut slots = core::mem::take(&mut self.s_resolve);
         let HitScan {
             hits,
             stopped_at_pending,
-        } = self.scan_hit_prefix(keys);
-        let slots: &[u32] = match hits {
-            0 => &[],
-            _ => {
-                let positions = end_tokens.map(|p| &p[..hits]);
-                self.prepare_load(req, &keys[..hits], positions)?
-            }
-        };
+        } = self.scan_hit_prefix_slots(keys, &mut slots);
+        if hits == 0 {
+            self.s_resolve = slots;
+            return Ok(HitPrefix {
+                hits,
+                stopped_at_pending,
+                slots: &[],
+            });
+        }
+        self.refresh_request(req)?;
+        core::mem::swap(&mut self.s_slot, &mut slots);
+        self.s_resolve = slots;
+        let positions = end_tokens.map(|p| &p[..hits]);
+        let slots = self.pin_found(req, &keys[..hits], positions)?;
         Ok(HitPrefix {
             hits,
             stopped_at_pending,
