@@ -8,10 +8,22 @@
 )]
 
 use clap::Parser;
-use kvtier::cli::replay::replay;
-use kvtier::cli::sweep::{SweepArgs, SweepReport, sweep};
+use kvtier::cli::replay::ReplayArgs;
+use kvtier::cli::sweep::SweepArgs;
 use kvtier::cli::{Cli, Command};
+use kvtier::replay_run::ReplayReport;
+use kvtier::sweep_run::SweepReport;
 use kvtier_tests::expected::data;
+
+/// The replay of `args`, its error as the message the command prints.
+fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String> {
+    kvtier::replay_run::replay(&args.options, progress).map_err(|e| e.to_string())
+}
+
+/// The sweep of `args`, its error as the message the command prints.
+fn sweep(args: &SweepArgs, progress: bool) -> Result<SweepReport, String> {
+    kvtier::sweep_run::sweep(&args.options, progress).map_err(|e| e.to_string())
+}
 
 fn sweep_args(extra: &[&str]) -> SweepArgs {
     let mut argv = vec!["kvtier", "sweep"];
