@@ -268,7 +268,7 @@ pub fn start(args: &ServeOptions) -> Result<Serving, Error> {
     collector.register_metrics(&registry)?;
     let scrape = registry.clone();
     let server = MetricsServer::bind(args.listen.as_str(), ServerConfig::default(), move || {
-        encode_text(&scrape).map_err(|e| e.to_string())
+        encode_text(&scrape)
     })?;
     let stop = Arc::new(AtomicBool::new(false));
     let sender = collector.sender();

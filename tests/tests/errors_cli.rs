@@ -13,6 +13,8 @@ use clap::Parser;
 use kvtier::Error;
 use kvtier::cli::{Cli, Command, OutputError};
 use kvtier::convert::{ConvertError, ConvertOptions, FromArg, convert};
+use kvtier::export::EncodeError;
+use kvtier::http::{MetricsServer, ServerConfig};
 use kvtier::input::{FormatArgs, FormatError, OpenError, ReaderError, TraceFormat, detect_format};
 use kvtier::replay::ReplayError;
 use kvtier::replay_run::{ManagerError, ReplayOptions, RunError, replay};
@@ -465,6 +467,39 @@ fn serve_errors_are_typed() {
         text.contains(": request 8 arrives while 8 requests are in flight"),
         "{text}"
     );
+}
+
+#[test]
+fn a_bad_family_name_is_an_encode_error_answered_500() {
+    let mut family = prometheus::proto::MetricFamily::default();
+    family.set_name("bad name".into());
+    let e = kvtier::export::encode_families(&[family]).unwrap_err();
+    assert_eq!(e, EncodeError::MetricName("bad name".into()));
+    assert_eq!(
+        e.to_string(),
+        "encoding the metrics failed: \"bad name\" is not a metric name"
+    );
+    assert!(matches!(Error::from(e.clone()), Error::Encode(_)));
+    // The endpoint answers a render's error with a 500 carrying its message.
+    let server = MetricsServer::bind("127.0.0.1:0", ServerConfig::default(), move || {
+        Err(e.clone())
+    })
+    .unwrap();
+    let (status, _, body) =
+        kvtier_tests::prometheus_server::http_get(server.local_addr(), "/metrics").unwrap();
+    server.stop();
+    assert_eq!(status, "HTTP/1.1 500 Internal Server Error");
+    assert!(
+        body.contains("encoding the metrics failed: \"bad name\" is not a metric name"),
+        "{body}"
+    );
+}
+
+#[test]
+fn an_unknown_config_dtype_names_it() {
+    let e = kvtier::layout::auto_kv_dtype("llama", Some("float31")).unwrap_err();
+    assert_eq!(e.name, "float31");
+    assert_eq!(e.to_string(), "unknown dtype \"float31\"");
 }
 
 #[test]
