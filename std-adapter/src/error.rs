@@ -162,17 +162,21 @@ impl std::error::Error for Error {
     }
 }
 
-macro_rules! from {
-    ($($t:ty => $v:ident),* $(,)?) => {$(
-        impl From<$t> for Error {
+/// `From<T>` for an error enum whose variant `V` wraps a `T`: `from_variants!(Enum: T => V, …)`.
+macro_rules! from_variants {
+    ($enum:ident: $($t:ty => $v:ident),* $(,)?) => {$(
+        impl From<$t> for $enum {
             fn from(e: $t) -> Self {
-                Error::$v(e)
+                $enum::$v(e)
             }
         }
     )*};
 }
 
-from!(
+pub(crate) use from_variants;
+
+from_variants!(
+    Error:
     ExporterError => Exporter,
     ObserveError => Observe,
     EncodeError => Encode,

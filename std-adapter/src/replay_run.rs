@@ -298,17 +298,8 @@ impl std::error::Error for RunError {
     }
 }
 
-macro_rules! from {
-    ($($t:ty => $v:ident),* $(,)?) => {$(
-        impl From<$t> for RunError {
-            fn from(e: $t) -> Self {
-                RunError::$v(e)
-            }
-        }
-    )*};
-}
-
-from!(
+crate::error::from_variants!(
+    RunError:
     OpenError => Open,
     GeneratorError => Workload,
     ManagerError => Manager,

@@ -321,23 +321,12 @@ impl std::error::Error for ReportError {
     }
 }
 
-impl From<LayoutError> for ReportError {
-    fn from(e: LayoutError) -> Self {
-        Self::Layout(e)
-    }
-}
-
-impl From<GroupingError> for ReportError {
-    fn from(e: GroupingError) -> Self {
-        Self::Grouping(e)
-    }
-}
-
-impl From<SizingError> for ReportError {
-    fn from(e: SizingError) -> Self {
-        Self::Sizing(e)
-    }
-}
+crate::error::from_variants!(
+    ReportError:
+    LayoutError => Layout,
+    GroupingError => Grouping,
+    SizingError => Sizing,
+);
 
 fn opt(option: &'static str, problem: impl Into<String>) -> ReportError {
     ReportError::Option {

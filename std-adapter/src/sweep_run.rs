@@ -308,29 +308,13 @@ impl std::error::Error for SweepRunError {
     }
 }
 
-impl From<GridError> for SweepRunError {
-    fn from(e: GridError) -> Self {
-        SweepRunError::Grid(e)
-    }
-}
-
-impl From<OpenError> for SweepRunError {
-    fn from(e: OpenError) -> Self {
-        SweepRunError::Open(e)
-    }
-}
-
-impl From<ChunkBytesError> for SweepRunError {
-    fn from(e: ChunkBytesError) -> Self {
-        SweepRunError::Model(e)
-    }
-}
-
-impl From<PlotError> for SweepRunError {
-    fn from(e: PlotError) -> Self {
-        SweepRunError::Plot(e)
-    }
-}
+crate::error::from_variants!(
+    SweepRunError:
+    GridError => Grid,
+    OpenError => Open,
+    ChunkBytesError => Model,
+    PlotError => Plot,
+);
 
 impl SweepOptions {
     /// The capacities: `--capacities`, or the geometric `--from/--to/--steps`.

@@ -22,7 +22,7 @@ use kvtier::replay_stats::{TransferError, TransferModelError};
 use kvtier::serve::{ServeError, start};
 use kvtier::sizing::{ReportError, SizeError, parse_dtype, parse_size_floor, report};
 use kvtier::sweep::{RangeError, SweepError};
-use kvtier::sweep_run::{ChunkBytesError, GridError, SweepOptions, SweepRunError, sweep};
+use kvtier::sweep_run::{GridError, SweepOptions, SweepRunError, sweep};
 use kvtier_tests::expected::data;
 
 fn parse(argv: &[&str]) -> Result<Command, clap::Error> {
@@ -47,6 +47,13 @@ fn sweep_options(argv: &[&str]) -> SweepOptions {
         Command::Sweep(a) => a.options,
         other => panic!("parsed {other:?}"),
     }
+}
+
+/// The error of `kvtier sweep --trace TRACE EXTRA…`.
+fn sweep_err(trace: &str, extra: &[&str]) -> SweepRunError {
+    let mut argv = vec!["--trace", trace];
+    argv.extend_from_slice(extra);
+    sweep(&sweep_options(&argv), false).unwrap_err()
 }
 
 fn small_a() -> String {
@@ -298,15 +305,9 @@ fn replay_errors_name_the_file_the_line_and_the_option() {
 #[test]
 fn sweep_errors_name_the_option_at_fault() {
     let trace = small_a();
-    let e = sweep(&sweep_options(&["--trace", &trace]), false).unwrap_err();
+    let e = sweep_err(&trace, &[]);
     assert!(matches!(e, SweepRunError::Grid(GridError::NoCapacities)));
-    let e = sweep(
-        &sweep_options(&[
-            "--trace", &trace, "--from", "10", "--to", "5", "--steps", "3",
-        ]),
-        false,
-    )
-    .unwrap_err();
+    let e = sweep_err(&trace, &["--from", "10", "--to", "5", "--steps", "3"]);
     assert!(matches!(
         e,
         SweepRunError::Grid(GridError::Range(RangeError::Bounds {
@@ -319,42 +320,22 @@ fn sweep_errors_name_the_option_at_fault() {
         e.to_string(),
         "--from/--to/--steps: need 1 <= from <= to and steps >= 1 (from 10, to 5, steps 3)"
     );
-    let e = sweep(
-        &sweep_options(&[
-            "--trace",
+    // One LRU case of 64 chunks under `--max-requests N`.
+    let one_case = |max_requests: &str| {
+        sweep_err(
             &trace,
-            "--capacities",
-            "256",
-            "--model",
-            "llama-3.1-8b",
-            "--block-size",
-            "48",
-        ]),
-        false,
-    )
-    .unwrap_err();
-    assert!(
-        matches!(
-            e,
-            SweepRunError::Model(ChunkBytesError::BlockSize { block_size: 48, .. })
-        ),
-        "{e:?}"
-    );
+            &[
+                "--capacities",
+                "64",
+                "--policies",
+                "lru",
+                "--max-requests",
+                max_requests,
+            ],
+        )
+    };
     // A case whose manager is refused names the case.
-    let e = sweep(
-        &sweep_options(&[
-            "--trace",
-            &trace,
-            "--capacities",
-            "64",
-            "--policies",
-            "lru",
-            "--max-requests",
-            "0",
-        ]),
-        false,
-    )
-    .unwrap_err();
+    let e = one_case("0");
     assert!(
         matches!(
             &e,
@@ -370,20 +351,7 @@ fn sweep_errors_name_the_option_at_fault() {
         format!("{trace}: lru capacity 64 threshold 1: --max-requests must be at least 1")
     );
     // A case whose replay fails names the record.
-    let e = sweep(
-        &sweep_options(&[
-            "--trace",
-            &trace,
-            "--capacities",
-            "64",
-            "--policies",
-            "lru",
-            "--max-requests",
-            "8",
-        ]),
-        false,
-    )
-    .unwrap_err();
+    let e = one_case("8");
     assert!(
         matches!(
             &e,
@@ -397,18 +365,7 @@ fn sweep_errors_name_the_option_at_fault() {
         ),
         "{e:?}"
     );
-    let e = sweep(
-        &sweep_options(&[
-            "--trace",
-            &trace,
-            "--capacities",
-            "64",
-            "--plot",
-            "/tmp/x.jpg",
-        ]),
-        false,
-    )
-    .unwrap_err();
+    let e = sweep_err(&trace, &["--capacities", "64", "--plot", "/tmp/x.jpg"]);
     assert!(matches!(e, SweepRunError::Plot(_)));
     assert!(matches!(Error::from(e), Error::SweepRun(_)));
     // `--plot-size` is parsed by clap with the plot's own error.

@@ -204,6 +204,12 @@ fn a_model_turns_capacities_into_exact_gib() {
         "48",
     ]);
     assert!(sweep(&a, false).unwrap_err().contains("--block-size 48"));
+    assert!(matches!(
+        kvtier::sweep_run::sweep(&a.options, false),
+        Err(kvtier::sweep_run::SweepRunError::Model(
+            kvtier::sweep_run::ChunkBytesError::BlockSize { block_size: 48, .. }
+        ))
+    ));
 }
 
 #[test]
