@@ -406,7 +406,7 @@ pub fn replay(args: &ReplayOptions, progress: bool) -> Result<ReplayReport, RunE
     match &args.trace {
         Some(path) => {
             let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
-            let bar = bar(progress, len, "bytes");
+            let bar = progress_bar(progress, "replay", len, "bytes");
             let reader =
                 args.input
                     .open_path(path, args.block_tokens, args.capacity.is_some(), |file| {
@@ -428,7 +428,7 @@ pub fn replay(args: &ReplayOptions, progress: bool) -> Result<ReplayReport, RunE
         None => {
             let generator = args.generator()?;
             let parse_s = started.elapsed();
-            let bar = bar(progress, args.requests, "requests");
+            let bar = progress_bar(progress, "replay", args.requests, "requests");
             let run = Run {
                 args,
                 name: args.builtin_name(),
@@ -444,12 +444,14 @@ pub fn replay(args: &ReplayOptions, progress: bool) -> Result<ReplayReport, RunE
     }
 }
 
-fn bar(show: bool, len: u64, unit: &str) -> ProgressBar {
+/// A progress bar on stderr of `len` `unit`s for the run called `what` (`replay`, `sweep`),
+/// hidden unless `show`.
+pub(crate) fn progress_bar(show: bool, what: &str, len: u64, unit: &str) -> ProgressBar {
     if !show {
         return ProgressBar::hidden();
     }
     let b = ProgressBar::new(len);
-    let template = format!("{{spinner}} replay [{{bar:40}}] {{pos}}/{{len}} {unit} ({{eta}})");
+    let template = format!("{{spinner}} {what} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{eta}})");
     if let Ok(style) = ProgressStyle::with_template(&template) {
         b.set_style(style);
     }

@@ -9,16 +9,15 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use indicatif::{ProgressBar, ProgressStyle};
 use kvtier_core::manager::PolicyKind;
 use serde::Serialize;
 
 use crate::input::{FormatArgs, OpenError, TraceInputError};
 use crate::plot::{KNEE_MARGIN, PlotError, PlotSpec, draw, parse_size};
 use crate::replay::Replayer;
-use crate::replay_run::{ManagerArgs, parse_policy};
+use crate::replay_run::{ManagerArgs, parse_policy, progress_bar};
 use crate::sizing::{CapacityOptions, ModelArgs, ReportError, report};
 use crate::sweep::{
     CaseError, RangeError, Sweep, SweepCase, SweepError, SweepGrid, SweepPoint,
@@ -413,20 +412,6 @@ fn row(p: &SweepPoint, block_tokens: u32, bytes_per_chunk: Option<u64>) -> Sweep
     }
 }
 
-fn progress_bar(show: bool, len: usize) -> ProgressBar {
-    if !show {
-        return ProgressBar::hidden();
-    }
-    let b = ProgressBar::new(len as u64);
-    if let Ok(style) = ProgressStyle::with_template(
-        "{spinner} sweep [{bar:40}] {pos}/{len} configurations ({eta})",
-    ) {
-        b.set_style(style);
-    }
-    b.enable_steady_tick(Duration::from_millis(200));
-    b
-}
-
 /// Runs the sweep `args` describe and draws the plot if asked; `progress` shows a bar on
 /// stderr.
 ///
@@ -455,7 +440,7 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
         .max(1);
-    let bar = progress_bar(progress, cases.len());
+    let bar = progress_bar(progress, "sweep", cases.len() as u64, "configurations");
     let make_replayer = |case: &SweepCase| -> Result<Replayer, CaseError> {
         let manager = args
             .manager
