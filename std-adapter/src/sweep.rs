@@ -36,8 +36,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use kvtier_core::hashing::Set;
 use kvtier_core::manager::PolicyKind;
@@ -125,15 +125,15 @@ impl Sweep {
 }
 
 /// Why a sweep failed: the first case that did, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum SweepError {
     /// The manager (or replayer) of a case could not be built.
     Manager {
         /// The case.
         case: SweepCase,
-        /// Why (the message of the [`CaseError`]).
-        message: String,
+        /// Why: the factory's error.
+        error: Arc<dyn core::error::Error + Send + Sync>,
     },
     /// A record could not be replayed.
     Replay {
@@ -159,7 +159,7 @@ impl core::fmt::Display for SweepError {
             )
         };
         match self {
-            SweepError::Manager { case, message } => write!(f, "{}: {message}", name(case)),
+            SweepError::Manager { case, error } => write!(f, "{}: {error}", name(case)),
             SweepError::Replay {
                 case,
                 record,
@@ -174,7 +174,8 @@ impl core::error::Error for SweepError {
     fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
         match self {
             SweepError::Replay { error, .. } => Some(error),
-            SweepError::Manager { .. } | SweepError::Thread(_) => None,
+            SweepError::Manager { error, .. } => Some(error.as_ref()),
+            SweepError::Thread(_) => None,
         }
     }
 }
@@ -227,7 +228,7 @@ where
             let result = make_replayer(&case)
                 .map_err(|e| SweepError::Manager {
                     case,
-                    message: e.to_string(),
+                    error: Arc::from(e),
                 })
                 .and_then(|r| {
                     replay_one(r, records()).map_err(|(record, error)| SweepError::Replay {

@@ -336,15 +336,16 @@ fn sweep_errors_name_the_option_at_fault() {
     };
     // A case whose manager is refused names the case.
     let e = one_case("0");
-    assert!(
-        matches!(
-            &e,
-            SweepRunError::Sweep {
-                error: SweepError::Manager { .. },
-                ..
-            }
-        ),
-        "{e:?}"
+    let SweepRunError::Sweep {
+        error: SweepError::Manager { error, .. },
+        ..
+    } = &e
+    else {
+        panic!("{e:?}")
+    };
+    assert_eq!(
+        error.downcast_ref::<ManagerError>(),
+        Some(&ManagerError::ZeroMaxRequests)
     );
     assert_eq!(
         e.to_string(),
