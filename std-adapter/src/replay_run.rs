@@ -7,6 +7,7 @@
 //! applies every record through [`ReplayStats`] to a [`Replayer`] and times parsing and the
 //! replay loop apart. [`ManagerArgs`] are the manager options every replaying command shares.
 
+use std::convert::Infallible;
 use std::fmt;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -17,12 +18,12 @@ use kvtier_core::manager::{
 };
 use kvtier_core::stats::{AggregateError, Payload, catalogue};
 
-use crate::input::{FormatArgs, OpenError};
+use crate::input::{FormatArgs, OpenError, TraceInputError};
 use crate::replay::{DEFAULT_MAX_OPEN_BLOCKS, ReplayCounts, ReplayError, Replayer};
 use crate::replay_stats::{ReplayStats, TransferArgs, TransferError};
 use crate::trace::{
-    CompactLimits, CompactTrace, Generator, GeneratorConfig, GeneratorError, RecordKind,
-    RecordSource,
+    CompactError, CompactLimits, CompactTrace, Generator, GeneratorConfig, GeneratorError,
+    RecordKind, RecordSource,
 };
 
 /// The manager options every replaying command (`replay`, `serve`, `sweep`) takes.
@@ -230,8 +231,8 @@ pub enum RunError {
     ZeroBlockTokens,
     /// The transfer model could not be built.
     Transfer(TransferError),
-    /// A record could not be read.
-    Read(Box<dyn std::error::Error + Send + Sync>),
+    /// A record could not be read (a malformed trace, an I/O error, out of memory).
+    Read(CompactError<TraceInputError>),
     /// A record could not be replayed.
     Record {
         /// The record's line, when the source has lines.
@@ -289,7 +290,7 @@ impl std::error::Error for RunError {
             RunError::Manager(e) => Some(e),
             RunError::ZeroBlockTokens => None,
             RunError::Transfer(e) => Some(e),
-            RunError::Read(e) => Some(e.as_ref()),
+            RunError::Read(e) => Some(e),
             RunError::Record { error, .. } => Some(error),
             RunError::Stats(e) => Some(e),
             RunError::Collector(e) => Some(e),
@@ -307,6 +308,41 @@ crate::error::from_variants!(
     AggregateError => Stats,
     crate::shared::CollectorClosed => Collector,
 );
+
+impl From<TraceInputError> for RunError {
+    fn from(e: TraceInputError) -> Self {
+        RunError::Read(CompactError::Source(e))
+    }
+}
+
+impl From<CompactError<TraceInputError>> for RunError {
+    fn from(e: CompactError<TraceInputError>) -> Self {
+        RunError::Read(e)
+    }
+}
+
+/// The generator never fails to give a record.
+impl From<Infallible> for RunError {
+    fn from(never: Infallible) -> Self {
+        match never {}
+    }
+}
+
+/// The generator's records: only the chunk's own limits can fail.
+impl From<CompactError<Infallible>> for RunError {
+    fn from(e: CompactError<Infallible>) -> Self {
+        RunError::Read(match e {
+            CompactError::Source(never) => match never {},
+            CompactError::TooManyRecords { line, max_records } => {
+                CompactError::TooManyRecords { line, max_records }
+            }
+            CompactError::TooManyHashes { line, max_hashes } => {
+                CompactError::TooManyHashes { line, max_hashes }
+            }
+            CompactError::OutOfMemory { line } => CompactError::OutOfMemory { line },
+        })
+    }
+}
 
 impl RunError {
     /// `self`, inside the trace file `path`.
@@ -483,7 +519,7 @@ impl Run<'_> {
     /// parsing (or generating) and the replay loop are timed apart.
     fn replay<S: RecordSource>(self, mut source: S) -> Result<ReplayReport, RunError>
     where
-        S::Error: std::error::Error + Send + Sync + 'static,
+        CompactError<S::Error>: Into<RunError>,
     {
         let args = self.args;
         let (manager, capacity) = args.manager(source.header().capacity)?;
@@ -500,9 +536,7 @@ impl Run<'_> {
         let mut records: u64 = 0;
         loop {
             let t = Instant::now();
-            let read = chunk
-                .refill_from(&mut source)
-                .map_err(|e| RunError::Read(Box::new(e)))?;
+            let read = chunk.refill_from(&mut source).map_err(Into::into)?;
             parse += t.elapsed();
             if read == 0 {
                 break;

@@ -158,7 +158,7 @@ fn drive<S: RecordSource>(
     stop: &AtomicBool,
 ) -> Result<ServeSummary, RunError>
 where
-    S::Error: std::error::Error + Send + Sync + 'static,
+    S::Error: Into<RunError>,
 {
     let header = source.header().clone();
     let (manager, capacity) = args.manager(header.capacity)?;
@@ -179,7 +179,7 @@ where
         let rec = match source.next_record() {
             Ok(Some(rec)) => rec,
             Ok(None) => break,
-            Err(e) => return Err(RunError::Read(Box::new(e))),
+            Err(e) => return Err(e.into()),
         };
         let is_load = matches!(rec, Record::Load { .. });
         n += 1;

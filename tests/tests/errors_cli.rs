@@ -15,7 +15,9 @@ use kvtier::cli::{Cli, Command, OutputError};
 use kvtier::convert::{ConvertError, ConvertOptions, FromArg, convert};
 use kvtier::export::EncodeError;
 use kvtier::http::{MetricsServer, ServerConfig};
-use kvtier::input::{FormatArgs, FormatError, OpenError, ReaderError, TraceFormat, detect_format};
+use kvtier::input::{
+    FormatArgs, FormatError, OpenError, ReaderError, TraceFormat, TraceInputError, detect_format,
+};
 use kvtier::replay::ReplayError;
 use kvtier::replay_run::{ManagerError, ReplayOptions, RunError, replay};
 use kvtier::replay_stats::{TransferError, TransferModelError};
@@ -23,6 +25,7 @@ use kvtier::serve::{ServeError, start};
 use kvtier::sizing::{ReportError, SizeError, parse_dtype, parse_size_floor, report};
 use kvtier::sweep::{RangeError, SweepError};
 use kvtier::sweep_run::{GridError, SweepOptions, SweepRunError, sweep};
+use kvtier::trace::CompactError;
 use kvtier_tests::expected::data;
 
 fn parse(argv: &[&str]) -> Result<Command, clap::Error> {
@@ -281,6 +284,25 @@ fn replay_errors_name_the_file_the_line_and_the_option() {
         "{e}"
     );
     assert!(e.source().is_some());
+    // A malformed record: the reader's error, with its line.
+    let bad = tmp("bad.kvtrace");
+    std::fs::write(&bad, "# format=kvtrace v1\nL 0 1 00000000000000zz\n").unwrap();
+    let e = replay(&replay_options(&["--trace", bad.to_str().unwrap()]), false).unwrap_err();
+    let RunError::Trace { error, .. } = &e else {
+        panic!("{e:?}")
+    };
+    assert!(
+        matches!(
+            **error,
+            RunError::Read(CompactError::Source(TraceInputError::Kvtrace(_)))
+        ),
+        "{error:?}"
+    );
+    assert!(
+        e.to_string()
+            .starts_with(&format!("{}: line 2: ", bad.display())),
+        "{e}"
+    );
     // A bad transfer bandwidth, before anything is replayed.
     let e = replay(
         &replay_options(&["--requests", "10", "--transfer-gbps=-3"]),
