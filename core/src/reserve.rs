@@ -128,7 +128,7 @@ impl<T: Copy> Lazy<T> {
     }
 
     /// Element `i` (the fill value where unset or out of range).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn get(&self, i: usize) -> T {
         match self.v.get(i) {
             Some(&x) => x,
@@ -137,13 +137,23 @@ impl<T: Copy> Lazy<T> {
     }
 
     /// Sets element `i < len`; an index out of range is ignored.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn set(&mut self, i: usize, x: T) {
         if let Some(slot) = self.v.get_mut(i) {
             *slot = x;
         } else {
             self.grow(i, x);
         }
+    }
+
+    /// Element `i < len` for writing, with the written prefix extended to it first (`None`
+    /// out of range).
+    #[inline(always)]
+    pub(crate) fn slot(&mut self, i: usize) -> Option<&mut T> {
+        if i >= self.v.len() {
+            self.grow(i, self.fill);
+        }
+        self.v.get_mut(i)
     }
 
     /// The first write at or past the written prefix: extends it (within the reserved
@@ -175,50 +185,6 @@ impl<T: Copy> Lazy<T> {
     }
 }
 
-/// A fixed-length array over two index regions, `0..lo` and `lo..lo + hi`, each a [`Lazy`]
-/// written on demand (for index spaces whose two parts fill independently, as the LRU's slots
-/// and request anchors do).
-#[derive(Clone, Debug)]
-pub(crate) struct Split<T> {
-    lo: Lazy<T>,
-    hi: Lazy<T>,
-    split: u32,
-}
-
-impl<T: Copy> Split<T> {
-    /// `lo + hi` elements reading as `fill`.
-    pub(crate) fn new(lo: u32, hi: u32, fill: T) -> Result<Self, AllocError> {
-        Ok(Split {
-            lo: Lazy::new(lo as usize, fill)?,
-            hi: Lazy::new(hi as usize, fill)?,
-            split: lo,
-        })
-    }
-
-    /// Element `i`.
-    #[inline]
-    pub(crate) fn get(&self, i: u32) -> T {
-        match i.checked_sub(self.split) {
-            None => self.lo.get(i as usize),
-            Some(j) => self.hi.get(j as usize),
-        }
-    }
-
-    /// Sets element `i` (ignored out of range).
-    #[inline]
-    pub(crate) fn set(&mut self, i: u32, v: T) {
-        match i.checked_sub(self.split) {
-            None => self.lo.set(i as usize, v),
-            Some(j) => self.hi.set(j as usize, v),
-        }
-    }
-
-    /// Bytes of heap held.
-    pub(crate) fn heap_bytes(&self) -> usize {
-        self.lo.heap_bytes() + self.hi.heap_bytes()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,12 +201,10 @@ mod tests {
         l.clear();
         assert_eq!((l.written().len(), l.get(2)), (0, 7));
         assert_eq!(l.heap_bytes(), 20);
-        let mut s = Split::new(2, 3, 0u8).unwrap();
-        s.set(3, 5);
-        s.set(1, 4);
-        s.set(5, 9);
-        assert_eq!([0, 1, 2, 3, 4, 5].map(|i| s.get(i)), [0, 4, 0, 5, 0, 0]);
-        assert_eq!((s.lo.written(), s.hi.written()), (&[0, 4][..], &[0, 5][..]));
+        *l.slot(3).unwrap() = 4;
+        assert_eq!(l.written(), &[7, 7, 7, 4]);
+        assert!(l.slot(5).is_none());
+        assert_eq!(l.written().len(), 4);
     }
 
     #[test]

@@ -11,9 +11,8 @@ use std::time::Duration;
 use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
 use kvtier::http::{MetricsServer, ServerConfig};
 use kvtier::shared::{CollectorConfig, SharedManager, StatsCollector};
-use kvtier_core::manager::{
-    CpuTierInfo, ManagerConfig, OffloadManager, StoreError, StoreOutcome, StorePlan,
-};
+use kvtier_core::manager::{ManagerConfig, OffloadManager, StoreError, StoreOutcome, StorePlan};
+use kvtier_core::stats::CpuTierInfo;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // One manager per engine, each with its tier's facts for vllm:kv_offload_config_info.

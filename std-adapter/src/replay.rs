@@ -73,7 +73,7 @@ impl ReplayCounts {
 }
 
 /// The default of [`Replayer::with_max_open_blocks`]: 16,777,216 blocks over the requests
-/// open at once (8 B each in the replayer's arena).
+/// open at once (12 B each in the replayer's arena).
 pub const DEFAULT_MAX_OPEN_BLOCKS: u64 = 1 << 24;
 
 /// Why a record could not be replayed. The reader already rejects the order errors for files;
@@ -188,7 +188,8 @@ impl fmt::Display for ReplayError {
 impl std::error::Error for ReplayError {}
 
 /// A request between its `L` and its `C`. Its hashes are `arena[start..start + held]`: all
-/// of its blocks until its `S`, then the ones its store allocated.
+/// of its blocks until its `S`, then the ones its store allocated; `slots[start..]` holds the
+/// slots of its leading hits until its `S`, then those of its stored blocks.
 #[derive(Clone, Copy, Debug)]
 struct Open {
     req: RequestId,
@@ -201,8 +202,8 @@ struct Open {
 
 /// Replays records through a manager it owns.
 ///
-/// Memory: the hashes of the open requests sit in one arena, 8 bytes per block (the arena
-/// reuses the space of completed requests; with its slack at most 4 times that), bounded by
+/// Memory: the hashes and slots of the open requests sit in one arena, 12 bytes per block (the
+/// arena reuses the space of completed requests; with its slack at most 4 times that), bounded by
 /// [`Replayer::with_max_open_blocks`]; a small entry per open request; and scratch buffers as
 /// long as the longest request. Keys ([`BlockKey`], group 0) and end-token positions are made
 /// from the hashes when a manager call needs them.
@@ -214,6 +215,8 @@ pub struct Replayer {
     open_blocks: u64,
     open: Map<u64, Open>,
     arena: Vec<u64>,
+    /// The slots parallel to `arena`.
+    slots: Vec<u32>,
     /// Arena slots of completed requests (and of blocks not stored), reclaimed by compaction.
     garbage: usize,
     /// The keys of the current manager call.
@@ -244,6 +247,7 @@ impl Replayer {
             open_blocks: 0,
             open: Map::default(),
             arena: Vec::new(),
+            slots: Vec::new(),
             garbage: 0,
             keys: Vec::new(),
             positions: Vec::new(),
@@ -323,6 +327,7 @@ impl Replayer {
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
         self.arena.capacity() * size_of::<u64>()
+            + self.slots.capacity() * size_of::<u32>()
             + self.keys.capacity() * size_of::<BlockKey>()
             + self.positions.capacity() * size_of::<u64>()
             + self.order.capacity() * size_of::<(usize, u64)>()
@@ -397,14 +402,17 @@ impl Replayer {
             for &(from, rid) in &self.order {
                 if let Some(o) = self.open.get_mut(&rid) {
                     self.arena.copy_within(from..from + o.held, to);
+                    self.slots.copy_within(from..from + o.held, to);
                     o.start = to;
                     to += o.held;
                 }
             }
             self.arena.truncate(to);
+            self.slots.truncate(to);
             self.garbage = 0;
         }
         self.arena.try_reserve(n).map_err(|_| oom)?;
+        self.slots.try_reserve(n).map_err(|_| oom)?;
         self.open.try_reserve(1).map_err(|_| oom)
     }
 
@@ -445,17 +453,22 @@ impl Replayer {
             }
             _ => ReplayError::Request(e),
         })?;
-        if k > 0
-            && let Err(e) =
-                self.manager
-                    .prepare_load(req, &self.keys[..k], Some(&self.positions[..k]))
-        {
-            let _ = self.manager.drop_request(req);
-            return Err(ReplayError::Load(e));
+        let start = self.arena.len();
+        if k > 0 {
+            match self
+                .manager
+                .prepare_load(req, &self.keys[..k], Some(&self.positions[..k]))
+            {
+                Ok(slots) => self.slots.extend_from_slice(slots),
+                Err(e) => {
+                    let _ = self.manager.drop_request(req);
+                    return Err(ReplayError::Load(e));
+                }
+            }
         }
         // Accepted: record it.
-        let start = self.arena.len();
         self.arena.extend_from_slice(hashes);
+        self.slots.resize(start + n, u32::MAX);
         self.open.insert(
             rid,
             Open {
@@ -502,7 +515,7 @@ impl Replayer {
         let k = o.hits;
         if k > 0 {
             self.manager
-                .complete_load(&self.keys[..k])
+                .complete_load_slots(&self.slots[o.start..o.start + k])
                 .map_err(ReplayError::CompleteLoad)?;
         }
         let mut held = 0;
@@ -518,8 +531,11 @@ impl Replayer {
                     self.counts.stored_blocks += plan.keys().len() as u64;
                     self.counts.evicted_blocks += plan.evicted().len() as u64;
                     // The stored keys are a subset of the request's: they fit its range.
-                    for (slot, key) in self.arena[o.start..].iter_mut().zip(plan.keys()) {
-                        *slot = key.hash;
+                    for (at, key) in self.arena[o.start..].iter_mut().zip(plan.keys()) {
+                        *at = key.hash;
+                    }
+                    for (at, &slot) in self.slots[o.start..].iter_mut().zip(plan.slots()) {
+                        *at = slot;
                     }
                     held = plan.keys().len();
                 }
@@ -544,14 +560,8 @@ impl Replayer {
             return Err(ReplayError::OutOfOrder(rid));
         }
         if o.held > 0 {
-            self.keys.clear();
-            self.keys.extend(
-                self.arena[o.start..o.start + o.held]
-                    .iter()
-                    .map(|&h| BlockKey::new(h, 0)),
-            );
             self.manager
-                .complete_store(&self.keys, StoreOutcome::Stored);
+                .complete_store_slots(&self.slots[o.start..o.start + o.held], StoreOutcome::Stored);
         }
         self.manager
             .on_request_finished(o.req)
@@ -561,6 +571,7 @@ impl Replayer {
         self.open_blocks -= o.blocks;
         if self.open.is_empty() {
             self.arena.clear();
+            self.slots.clear();
             self.garbage = 0;
         }
         Ok(())

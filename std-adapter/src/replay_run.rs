@@ -13,18 +13,14 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use kvtier_core::manager::{
-    ConfigError, CpuTierInfo, ManagerConfig, OffloadManager, PolicyKind, UnknownPolicy,
-};
-use kvtier_core::stats::{AggregateError, Payload, catalogue};
+use kvtier_core::manager::{ConfigError, ManagerConfig, OffloadManager, PolicyKind, UnknownPolicy};
+use kvtier_core::stats::{AggregateError, CpuTierInfo, Payload, catalogue};
 
 use crate::input::{FormatArgs, OpenError, TraceInputError};
 use crate::replay::{DEFAULT_MAX_OPEN_BLOCKS, ReplayCounts, ReplayError, Replayer};
 use crate::replay_stats::{ReplayStats, TransferArgs, TransferError};
-use crate::trace::{
-    CompactError, CompactLimits, CompactTrace, Generator, GeneratorConfig, GeneratorError,
-    RecordKind, RecordSource,
-};
+use crate::trace::{CompactError, CompactLimits, CompactTrace, RecordKind, RecordSource};
+use crate::workload::{Generator, GeneratorConfig, GeneratorError};
 
 /// The manager options every replaying command (`replay`, `serve`, `sweep`) takes.
 #[derive(Debug, Clone, clap::Args)]

@@ -22,8 +22,8 @@ use crate::http::{MetricsServer, ServerConfig};
 use crate::replay::{ReplayCounts, Replayer};
 use crate::replay_run::{ReplayOptions, RunError};
 use crate::replay_stats::ReplayStats;
-use crate::shared::sync::Arc;
 use crate::shared::{CollectorConfig, PayloadSender, StatsCollector};
+use crate::sync::Arc;
 use crate::trace::{Record, RecordSource};
 
 /// Requests between two stats drains of the replay.

@@ -14,7 +14,8 @@
 //! ```
 //! use kvtier::replay::Replayer;
 //! use kvtier::sweep::{SweepGrid, run};
-//! use kvtier::trace::{Generator, GeneratorConfig, OwnedRecord};
+//! use kvtier::trace::OwnedRecord;
+//! use kvtier::workload::{Generator, GeneratorConfig};
 //! use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
 //!
 //! let records: Vec<OwnedRecord> = Generator::new(GeneratorConfig::new(1, 500))?.into_owned_records().collect();

@@ -12,7 +12,7 @@
 )]
 
 use kvtier::shared::SharedManager;
-use kvtier::shared::sync::Arc;
+use kvtier::sync::Arc;
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{
     ChunkState, ManagerConfig, OffloadManager, StoreError, StoreOutcome, StorePlan,

@@ -14,7 +14,7 @@
 
 use divan::{Bencher, black_box};
 use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
-use kvtier_core::manager::CpuTierInfo;
+use kvtier_core::stats::CpuTierInfo;
 use kvtier_core::stats::{Gauge, Payload, catalogue};
 
 fn main() {

@@ -11,7 +11,8 @@
 
 use divan::{Bencher, counter::ItemsCount};
 use kvtier::replay::Replayer;
-use kvtier::trace::{Generator, GeneratorConfig, OwnedRecord};
+use kvtier::trace::OwnedRecord;
+use kvtier::workload::{Generator, GeneratorConfig};
 use kvtier_core::BlockKey;
 use kvtier_core::manager::StoreOutcome;
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};

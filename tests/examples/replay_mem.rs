@@ -4,7 +4,8 @@
 use std::time::Instant;
 
 use kvtier::replay::Replayer;
-use kvtier::trace::{Generator, GeneratorConfig, OwnedRecord};
+use kvtier::trace::OwnedRecord;
+use kvtier::workload::{Generator, GeneratorConfig};
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
 
 fn main() {

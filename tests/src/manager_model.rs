@@ -429,6 +429,16 @@ impl Real {
                     Err(e) => Err(e.into()),
                 })
             }
+            // Odd-length calls go through the by-slot forms, with the slots the manager holds
+            // the keys in (an absent key: no slot), which must behave exactly as the keys do.
+            Op::CompleteStore { keys, success } if keys.len() % 2 == 1 => {
+                let slots: Vec<u32> = ks(keys)
+                    .iter()
+                    .filter_map(|k| m.inspect().chunk(k).map(|(s, _)| s))
+                    .collect();
+                m.complete_store_slots(&slots, outcome(*success));
+                Outcome::Done
+            }
             Op::CompleteStore { keys, success } => {
                 m.complete_store(&ks(keys), outcome(*success));
                 Outcome::Done
@@ -443,6 +453,13 @@ impl Real {
                     .manager
                     .prepare_load(h, &ks(keys), positions.as_deref());
                 Outcome::Load(r.map(<[u32]>::to_vec).map_err(Into::into))
+            }
+            Op::CompleteLoad { keys } if keys.len() % 2 == 1 => {
+                let slots: Vec<u32> = ks(keys)
+                    .iter()
+                    .map(|k| m.inspect().chunk(k).map_or(u32::MAX, |(s, _)| s))
+                    .collect();
+                Outcome::CompleteLoad(m.complete_load_slots(&slots).map_err(Into::into))
             }
             Op::CompleteLoad { keys } => {
                 Outcome::CompleteLoad(m.complete_load(&ks(keys)).map_err(Into::into))

@@ -338,7 +338,7 @@ pub fn c4_through_the_stats_payload() {
 
 /// C4: the `config_info` series, and its absence without tier facts.
 pub fn config_info_series() {
-    use kvtier_core::manager::CpuTierInfo;
+    use kvtier_core::stats::CpuTierInfo;
     use kvtier_core::stats::InfoValue;
     let mut cfg = ManagerConfig::new(8);
     cfg.info = Some(CpuTierInfo {

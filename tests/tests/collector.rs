@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use kvtier::export::{ExporterConfig, OffloadExporter, encode_text, format_float};
 use kvtier::shared::{CollectorConfig, RejectReason, SharedManager, StatsCollector, write_frame};
-use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager};
+use kvtier_core::manager::{ManagerConfig, OffloadManager};
+use kvtier_core::stats::CpuTierInfo;
 use kvtier_core::stats::{Gauge, Payload, catalogue};
 use kvtier_tests::store::store_or_no_room;
 

@@ -11,9 +11,10 @@ use std::fs::File;
 use std::io::BufReader;
 
 use kvtier::trace::{
-    CompactError, CompactLimits, CompactTrace, Generator, GeneratorConfig, OwnedRecord, ReadError,
-    Record, RecordSource, TraceReader,
+    CompactError, CompactLimits, CompactTrace, OwnedRecord, ReadError, Record, RecordSource,
+    TraceReader,
 };
+use kvtier::workload::{Generator, GeneratorConfig};
 
 fn data(name: &str) -> String {
     format!("{}/data/{name}", env!("CARGO_MANIFEST_DIR"))

@@ -18,7 +18,8 @@ use kvtier_core::capacity::{
     GroupedLayout, LayerKind, LayerSpec, PoolLayout, Workload, gpu_capacity,
 };
 use kvtier_core::manager::StoreOutcome;
-use kvtier_core::manager::{CpuTierInfo, ManagerConfig, OffloadManager};
+use kvtier_core::manager::{ManagerConfig, OffloadManager};
+use kvtier_core::stats::CpuTierInfo;
 use kvtier_core::stats::catalogue::SeriesMismatch;
 use kvtier_core::stats::{Gauge, Histogram, MetricKind, Payload, catalogue};
 use kvtier_tests::store::{store, store_or_no_room};

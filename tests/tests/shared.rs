@@ -11,11 +11,12 @@ use std::sync::Arc;
 use std::thread;
 
 use kvtier::shared::{ShardedManager, SharedManager};
-use kvtier::trace::SplitMix64;
 use kvtier_core::manager::StoreOutcome;
 use kvtier_core::manager::{LookupResult, ManagerConfig, OffloadManager};
 use kvtier_core::stats::{Payload, catalogue};
 use kvtier_tests::store::{outcome, store_or_no_room};
+use proptest::prelude::RngExt;
+use proptest::test_runner::{RngAlgorithm, TestRng};
 
 const THREADS: u64 = 4;
 const OPS: u64 = 3_000;
@@ -41,13 +42,15 @@ fn shared(capacity: u32, threshold: u32) -> Arc<SharedManager<u64>> {
 
 /// Random stores, lookups with pins and drains from one thread.
 fn hammer(m: &SharedManager<u64>, seed: u64, drained: &mut Payload) -> Did {
-    let mut rng = SplitMix64::new(seed);
+    let mut seed_bytes = [0; 32];
+    seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
+    let mut rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
     let mut did = Did::default();
     for _ in 0..OPS {
-        let start = rng.below(200);
-        let len = 1 + rng.below(6);
+        let start = rng.random_range(0..200);
+        let len = rng.random_range(1..7);
         let keys: Vec<u64> = (start..start + len).collect();
-        match rng.below(10) {
+        match rng.random_range(0..10) {
             0..=4 => m.with(|mgr| {
                 let req = mgr.on_new_request().unwrap();
                 // Under the same lock: what the manager will count for this offer.
@@ -66,7 +69,7 @@ fn hammer(m: &SharedManager<u64>, seed: u64, drained: &mut Payload) -> Did {
                     did.candidates += candidates;
                 }
                 if let Some(stored) = stored {
-                    mgr.complete_store(&stored, outcome(rng.below(8) != 0));
+                    mgr.complete_store(&stored, outcome(rng.random_range(0..8) != 0));
                 }
                 mgr.on_request_finished(req).unwrap();
             }),

@@ -10,10 +10,8 @@
 use std::collections::HashMap;
 use std::io::BufReader;
 
-use kvtier::trace::{
-    BlockRange, Generator, GeneratorConfig, GeneratorError, OwnedRecord, RangeParam, Record,
-    SplitMix64, TraceReader, TraceWriter,
-};
+use kvtier::trace::{OwnedRecord, Record, TraceReader, TraceWriter};
+use kvtier::workload::{BlockRange, Generator, GeneratorConfig, GeneratorError, RangeParam};
 use proptest::prelude::*;
 
 fn data(name: &str) -> String {
@@ -100,20 +98,6 @@ fn same_seed_same_trace_other_seed_other_trace() {
             .collect()
     };
     assert_eq!(strip(&a), strip(&c));
-}
-
-#[test]
-fn splitmix64_reference_vectors() {
-    // The published SplitMix64 outputs for seed 0 (Steele, Lea and Flood; Vigna's reference C).
-    let mut rng = SplitMix64::new(0);
-    assert_eq!(rng.next_u64(), 0xe220_a839_7b1d_cdaf);
-    assert_eq!(rng.next_u64(), 0x6e78_9e6a_a1b9_65f4);
-    assert_eq!(rng.next_u64(), 0x06c4_5d18_8009_454f);
-    let mut rng = SplitMix64::new(99);
-    for n in [1, 2, 3, 10, 1000] {
-        assert!((0..100).all(|_| rng.below(n) < n));
-    }
-    assert_eq!(rng.below(0), 0);
 }
 
 #[test]

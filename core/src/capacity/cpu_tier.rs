@@ -16,6 +16,7 @@
 use super::arith::{div_ceil, mul_div_floor, round_up};
 use super::error::CpuTierError;
 use super::spec::LayerSpec;
+use crate::stats::CpuTierInfo;
 
 /// The OS page size vLLM aligns CPU chunks to (`mmap.PAGESIZE`, normally 4096).
 pub const DEFAULT_PAGE_ALIGNMENT: u64 = 4096;
@@ -69,47 +70,13 @@ pub struct CpuTier {
 impl CpuTier {
     /// The `vllm:kv_offload_config_info` facts.
     #[must_use]
-    pub const fn config_info(&self) -> OffloadConfigInfo {
-        OffloadConfigInfo {
-            cpu_num_chunks: self.num_chunks,
-            cpu_blocks_per_chunk: self.blocks_per_chunk,
-            cpu_kv_cache_size_bytes: self.kv_cache_size_bytes,
-            cpu_kv_cache_size_tokens: self.kv_cache_size_tokens,
+    pub const fn config_info(&self) -> CpuTierInfo {
+        CpuTierInfo {
+            num_chunks: self.num_chunks,
+            blocks_per_chunk: self.blocks_per_chunk,
+            kv_cache_size_bytes: Some(self.kv_cache_size_bytes),
+            kv_cache_size_tokens: self.kv_cache_size_tokens,
         }
-    }
-}
-
-/// The labels of `vllm:kv_offload_config_info` for the CPU tier, in vLLM's field order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct OffloadConfigInfo {
-    /// `cpu_num_chunks`.
-    pub cpu_num_chunks: u64,
-    /// `cpu_blocks_per_chunk`.
-    pub cpu_blocks_per_chunk: u64,
-    /// `cpu_kv_cache_size_bytes` (padding included).
-    pub cpu_kv_cache_size_bytes: u64,
-    /// `cpu_kv_cache_size_tokens`; vLLM renders `None` as the string `"None"`.
-    pub cpu_kv_cache_size_tokens: Option<u64>,
-}
-
-impl OffloadConfigInfo {
-    /// The label names in vLLM's order.
-    pub const LABEL_NAMES: [&'static str; 4] = [
-        "cpu_num_chunks",
-        "cpu_blocks_per_chunk",
-        "cpu_kv_cache_size_bytes",
-        "cpu_kv_cache_size_tokens",
-    ];
-
-    /// The label values in [`LABEL_NAMES`](Self::LABEL_NAMES) order; `None` is vLLM's `"None"`.
-    #[must_use]
-    pub const fn values(&self) -> [Option<u64>; 4] {
-        [
-            Some(self.cpu_num_chunks),
-            Some(self.cpu_blocks_per_chunk),
-            Some(self.cpu_kv_cache_size_bytes),
-            self.cpu_kv_cache_size_tokens,
-        ]
     }
 }
 

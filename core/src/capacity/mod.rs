@@ -11,7 +11,7 @@
 //! | [`grouping`] | [`GroupedLayout`]: vLLM's hybrid grouping and page unification, pipeline projection; [`promote_local_layers`] (hybrid manager off) |
 //! | [`blocks`] | bytes per pool block ([`PoolLayout`]), blocks from memory, the admission check and max-length search |
 //! | [`concurrency`] | max concurrency (a [`Ratio`]), `kv_cache_size_tokens`, [`gpu_capacity`] |
-//! | [`cpu_tier`] | [`size_cpu_tier`]: chunks, bytes and tokens of the CPU tier, [`OffloadConfigInfo`] |
+//! | [`cpu_tier`] | [`size_cpu_tier`]: chunks, bytes and tokens of the CPU tier, its [`CpuTierInfo`](crate::stats::CpuTierInfo) |
 //! | [`arith`] | checked `div_ceil`, `round_up`, `gcd`, `lcm`, `mul_div_floor` |
 //! | [`error`] | one error enum per operation |
 //!
@@ -45,8 +45,8 @@ pub use concurrency::{
     GpuCapacity, GpuCapacityError, gpu_capacity, kv_cache_size_tokens_floor, max_concurrency,
 };
 pub use cpu_tier::{
-    CpuTier, CpuTierConfig, DEFAULT_PAGE_ALIGNMENT, OffloadConfigInfo, chunks_per_request_ceil,
-    cpu_tokens_floor, size_cpu_tier,
+    CpuTier, CpuTierConfig, DEFAULT_PAGE_ALIGNMENT, chunks_per_request_ceil, cpu_tokens_floor,
+    size_cpu_tier,
 };
 pub use error::{
     AdmissionError, BlocksError, ConcurrencyError, CpuTierError, GroupingError, PromotionError,

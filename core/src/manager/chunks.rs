@@ -46,7 +46,7 @@ impl<K: OffloadKey> Chunks<K> {
     }
 
     /// The slot of `key`, trying the hint `slot` first (a slot that still holds `key`).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn find_hinted(&self, key: &K, slot: u32) -> Option<u32> {
         match self.pool.keys().get(slot as usize) {
             Some(k) if k == key && self.ref_cnt(slot) != ABSENT => Some(slot),

@@ -4,6 +4,7 @@
 use core::fmt;
 
 use crate::hashing::FixedState;
+use crate::stats::CpuTierInfo;
 
 /// The eviction policy, chosen at construction.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -55,21 +56,6 @@ impl fmt::Display for UnknownPolicy {
 }
 
 impl core::error::Error for UnknownPolicy {}
-
-/// The CPU tier's static facts, reported by
-/// [`config_info`](super::OffloadManager::config_info) as the labels of
-/// `vllm:kv_offload_config_info`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub struct CpuTierInfo {
-    /// `cpu_num_chunks`.
-    pub num_chunks: u64,
-    /// `cpu_blocks_per_chunk`.
-    pub blocks_per_chunk: u64,
-    /// `cpu_kv_cache_size_bytes` (padding included); `None` when unknown (a replay).
-    pub kv_cache_size_bytes: Option<u64>,
-    /// `cpu_kv_cache_size_tokens`; `None` where vLLM reports `None`.
-    pub kv_cache_size_tokens: Option<u64>,
-}
 
 /// How an [`OffloadManager`](super::OffloadManager) is built: `new(num_chunks)` fills vLLM's
 /// defaults; change the public fields, then pass it to

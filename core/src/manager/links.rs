@@ -1,21 +1,28 @@
-//! Intrusive doubly linked lists over `u32` node indices, sharing one link table.
+//! Intrusive doubly linked lists over `u32` node indices, sharing one node table.
 //!
-//! Several lists (LRU order, ARC's T1 and T2, the ghost lists) thread through fixed arrays of
-//! `prev`/`next` indices sized once. A node is in at most one list of a table at a time. All
-//! operations are O(1) and allocate nothing.
+//! Several lists (LRU order, ARC's T1 and T2, the ghost lists) thread through one fixed array
+//! of nodes sized once. Each node holds its `prev`/`next` links next to a small payload `P` of
+//! its owner's (the LRU's rank, ARC's list tag), so that one node access touches one place in
+//! memory. A node is in at most one list of a table at a time. All operations are O(1) and
+//! allocate nothing; the table is written lazily, as far as its nodes are used.
 
-use crate::reserve::{AllocError, Lazy, Split};
+use crate::reserve::{AllocError, Lazy};
 
 /// The "no node" index.
 pub(crate) const NIL: u32 = u32::MAX;
 
-/// The `prev`/`next` links of nodes `0..lo + hi`, stored as two lazily written regions
-/// (`0..lo` and `lo..lo + hi`), so that each region touches memory only as far as its nodes
-/// are used.
+/// One node: its links and its owner's payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Node<P> {
+    prev: u32,
+    next: u32,
+    data: P,
+}
+
+/// The nodes `0..n` of one or more lists, each with a payload `P` (its `Default` until set).
 #[derive(Clone, Debug)]
-pub(crate) struct Links {
-    prev: Split<u32>,
-    next: Split<u32>,
+pub(crate) struct Links<P: Copy + Default = ()> {
+    nodes: Lazy<Node<P>>,
 }
 
 /// The ends and length of one list threaded through a [`Links`] table.
@@ -34,95 +41,133 @@ impl List {
     };
 }
 
-impl Links {
-    /// Links of `n` nodes in one region.
+impl<P: Copy + Default> Links<P> {
+    /// Nodes `0..n`, unlinked, with default payloads.
     pub(crate) fn new(n: u32) -> Result<Self, AllocError> {
-        Links::split(n, 0)
-    }
-
-    /// Links of nodes `0..lo` and `lo..lo + hi`, each region written on demand.
-    pub(crate) fn split(lo: u32, hi: u32) -> Result<Self, AllocError> {
+        let fill = Node {
+            prev: NIL,
+            next: NIL,
+            data: P::default(),
+        };
         Ok(Links {
-            prev: Split::new(lo, hi, NIL)?,
-            next: Split::new(lo, hi, NIL)?,
+            nodes: Lazy::new(n as usize, fill)?,
         })
     }
 
-    /// The bytes [`Links::split`] allocates for `nodes` nodes in all.
-    pub(crate) fn bytes(nodes: u64) -> u64 {
-        Lazy::<u32>::bytes(nodes).saturating_mul(2)
+    /// The bytes [`Links::new`] allocates for `n` nodes.
+    pub(crate) const fn bytes(n: u64) -> u64 {
+        Lazy::<Node<P>>::bytes(n)
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn next(&self, i: u32) -> u32 {
-        self.next.get(i)
+        self.nodes.get(i as usize).next
     }
 
-    #[inline]
+    #[inline(always)]
     pub(crate) fn prev(&self, i: u32) -> u32 {
-        self.prev.get(i)
+        self.nodes.get(i as usize).prev
+    }
+
+    /// Node `i`'s payload.
+    #[inline(always)]
+    pub(crate) fn data(&self, i: u32) -> P {
+        self.nodes.get(i as usize).data
+    }
+
+    /// Sets node `i`'s payload (ignored out of range).
+    #[inline(always)]
+    pub(crate) fn set_data(&mut self, i: u32, data: P) {
+        if let Some(n) = self.nodes.slot(i as usize) {
+            n.data = data;
+        }
+    }
+
+    #[inline(always)]
+    fn set_prev(&mut self, i: u32, prev: u32) {
+        if let Some(n) = self.nodes.slot(i as usize) {
+            n.prev = prev;
+        }
+    }
+
+    #[inline(always)]
+    fn set_next(&mut self, i: u32, next: u32) {
+        if let Some(n) = self.nodes.slot(i as usize) {
+            n.next = next;
+        }
+    }
+
+    #[inline(always)]
+    fn set_links(&mut self, i: u32, prev: u32, next: u32) {
+        if let Some(n) = self.nodes.slot(i as usize) {
+            n.prev = prev;
+            n.next = next;
+        }
+    }
+
+    /// Every node back to unlinked with the default payload (keeps the memory).
+    pub(crate) fn clear(&mut self) {
+        self.nodes.clear();
     }
 
     /// Bytes of heap held.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.prev.heap_bytes() + self.next.heap_bytes()
+        self.nodes.heap_bytes()
     }
 
     /// Appends unlinked node `i` at the tail of `list`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn push_back(&mut self, list: &mut List, i: u32) {
-        self.prev.set(i, list.tail);
-        self.next.set(i, NIL);
+        self.set_links(i, list.tail, NIL);
         if list.tail == NIL {
             list.head = i;
         } else {
-            self.next.set(list.tail, i);
+            self.set_next(list.tail, i);
         }
         list.tail = i;
         list.len += 1;
     }
 
     /// Inserts unlinked node `i` before node `at` of `list` (at the tail when `at` is NIL).
-    #[inline]
+    #[inline(always)]
     pub(crate) fn insert_before(&mut self, list: &mut List, at: u32, i: u32) {
         if at == NIL {
             self.push_back(list, i);
             return;
         }
-        let p = self.prev.get(at);
-        self.prev.set(i, p);
-        self.next.set(i, at);
-        self.prev.set(at, i);
+        let p = self.prev(at);
+        self.set_links(i, p, at);
+        self.set_prev(at, i);
         if p == NIL {
             list.head = i;
         } else {
-            self.next.set(p, i);
+            self.set_next(p, i);
         }
         list.len += 1;
     }
 
     /// Removes node `i`, which must be linked in `list`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn unlink(&mut self, list: &mut List, i: u32) {
-        let p = self.prev.get(i);
-        let n = self.next.get(i);
+        let Node {
+            prev: p, next: n, ..
+        } = self.nodes.get(i as usize);
         if p == NIL {
             list.head = n;
         } else {
-            self.next.set(p, n);
+            self.set_next(p, n);
         }
         if n == NIL {
             list.tail = p;
         } else {
-            self.prev.set(n, p);
+            self.set_prev(n, p);
         }
-        self.prev.set(i, NIL);
-        self.next.set(i, NIL);
+        self.set_links(i, NIL, NIL);
         list.len -= 1;
     }
 
     /// Moves node `i`, linked in `list`, to its tail.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn move_to_tail(&mut self, list: &mut List, i: u32) {
         if list.tail != i {
             self.unlink(list, i);
@@ -131,7 +176,7 @@ impl Links {
     }
 
     /// Moves node `i` (linked in `from`) to the tail of another list `to`.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn move_to_back(&mut self, from: &mut List, to: &mut List, i: u32) {
         self.unlink(from, i);
         self.push_back(to, i);
@@ -143,7 +188,7 @@ mod tests {
     use super::*;
     use alloc::vec::Vec;
 
-    fn collect(l: &Links, list: &List) -> Vec<u32> {
+    fn collect(l: &Links<u8>, list: &List) -> Vec<u32> {
         let mut v = Vec::new();
         let mut i = list.head;
         while i != NIL {
@@ -155,7 +200,7 @@ mod tests {
 
     #[test]
     fn push_insert_unlink_move() {
-        let mut l = Links::split(4, 2).unwrap();
+        let mut l = Links::<u8>::new(6).unwrap();
         let mut a = List::EMPTY;
         let mut b = List::EMPTY;
         for i in [0, 1, 2] {
@@ -175,5 +220,9 @@ mod tests {
         assert_eq!(collect(&l, &a), [1, 0]);
         l.move_to_tail(&mut a, 0);
         assert_eq!(collect(&l, &a), [1, 0]);
+        l.set_data(5, 9);
+        assert_eq!((l.data(5), l.data(4), l.next(3), l.prev(5)), (9, 0, 5, 3));
+        l.set_data(6, 1);
+        assert_eq!(l.data(6), 0);
     }
 }

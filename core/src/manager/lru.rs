@@ -8,7 +8,8 @@
 //!
 //! vLLM keeps the evictable chunks in a lazily rebuilt binary heap. kvtier keeps *all* resident
 //! chunks in one intrusive list sorted by rank, with an anchor node per live request marking
-//! where that request's major value sits. Every rank change is then O(1): a fresh rank is the
+//! where that request's major value sits (nodes `0..max_requests` are the anchors, node
+//! `max_requests + slot` is a slot's; each node carries its rank next to its links). Every rank change is then O(1): a fresh rank is the
 //! largest rank there is (append at the tail), and a request rank is placed right after its
 //! anchor, walking only past the request's own chunks that rank lower — none when blocks arrive
 //! head to tail, which is how a scheduler offers them. Eviction walks from the head and takes
@@ -19,7 +20,7 @@ use alloc::vec::Vec;
 
 use super::links::{Links, List, NIL};
 use crate::key::OffloadKey;
-use crate::reserve::{AllocError, Lazy, Split};
+use crate::reserve::AllocError;
 
 /// The rank state of a request, kept in the request's own state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -30,37 +31,53 @@ pub(crate) struct RequestRank {
     pub(crate) generation: u64,
 }
 
+/// A node's rank `(major, minor)`, smallest evicted first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+struct Rank {
+    major: u64,
+    minor: i64,
+}
+
 #[derive(Clone, Debug)]
 pub(crate) struct Lru {
-    links: Links,
+    /// Anchors are nodes `0..base`, slot `s` is node `base + s`.
+    links: Links<Rank>,
     order: List,
-    major: Split<u64>,
-    minor: Split<i64>,
-    /// Slots are nodes `0..n`; request anchors are `n..n + max_requests`.
-    n: u32,
+    base: u32,
     next_rank: u64,
     generation: u64,
-    /// Where eviction scans start: every node before it is pinned, pending or an anchor
-    /// (NIL: scan from the head). Keeps eviction from re-walking the in-flight chunks.
+    /// Where eviction scans start (a node): every node before it is pinned, pending or an
+    /// anchor (NIL: scan from the head). Keeps eviction from re-walking the in-flight chunks.
     hint: u32,
 }
 
 impl Lru {
     pub(crate) fn new(n: u32, max_requests: u32) -> Result<Self, AllocError> {
+        let nodes = n.checked_add(max_requests).ok_or(AllocError)?;
         Ok(Lru {
-            links: Links::split(n, max_requests)?,
+            links: Links::new(nodes)?,
             order: List::EMPTY,
-            major: Split::new(n, max_requests, 0)?,
-            minor: Split::new(n, max_requests, 0)?,
-            n,
+            base: max_requests,
             next_rank: 0,
             generation: 0,
             hint: NIL,
         })
     }
 
+    /// The node of `slot`.
+    #[inline(always)]
+    fn node(&self, slot: u32) -> u32 {
+        self.base + slot
+    }
+
+    /// The slot of `node`, `None` for an anchor.
+    #[inline(always)]
+    fn slot_of(&self, node: u32) -> Option<u32> {
+        node.checked_sub(self.base)
+    }
+
     /// Unlinks node `i`, moving the scan hint back to its predecessor if it pointed at `i`.
-    #[inline]
+    #[inline(always)]
     fn unlink(&mut self, i: u32) {
         if self.hint == i {
             self.hint = self.links.prev(i);
@@ -68,22 +85,26 @@ impl Lru {
         self.links.unlink(&mut self.order, i);
     }
 
-    /// `rank(a) < rank(b)` for linked nodes (anchors sort before their request's chunks).
+    /// `rank(a) < rank(b)` for linked nodes (anchors sort before their request's chunks; ties
+    /// between chunks break by key).
     #[inline]
     fn ranks_before<K: OffloadKey>(&self, a: u32, b: u32, keys: &[K]) -> bool {
-        let ra = (self.major.get(a), self.minor.get(a));
-        let rb = (self.major.get(b), self.minor.get(b));
+        let (ra, rb) = (self.links.data(a), self.links.data(b));
         if ra != rb {
             return ra < rb;
         }
-        a < self.n && b < self.n && keys[a as usize] < keys[b as usize]
+        match (self.slot_of(a), self.slot_of(b)) {
+            (Some(x), Some(y)) => keys[x as usize] < keys[y as usize],
+            _ => false,
+        }
     }
 
     /// Slot `slot` just became idle (evictable): keep the scan hint at or before it.
     #[inline]
     pub(crate) fn on_evictable<K: OffloadKey>(&mut self, slot: u32, keys: &[K]) {
-        if self.hint != NIL && self.ranks_before(slot, self.hint, keys) {
-            self.hint = slot;
+        let node = self.node(slot);
+        if self.hint != NIL && self.ranks_before(node, self.hint, keys) {
+            self.hint = node;
         }
     }
 
@@ -99,10 +120,14 @@ impl Lru {
             return rank.major;
         }
         let major = self.fresh_major();
-        let anchor = self.n + req_index;
-        self.major.set(anchor, major);
-        self.minor.set(anchor, i64::MIN);
-        self.links.push_back(&mut self.order, anchor);
+        self.links.set_data(
+            req_index,
+            Rank {
+                major,
+                minor: i64::MIN,
+            },
+        );
+        self.links.push_back(&mut self.order, req_index);
         *rank = RequestRank {
             major,
             generation: self.generation,
@@ -113,25 +138,26 @@ impl Lru {
     /// Unlinks a finished or dropped request's anchor.
     pub(crate) fn release_request(&mut self, rank: &mut RequestRank, req_index: u32) {
         if rank.major != 0 && rank.generation == self.generation {
-            self.unlink(self.n + req_index);
+            self.unlink(req_index);
         }
         *rank = RequestRank::default();
     }
 
-    /// Places unlinked `slot` with rank `(major, minor)` right after the request's anchor,
-    /// past the bucket's chunks that rank lower.
-    fn place_in_bucket<K: OffloadKey>(&mut self, slot: u32, anchor: u32, keys: &[K]) {
-        let (major, minor) = (self.major.get(slot), self.minor.get(slot));
-        let key = keys[slot as usize];
+    /// Places unlinked `node` with rank `rank` right after the request's anchor, past the
+    /// bucket's chunks that rank lower.
+    #[inline(always)]
+    fn place_in_bucket<K: OffloadKey>(&mut self, node: u32, rank: Rank, anchor: u32, keys: &[K]) {
+        self.links.set_data(node, rank);
+        let key = keys[(node - self.base) as usize];
         let mut at = self.links.next(anchor);
-        while at != NIL
-            && at < self.n
-            && self.major.get(at) == major
-            && (self.minor.get(at), keys[at as usize]) < (minor, key)
-        {
+        while let Some(s) = self.slot_of(at).filter(|_| at != NIL) {
+            let r = self.links.data(at);
+            if r.major != rank.major || (r.minor, keys[s as usize]) >= (rank.minor, key) {
+                break;
+            }
             at = self.links.next(at);
         }
-        self.links.insert_before(&mut self.order, at, slot);
+        self.links.insert_before(&mut self.order, at, node);
     }
 
     /// A newly stored chunk: request rank when it has a position, else a fresh rank.
@@ -143,35 +169,38 @@ impl Lru {
         req_index: u32,
         keys: &[K],
     ) {
+        let node = self.node(slot);
         match position {
             None => {
-                let m = self.fresh_major();
-                self.major.set(slot, m);
-                self.minor.set(slot, 0);
-                self.links.push_back(&mut self.order, slot);
+                let major = self.fresh_major();
+                self.links.set_data(node, Rank { major, minor: 0 });
+                self.links.push_back(&mut self.order, node);
             }
             Some(p) => {
-                let m = self.request_major(rank, req_index);
-                self.major.set(slot, m);
-                self.minor.set(slot, neg_position(p));
-                self.place_in_bucket(slot, self.n + req_index, keys);
+                let major = self.request_major(rank, req_index);
+                let r = Rank {
+                    major,
+                    minor: neg_position(p),
+                };
+                self.place_in_bucket(node, r, req_index, keys);
             }
         }
     }
 
     /// Forgets a chunk (failed store or eviction).
     pub(crate) fn remove(&mut self, slot: u32) {
-        self.unlink(slot);
+        self.unlink(self.node(slot));
     }
 
     /// Gives resident `slot` a fresh (largest) rank.
+    #[inline(always)]
     pub(crate) fn refresh(&mut self, slot: u32) {
-        let m = self.fresh_major();
-        self.major.set(slot, m);
-        self.minor.set(slot, 0);
-        if self.order.tail != slot {
-            self.unlink(slot);
-            self.links.push_back(&mut self.order, slot);
+        let node = self.node(slot);
+        let major = self.fresh_major();
+        self.links.set_data(node, Rank { major, minor: 0 });
+        if self.order.tail != node {
+            self.unlink(node);
+            self.links.push_back(&mut self.order, node);
         }
     }
 
@@ -183,6 +212,7 @@ impl Lru {
 
     /// A request's first access to resident `slot` at `position`: raise its rank to
     /// `(request_major, −position)` if that is larger.
+    #[inline(always)]
     pub(crate) fn on_access<K: OffloadKey>(
         &mut self,
         slot: u32,
@@ -191,18 +221,20 @@ impl Lru {
         req_index: u32,
         keys: &[K],
     ) {
-        let new = (request_major, neg_position(position));
-        if (self.major.get(slot), self.minor.get(slot)) >= new {
+        let node = self.node(slot);
+        let new = Rank {
+            major: request_major,
+            minor: neg_position(position),
+        };
+        if self.links.data(node) >= new {
             return;
         }
-        self.unlink(slot);
-        self.major.set(slot, new.0);
-        self.minor.set(slot, new.1);
-        self.place_in_bucket(slot, self.n + req_index, keys);
+        self.unlink(node);
+        self.place_in_bucket(node, new, req_index, keys);
     }
 
     /// Chooses `need` victims in rank order among idle chunks not stamped with `stamp`,
-    /// appending them to `out`. All or nothing: on `false` nothing changed (and `out` is
+    /// appending their slots to `out`. All or nothing: on `false` nothing changed (and `out` is
     /// truncated back).
     pub(crate) fn evict(
         &mut self,
@@ -221,9 +253,11 @@ impl Lru {
         let mut found = 0;
         let mut first_idle_kept = NIL;
         while at != NIL && found < need {
-            if at < self.n && ref_cnt.get(at as usize) == Some(&0) {
-                if stamps.get(at as usize).copied().unwrap_or(0) != stamp {
-                    out.push(at);
+            if let Some(s) = self.slot_of(at)
+                && ref_cnt.get(s as usize) == Some(&0)
+            {
+                if stamps.get(s as usize).copied().unwrap_or(0) != stamp {
+                    out.push(s);
                     found += 1;
                 } else if first_idle_kept == NIL {
                     first_idle_kept = at;
@@ -243,7 +277,7 @@ impl Lru {
             first_idle_kept
         };
         for &slot in &out[start..] {
-            self.links.unlink(&mut self.order, slot);
+            self.links.unlink(&mut self.order, self.base + slot);
         }
         self.hint = if new_hint == NIL {
             self.order.tail
@@ -264,13 +298,12 @@ impl Lru {
     /// Resident chunks in eviction order, head first (for tests and invariant checks).
     pub(crate) fn order(&self) -> impl Iterator<Item = u32> + '_ {
         let mut at = self.order.head;
-        let n = self.n;
         core::iter::from_fn(move || {
             while at != NIL {
                 let cur = at;
                 at = self.links.next(cur);
-                if cur < n {
-                    return Some(cur);
+                if let Some(s) = self.slot_of(cur) {
+                    return Some(s);
                 }
             }
             None
@@ -279,14 +312,11 @@ impl Lru {
 
     /// The bytes [`Lru::new`] allocates.
     pub(crate) fn bytes(n: u64, max_requests: u64) -> u64 {
-        let nodes = n.saturating_add(max_requests);
-        Links::bytes(nodes)
-            .saturating_add(Lazy::<u64>::bytes(nodes))
-            .saturating_add(Lazy::<i64>::bytes(nodes))
+        Links::<Rank>::bytes(n.saturating_add(max_requests))
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.links.heap_bytes() + self.major.heap_bytes() + self.minor.heap_bytes()
+        self.links.heap_bytes()
     }
 }
 

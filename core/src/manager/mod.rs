@@ -47,7 +47,7 @@ mod stats;
 mod store;
 mod tracker;
 
-pub use config::{ConfigError, CpuTierInfo, ManagerConfig, PolicyKind, UnknownPolicy};
+pub use config::{ConfigError, ManagerConfig, PolicyKind, UnknownPolicy};
 pub use error::{CompleteLoadError, LoadError, PositionError, StoreError};
 pub use events::{EventKind, OffloadEvent};
 pub use inspect::Inspect;
@@ -60,12 +60,13 @@ use alloc::vec::Vec;
 use self::arc::Arc;
 use self::chunks::{Chunks, PENDING};
 use self::events::EventQueue;
+use self::links::NIL;
 use self::lru::Lru;
 use self::policy::{Policy, check_positions, order_keys, record_access};
 use self::request::{INSERTED, REUSED, Requests};
 use self::tracker::Tracker;
 use crate::key::{BlockKey, OffloadKey};
-use crate::stats::Histogram;
+use crate::stats::{CpuTierInfo, Histogram};
 
 /// The answer of [`OffloadManager::lookup`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -144,6 +145,8 @@ pub struct OffloadManager<K: OffloadKey = BlockKey> {
     s_rslot: Vec<u32>,
     s_zero: Vec<u32>,
     s_order: Vec<u32>,
+    /// Slots of the keys of a `complete_load` / `complete_store` call.
+    s_resolve: Vec<u32>,
     /// The keys a `complete_store` completed (its event's keys).
     s_done: Vec<K>,
     victims: Vec<u32>,
@@ -210,6 +213,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             s_rslot: Vec::new(),
             s_zero: Vec::new(),
             s_order: Vec::new(),
+            s_resolve: Vec::new(),
             s_done: Vec::new(),
             victims: Vec::new(),
             cfg,
@@ -481,13 +485,30 @@ impl<K: OffloadKey> OffloadManager<K> {
     /// [`CompleteLoadError`] when a key is absent or not pinned (counting repeats within the
     /// call); nothing changes then.
     pub fn complete_load(&mut self, keys: &[K]) -> Result<(), CompleteLoadError> {
+        let mut slots = core::mem::take(&mut self.s_resolve);
+        slots.clear();
+        slots.extend(keys.iter().map(|k| self.chunks.find(k).unwrap_or(NIL)));
+        let result = self.complete_load_slots(&slots);
+        self.s_resolve = slots;
+        result
+    }
+
+    /// [`complete_load`](Self::complete_load) by slot: undoes one pin per slot, as
+    /// [`prepare_load`](Self::prepare_load) returned them (a pinned chunk keeps its slot). A
+    /// chunk whose last load completes becomes evictable.
+    ///
+    /// # Errors
+    /// [`CompleteLoadError::NotPinned`] when a slot holds no pinned chunk (counting repeats
+    /// within the call), [`CompleteLoadError::NotPresent`] for slot `u32::MAX` (no slot);
+    /// nothing changes then.
+    pub fn complete_load_slots(&mut self, slots: &[u32]) -> Result<(), CompleteLoadError> {
         self.s_slot.clear();
         self.s_zero.clear();
-        for (index, key) in keys.iter().enumerate() {
-            let Some(s) = self.chunks.find(key) else {
+        for (index, &s) in slots.iter().enumerate() {
+            if s == NIL {
                 self.undo_unpins();
                 return Err(CompleteLoadError::NotPresent { index });
-            };
+            }
             let r = self.chunks.ref_cnt(s);
             if r <= 0 {
                 self.undo_unpins();

@@ -3,9 +3,7 @@
 //! vLLM's offloading scheduler adds per drain (allocation failures, the tier's facts once).
 
 use crate::stats::catalogue;
-use crate::stats::{Gauge, Histogram, InfoSeries, InfoValue, Payload};
-
-use super::CpuTierInfo;
+use crate::stats::{Gauge, Histogram, InfoSeries, Payload};
 
 /// One drained [`take_stats`](super::OffloadManager::take_stats) result of an
 /// [`OffloadManager`](super::OffloadManager).
@@ -120,27 +118,5 @@ impl ManagerStats {
         let mut p = Payload::new();
         self.write_step_to(&mut p);
         p
-    }
-}
-
-impl CpuTierInfo {
-    /// The `vllm:kv_offload_config_info` series: `cpu_num_chunks`, `cpu_blocks_per_chunk`,
-    /// `cpu_kv_cache_size_bytes`, `cpu_kv_cache_size_tokens` (`None` rendered "None").
-    #[must_use]
-    pub fn to_info_series(&self) -> InfoSeries {
-        let int = |v: u64| InfoValue::Int(i64::try_from(v).unwrap_or(i64::MAX));
-        let mut s = InfoSeries::new();
-        // Four labels fit any series.
-        let _ = s.insert("cpu_num_chunks", int(self.num_chunks));
-        let _ = s.insert("cpu_blocks_per_chunk", int(self.blocks_per_chunk));
-        let _ = s.insert(
-            "cpu_kv_cache_size_bytes",
-            self.kv_cache_size_bytes.map_or(InfoValue::None, int),
-        );
-        let _ = s.insert(
-            "cpu_kv_cache_size_tokens",
-            self.kv_cache_size_tokens.map_or(InfoValue::None, int),
-        );
-        s
     }
 }

@@ -283,15 +283,26 @@ impl<K: OffloadKey> OffloadManager<K> {
     /// [`reset_cache`](Self::reset_cache) dropped the store, is harmless; the returned count
     /// says how many keys were pending and completed.
     pub fn complete_store(&mut self, keys: &[K], outcome: StoreOutcome) -> usize {
+        let mut slots = core::mem::take(&mut self.s_resolve);
+        slots.clear();
+        slots.extend(keys.iter().filter_map(|k| self.chunks.find(k)));
+        let done = self.complete_store_slots(&slots, outcome);
+        self.s_resolve = slots;
+        done
+    }
+
+    /// [`complete_store`](Self::complete_store) by slot, as
+    /// [`StorePlan::slots`] gave them (a pending chunk keeps its slot): a slot whose chunk is
+    /// not pending (already completed, or holding no chunk) is skipped. Returns how many
+    /// stores completed.
+    pub fn complete_store_slots(&mut self, slots: &[u32], outcome: StoreOutcome) -> usize {
         let success = outcome == StoreOutcome::Stored;
         self.s_done.clear();
-        for key in keys {
-            let Some(s) = self.chunks.find(key) else {
-                continue;
-            };
+        for &s in slots {
             if self.chunks.ref_cnt(s) != PENDING {
                 continue;
             }
+            let key = self.chunks.key(s);
             self.write_pending -= 1;
             if success {
                 self.chunks.set_ref_cnt(s, 0);
@@ -306,7 +317,7 @@ impl<K: OffloadKey> OffloadManager<K> {
                 }
                 self.chunks.remove(s);
             }
-            self.s_done.push(*key);
+            self.s_done.push(key);
         }
         if let Some(ev) = &mut self.events {
             let kind = if success {

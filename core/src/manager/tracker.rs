@@ -7,13 +7,13 @@ use super::key_pool::KeyPool;
 use super::links::{Links, List};
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
-use crate::reserve::{AllocError, Lazy};
+use crate::reserve::AllocError;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Tracker<K> {
     pool: KeyPool<K>,
-    links: Links,
-    counts: Lazy<u32>,
+    /// Each node's payload is its key's offer count.
+    links: Links<u32>,
     lru: List,
     max: u32,
 }
@@ -23,7 +23,6 @@ impl<K: OffloadKey> Tracker<K> {
         Ok(Tracker {
             pool: KeyPool::new(max, hasher)?,
             links: Links::new(max)?,
-            counts: Lazy::new(max as usize, 0)?,
             lru: List::EMPTY,
             max,
         })
@@ -31,9 +30,7 @@ impl<K: OffloadKey> Tracker<K> {
 
     /// The bytes [`Tracker::new`] allocates for `max` entries.
     pub(crate) fn bytes(max: u64) -> u64 {
-        KeyPool::<K>::bytes(max)
-            .saturating_add(Links::bytes(max))
-            .saturating_add(Lazy::<u32>::bytes(max))
+        KeyPool::<K>::bytes(max).saturating_add(Links::<u32>::bytes(max))
     }
 
     fn find(&self, key: &K) -> Option<u32> {
@@ -51,8 +48,8 @@ impl<K: OffloadKey> Tracker<K> {
             match self.find(key) {
                 Some(i) => {
                     self.links.move_to_tail(&mut self.lru, i);
-                    let c = self.counts.get(i as usize).saturating_add(1);
-                    self.counts.set(i as usize, c);
+                    let c = self.links.data(i).saturating_add(1);
+                    self.links.set_data(i, c);
                     protected += 1;
                     counts_out.push(c);
                 }
@@ -74,7 +71,7 @@ impl<K: OffloadKey> Tracker<K> {
             let Some(i) = self.pool.insert(*key) else {
                 continue;
             };
-            self.counts.set(i as usize, 1);
+            self.links.set_data(i, 1);
             self.links.push_back(&mut self.lru, i);
             *count = 1;
         }
@@ -93,7 +90,7 @@ impl<K: OffloadKey> Tracker<K> {
 
     /// The count of `key`, 0 when untracked.
     pub(crate) fn count(&self, key: &K) -> u32 {
-        self.find(key).map_or(0, |i| self.counts.get(i as usize))
+        self.find(key).map_or(0, |i| self.links.data(i))
     }
 
     /// Passes every tracked key to `f`, in no particular order.
@@ -102,6 +99,6 @@ impl<K: OffloadKey> Tracker<K> {
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.pool.heap_bytes() + self.links.heap_bytes() + self.counts.heap_bytes()
+        self.pool.heap_bytes() + self.links.heap_bytes()
     }
 }

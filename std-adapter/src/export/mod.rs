@@ -68,7 +68,7 @@ use prometheus::Registry;
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
 
-use crate::shared::sync::{Arc, Mutex, lock};
+use crate::sync::{Arc, Mutex, lock};
 
 /// The `Content-Type` of the text exposition (`text/plain; version=0.0.4`).
 pub const CONTENT_TYPE: &str = prometheus::TEXT_FORMAT;

@@ -56,8 +56,8 @@ use prometheus::{IntCounter, IntCounterVec, Opts, PullingGauge, Registry};
 
 use super::SharedManager;
 use super::queue::{Closed, Inbox};
-use super::sync::Arc;
 use crate::export::{ObserveError, OffloadExporter};
+use crate::sync::Arc;
 
 /// [`CollectorConfig::max_queue_bytes`] by default: 64 MiB.
 pub const DEFAULT_MAX_QUEUE_BYTES: usize = 64 << 20;

@@ -5,7 +5,7 @@ use kvtier_core::manager::{LoadError, LookupResult, OffloadManager, RequestId};
 use kvtier_core::stats::Payload;
 use kvtier_core::{BlockKey, OffloadKey};
 
-use super::sync::{Mutex, lock, lock_reporting};
+use crate::sync::{Mutex, lock, lock_reporting};
 
 /// What [`SharedManager::lookup_and_pin`] found and pinned.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -22,7 +22,7 @@ pub struct Pinned {
 ///
 /// Every method takes the lock once, so what it does is atomic with respect to other threads;
 /// [`with`](Self::with) gives closure-scoped access for anything else. A poisoned lock is
-/// recovered (see [`sync`](super::sync)): the manager validates before it mutates, so it is
+/// recovered (see [`sync`](crate::sync)): the manager validates before it mutates, so it is
 /// consistent whatever panicked.
 ///
 /// ```

@@ -5,12 +5,10 @@
 //! | [`manager`] | [`SharedManager`] (one manager behind a lock, atomic lookup-then-pin) and [`ShardedManager`] (one per engine) |
 //! | [`collector`] | [`StatsCollector`]: drains managers, aggregates payloads from threads and processes, feeds the exporter |
 //! | `queue` | the collector's queue: first in first out, bounded by bytes and by payloads, senders wait for room |
-//! | [`sync`] | the lock facade and its poisoning policy (recover the value) |
 
 pub mod collector;
 pub mod manager;
 mod queue;
-pub mod sync;
 
 pub use collector::{
     CollectorClosed, CollectorConfig, CollectorReport, FrameError, MetricsRegisterError,

@@ -220,7 +220,8 @@ impl CompactTrace {
     /// Returns the records read: 0 at the end of the source.
     ///
     /// ```
-    /// use kvtier::trace::{CompactLimits, CompactTrace, Generator, GeneratorConfig, RecordSource};
+    /// use kvtier::trace::{CompactLimits, CompactTrace, RecordSource};
+    /// use kvtier::workload::{Generator, GeneratorConfig};
     /// let mut generator = Generator::new(GeneratorConfig::new(3, 1_000))?;
     /// let mut chunk = CompactTrace::new(generator.header().clone(), CompactLimits::new(256, 4096));
     /// let mut records = 0;

@@ -1,5 +1,4 @@
-//! kvtrace v1 (`spec/kvtrace.md`): the streaming reader, the writer and the built-in workload
-//! generator.
+//! kvtrace v1 (`spec/kvtrace.md`): the streaming reader and the writer of the file format.
 //!
 //! A kvtrace is text, one record per line: `# key=value` header lines (the first is
 //! `# format=kvtrace v1`), then `L rid n h1 … hn` (request `rid` arrives with its `n` block
@@ -10,10 +9,10 @@
 //! - [`TraceReader`] reads any [`std::io::BufRead`] in constant memory and lends each
 //!   [`Record`]'s hashes; every malformed input is a [`TraceError`] naming the line.
 //! - [`TraceWriter`] writes a [`Header`] and records.
-//! - [`Generator`] makes LLM-server-like traffic from a [`GeneratorConfig`], deterministically,
-//!   in memory bounded by its parameters.
 //! - [`CompactTrace`] holds a trace parsed once (or one chunk of it) in two flat buffers.
-//! - [`RecordSource`] lets a replay take any of them.
+//! - [`MooncakeReader`] reads a Mooncake JSONL trace as kvtrace records.
+//! - [`RecordSource`] lets a replay take any of them, or the built-in workload's
+//!   [`Generator`](crate::workload::Generator).
 //!
 //! Hard limits of the reader (inputs beyond them are errors, not allocations):
 //! [`MAX_LINE_BYTES`], [`MAX_BLOCKS_PER_RECORD`], [`MAX_OPEN_REQUESTS`],
@@ -21,15 +20,12 @@
 //! [`MAX_HEADER_VALUE_BYTES`].
 //!
 //! ```
-//! use kvtier::trace::{Generator, GeneratorConfig, TraceReader, TraceWriter};
-//! let mut config = GeneratorConfig::new(7, 100);
-//! config.inflight = 4;
-//! let mut generator = Generator::new(config)?;
+//! use kvtier::trace::{Header, Record, TraceReader, TraceWriter};
 //! let mut file = Vec::new();
-//! let mut writer = TraceWriter::new(&mut file, generator.header())?;
-//! while let Some(record) = generator.next_record() {
-//!     writer.write_record(&record)?;
-//! }
+//! let mut writer = TraceWriter::new(&mut file, &Header::default())?;
+//! writer.write_record(&Record::Load { rid: 0, hashes: &[0xab, 0xcd] })?;
+//! writer.write_record(&Record::Start { rid: 0 })?;
+//! writer.write_record(&Record::Complete { rid: 0 })?;
 //! writer.finish()?;
 //!
 //! let mut reader = TraceReader::new(file.as_slice())?;
@@ -37,31 +33,22 @@
 //! while reader.next_record()?.is_some() {
 //!     records += 1;
 //! }
-//! assert_eq!(records, 300);
+//! assert_eq!(records, 3);
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-mod cdf;
 mod compact;
-mod config;
 mod error;
-mod generator;
 mod header;
 mod hex;
 mod mooncake;
 mod reader;
 mod record;
-mod rng;
 mod tracker;
 mod writer;
 
 pub use compact::{CompactCursor, CompactError, CompactLimits, CompactTrace};
-pub use config::{
-    BlockRange, BlockRangeParseError, GeneratorConfig, GeneratorError, MAX_HELD_HASHES,
-    MAX_PREFIXES, MAX_RECENT_OR_INFLIGHT, MAX_ZIPF_S, RangeParam,
-};
 pub use error::{Field, ReadError, TraceError, TraceErrorKind};
-pub use generator::{Generator, OwnedRecords};
 pub use header::{DEFAULT_BLOCK_TOKENS, FORMAT_V1, Header, HeaderKey};
 pub use hex::{HashProblem, format_hash, parse_hash};
 pub use mooncake::{
@@ -71,7 +58,6 @@ pub use mooncake::{
 };
 pub use reader::TraceReader;
 pub use record::{OwnedRecord, Record, RecordKind};
-pub use rng::{SplitMix64, mix64};
 pub use writer::{TraceWriter, WriteError};
 
 /// The longest line the reader accepts, in bytes without the `\n` (2 MiB: room for an `L` of
@@ -101,8 +87,8 @@ pub const MAX_HEADER_VALUE_BYTES: usize = 4 * 1024;
 /// only by ids with gaps, such as even ids alone.
 pub const MAX_COMPLETED_RANGES: usize = MAX_OPEN_REQUESTS;
 
-/// A stream of kvtrace records: a [`TraceReader`] or a [`Generator`], so a replay can take
-/// either.
+/// A stream of kvtrace records: a [`TraceReader`], a [`MooncakeReader`] or the workload's
+/// [`Generator`](crate::workload::Generator), so a replay can take any of them.
 pub trait RecordSource {
     /// The error of reading a record ([`core::convert::Infallible`] for the generator).
     type Error;
@@ -134,21 +120,5 @@ impl<R: std::io::BufRead> RecordSource for TraceReader<R> {
 
     fn line(&self) -> Option<u64> {
         (self.records_read() > 0).then(|| self.line_number())
-    }
-}
-
-impl RecordSource for Generator {
-    type Error = core::convert::Infallible;
-
-    fn header(&self) -> &Header {
-        Generator::header(self)
-    }
-
-    fn next_record(&mut self) -> Result<Option<Record<'_>>, core::convert::Infallible> {
-        Ok(Generator::next_record(self))
-    }
-
-    fn line(&self) -> Option<u64> {
-        None
     }
 }

@@ -74,8 +74,8 @@ impl From<std::io::Error> for WriteError {
 /// The header is written as `# format=kvtrace v1`, then the known keys that are set (`seed`,
 /// `requests`, `records`, `capacity`, and always `block_tokens`), then [`Header::extra`] in
 /// order, so [`super::TraceReader`] reads back an equal [`Header`]. Records are written as given;
-/// their order is not checked (a trace made by [`super::Generator`] is always valid). Each line
-/// is one `write_all`: wrap a file in a [`std::io::BufWriter`].
+/// their order is not checked (a trace made by [`Generator`](crate::workload::Generator) is
+/// always valid). Each line is one `write_all`: wrap a file in a [`std::io::BufWriter`].
 ///
 /// ```
 /// use kvtier::trace::{Header, Record, TraceWriter};

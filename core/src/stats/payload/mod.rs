@@ -28,6 +28,14 @@
 //!
 //! An update that would pass a limit is an error and changes nothing.
 //!
+//! | module | holds |
+//! |---|---|
+//! | this one | [`Payload`], its reads and updates, the limits |
+//! | `series` | [`Series`] and its [`Value`] |
+//! | `aggregate` | [`Payload::aggregate`] |
+//! | `gauge`, `labels`, `info` | [`Gauge`], [`Labels`], [`InfoSeries`] |
+//! | `error` | [`UpdateError`], [`AggregateError`] |
+//!
 //! ```
 //! use kvtier_core::stats::{Gauge, Payload, catalogue};
 //!
@@ -45,12 +53,13 @@
 use alloc::borrow::Cow;
 use alloc::boxed::Box;
 use alloc::vec::Vec;
-use core::cmp::Ordering;
 
+mod aggregate;
 mod error;
 mod gauge;
 mod info;
 mod labels;
+mod series;
 
 pub use error::{AggregateError, UpdateError};
 pub use gauge::Gauge;
@@ -58,6 +67,7 @@ pub use info::{InfoError, InfoSeries, InfoValue};
 pub(crate) use labels::check_labels;
 pub use labels::{LabelError, Labels};
 pub(crate) use labels::{intern_label, intern_label_bytes, intern_name_bytes};
+pub use series::{Series, Value};
 
 use super::catalogue::{self, MetricKind};
 use super::histogram::Histogram;
@@ -78,82 +88,6 @@ pub const MAX_LABEL_LEN: usize = 255;
 pub const MAX_INFO_SERIES: usize = 16;
 /// The most labels one info series has.
 pub const MAX_INFO_LABELS: usize = 16;
-
-/// The value of one series.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Value {
-    /// A counter increment (times in nanoseconds).
-    Counter(u64),
-    /// A gauge snapshot.
-    Gauge(Gauge),
-    /// Histogram observations (boxed: a histogram is ~300 bytes, the other values 16).
-    Histogram(Box<Histogram>),
-}
-
-impl Value {
-    /// The metric kind of this value.
-    #[must_use]
-    pub const fn kind(&self) -> MetricKind {
-        match self {
-            Value::Counter(_) => MetricKind::Counter,
-            Value::Gauge(_) => MetricKind::Gauge,
-            Value::Histogram(_) => MetricKind::Histogram,
-        }
-    }
-}
-
-/// One series: a metric name, a label tuple and a value.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Series {
-    pub(crate) name: Text,
-    pub(crate) labels: Labels,
-    pub(crate) value: Value,
-}
-
-impl Series {
-    /// The metric name.
-    #[must_use]
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The metric name as stored: borrowed for catalogue names, owned otherwise.
-    #[must_use]
-    pub fn name_text(&self) -> &Text {
-        &self.name
-    }
-
-    /// The label values.
-    #[must_use]
-    pub fn labels(&self) -> &Labels {
-        &self.labels
-    }
-
-    /// The value.
-    #[must_use]
-    pub fn value(&self) -> &Value {
-        &self.value
-    }
-
-    /// The metric kind.
-    #[must_use]
-    pub fn kind(&self) -> MetricKind {
-        self.value.kind()
-    }
-
-    fn cmp_key(&self, name: &str, labels: &[&str]) -> Ordering {
-        self.name
-            .as_ref()
-            .cmp(name)
-            .then_with(|| self.labels.iter().cmp(labels.iter().copied()))
-    }
-
-    pub(crate) fn key_cmp(&self, other: &Series) -> Ordering {
-        self.name
-            .cmp(&other.name)
-            .then_with(|| self.labels.cmp(&other.labels))
-    }
-}
 
 /// A stats payload. See the [module docs](self).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -426,104 +360,6 @@ impl Payload {
         self.info = Some(info);
         Ok(())
     }
-
-    /// Folds `other` into `self`: counters sum (saturating), gauges take `other`'s value,
-    /// histograms merge bucket by bucket, and `other`'s info, when it has one, replaces `self`'s
-    /// (a payload without info never clears it). An empty `other` changes nothing.
-    ///
-    /// # Errors
-    /// [`AggregateError`] when a name has different kinds, a histogram has different bounds, or
-    /// the union would pass [`MAX_SERIES`]. Everything is checked before anything changes, so
-    /// `self` is unchanged on error.
-    pub fn aggregate(&mut self, other: &Payload) -> Result<(), AggregateError> {
-        let added = self.check_aggregate(other)?;
-        if let Some(info) = &other.info {
-            self.info = Some(info.clone());
-        }
-        if added == 0 {
-            // Every series exists: update in place, walking both sorted lists together.
-            let mut i = 0;
-            for o in &other.series {
-                while self.series.get(i).is_some_and(|s| s.key_cmp(o).is_lt()) {
-                    i += 1;
-                }
-                if let Some(s) = self.series.get_mut(i) {
-                    combine(&mut s.value, &o.value);
-                }
-            }
-            return Ok(());
-        }
-        let mut merged = Vec::with_capacity(self.series.len() + added);
-        let mut mine = core::mem::take(&mut self.series).into_iter().peekable();
-        for o in &other.series {
-            while let Some(s) = mine.next_if(|s| s.key_cmp(o).is_lt()) {
-                merged.push(s);
-            }
-            match mine.next_if(|s| s.key_cmp(o).is_eq()) {
-                Some(mut s) => {
-                    combine(&mut s.value, &o.value);
-                    merged.push(s);
-                }
-                None => merged.push(o.clone()),
-            }
-        }
-        merged.extend(mine);
-        self.series = merged;
-        Ok(())
-    }
-
-    /// Checks `aggregate` and returns how many series it would add.
-    fn check_aggregate(&self, other: &Payload) -> Result<usize, AggregateError> {
-        let mut added = 0usize;
-        let mut i = 0;
-        let mut last_kind: Option<(&str, MetricKind)> = None;
-        for o in &other.series {
-            while self.series.get(i).is_some_and(|s| s.key_cmp(o).is_lt()) {
-                if let Some(s) = self.series.get(i) {
-                    last_kind = Some((&s.name, s.kind()));
-                }
-                i += 1;
-            }
-            let same = self.series.get(i).filter(|s| s.key_cmp(o).is_eq());
-            let family = same
-                .or_else(|| self.series.get(i).filter(|s| s.name == o.name))
-                .map(|s| s.kind())
-                .or_else(|| last_kind.filter(|(n, _)| *n == o.name).map(|(_, k)| k));
-            if let Some(existing) = family.filter(|k| *k != o.kind()) {
-                return Err(AggregateError::KindConflict {
-                    name: o.name.clone(),
-                    existing,
-                    other: o.kind(),
-                });
-            }
-            match (same.map(|s| &s.value), &o.value) {
-                (Some(Value::Histogram(a)), Value::Histogram(b)) if a.bounds() != b.bounds() => {
-                    return Err(AggregateError::BoundsMismatch {
-                        name: o.name.clone(),
-                    });
-                }
-                (None, _) => added += 1,
-                _ => {}
-            }
-        }
-        if self.series.len().saturating_add(added) > MAX_SERIES {
-            return Err(AggregateError::TooManySeries);
-        }
-        Ok(added)
-    }
-}
-
-/// Folds `other` into `mine` (same kind and bounds, checked before).
-fn combine(mine: &mut Value, other: &Value) {
-    match (mine, other) {
-        (Value::Counter(a), Value::Counter(b)) => *a = a.saturating_add(*b),
-        (Value::Gauge(a), Value::Gauge(b)) => *a = *b,
-        (Value::Histogram(a), Value::Histogram(b)) => {
-            // Bounds were checked by `check_aggregate`; a mismatch cannot happen here.
-            let _ = a.merge(b);
-        }
-        _ => {}
-    }
 }
 
 #[cfg(test)]
@@ -582,43 +418,5 @@ mod tests {
         );
         p.increase_counter("x", &["a"], 1).unwrap();
         assert_eq!(p.counter("x", &["a"]), Some(3));
-    }
-
-    #[test]
-    fn aggregate_merges_sorted_and_checks_first() {
-        let mut a = Payload::new();
-        a.increase_counter(LOAD_BYTES, &[], 100).unwrap();
-        a.observe(LOAD_SIZE, &[], 100).unwrap();
-        let mut b = Payload::new();
-        b.increase_counter(ALLOCATION_FAILURE, &[], 1).unwrap();
-        b.increase_counter(LOAD_BYTES, &[], 50).unwrap();
-        b.observe(LOAD_SIZE, &[], 50).unwrap();
-        b.increase_counter(STORES_SKIPPED, &[], 0).unwrap();
-        a.aggregate(&b).unwrap();
-        assert_eq!(a.len(), 4);
-        assert_eq!(a.counter(LOAD_BYTES, &[]), Some(150));
-        assert_eq!(a.histogram(LOAD_SIZE, &[]).unwrap().sum(), 150);
-        assert!(a.series().windows(2).all(|w| w[0].key_cmp(&w[1]).is_lt()));
-
-        let mut c = Payload::new();
-        c.increase_counter(ALLOCATION_FAILURE, &[], 5).unwrap();
-        c.set_gauge(LOAD_BYTES, &["x"], Gauge::ZERO).unwrap();
-        let before = a.clone();
-        assert!(matches!(
-            a.aggregate(&c),
-            Err(AggregateError::KindConflict {
-                existing: MetricKind::Counter,
-                ..
-            })
-        ));
-        assert_eq!(a, before);
-        let mut d = Payload::new();
-        d.merge_histogram(LOAD_SIZE, &[], &Histogram::new(&[1]).unwrap())
-            .unwrap();
-        assert!(matches!(
-            a.aggregate(&d),
-            Err(AggregateError::BoundsMismatch { .. })
-        ));
-        assert_eq!(a, before);
     }
 }

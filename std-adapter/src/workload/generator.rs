@@ -4,9 +4,8 @@ use std::collections::VecDeque;
 
 use super::cdf::{Cdf, probability_threshold};
 use super::config::{GeneratorConfig, GeneratorError};
-use super::header::Header;
-use super::record::{OwnedRecord, Record};
 use super::rng::{SplitMix64, mix64};
+use crate::trace::{Header, OwnedRecord, Record};
 
 /// A request between its `L` and its `C`.
 #[derive(Debug)]
@@ -41,8 +40,8 @@ enum Phase {
 /// `small-b`: 32 in flight, 16 loading and 16 storing).
 ///
 /// Shared prefix `p` (ranked by Zipf popularity) has hashes derived from the seed, `p` and the
-/// block index by [`mix64`], so prefixes take no memory; every other block hash is a fresh
-/// [`SplitMix64`] draw. Memory is bounded by the parameters, not by `requests`: about
+/// block index by the SplitMix64 finaliser, so prefixes take no memory; every other block hash
+/// is a fresh SplitMix64 draw. Memory is bounded by the parameters, not by `requests`: about
 /// `(recent_convs + inflight + 2) · max_blocks` hashes (see [`Generator::held_hashes`]), one
 /// threshold per prefix and one per count of each block range.
 ///
@@ -51,14 +50,15 @@ enum Phase {
 /// RNG), so `kvtier replay` with no trace replays the same workload on every run.
 ///
 /// ```
-/// use kvtier::trace::{Generator, GeneratorConfig, Record};
+/// use kvtier::trace::Record;
+/// use kvtier::workload::{Generator, GeneratorConfig};
 /// let mut g = Generator::new(GeneratorConfig::new(1, 3))?;
 /// let mut letters = String::new();
 /// while let Some(r) = g.next_record() {
 ///     letters.push(r.kind().letter());
 /// }
 /// assert_eq!(letters, "LLLSSSCCC"); // 3 requests fit in the 32 in-flight slots
-/// # Ok::<(), kvtier::trace::GeneratorError>(())
+/// # Ok::<(), kvtier::workload::GeneratorError>(())
 /// ```
 #[derive(Debug)]
 pub struct Generator {

@@ -1,18 +1,17 @@
 //! The built-in workload's parameters ([`GeneratorConfig`]) and their validation.
 
-use super::MAX_BLOCKS_PER_RECORD;
-use super::header::Header;
+use crate::trace::{Header, MAX_BLOCKS_PER_RECORD};
 
 /// An inclusive range of block counts, written `min:max` (as in the sample trace headers).
 ///
 /// ```
-/// use kvtier::trace::BlockRange;
+/// use kvtier::workload::BlockRange;
 /// let r: BlockRange = "4:64".parse()?;
 /// assert_eq!(r, BlockRange::new(4, 64));
 /// assert_eq!(r.to_string(), "4:64");
 /// assert!("8:2".parse::<BlockRange>().is_ok()); // parsed; GeneratorConfig::validate rejects it
 /// assert!("4-64".parse::<BlockRange>().is_err());
-/// # Ok::<(), kvtier::trace::BlockRangeParseError>(())
+/// # Ok::<(), kvtier::workload::BlockRangeParseError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BlockRange {
@@ -167,7 +166,7 @@ impl core::error::Error for GeneratorError {}
 
 /// The parameters of the built-in workload: `new(seed, requests)` sets the rest to the values
 /// of the sample trace `small-a.kvtrace`; change any public field, then
-/// [`super::Generator::new`] validates them all.
+/// [`Generator::new`](super::Generator::new) validates them all.
 ///
 /// The workload: each request either follows up a recent conversation (probability
 /// `followup`: the conversation's blocks plus a new turn of `turn_blocks` blocks) or starts a
