@@ -63,10 +63,11 @@ fn small_a() -> String {
     data("small-a.kvtrace").display().to_string()
 }
 
-fn tmp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("kvtier-errors-cli-{}", std::process::id()));
+/// A fresh directory of this process for the test `test`; the test removes it.
+fn tmp_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("kvtier-errors-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
+    dir
 }
 
 #[test]
@@ -212,10 +213,11 @@ fn opening_errors_start_with_the_path() {
 
 #[test]
 fn conversion_errors_name_the_file_or_the_option() {
+    let dir = tmp_dir("convert");
     let options = |input: PathBuf, block_tokens: u32| ConvertOptions {
         from: FromArg::Mooncake,
         input,
-        output: tmp("out.kvtrace"),
+        output: dir.join("out.kvtrace"),
         block_tokens,
         timing: kvtier::input::TimingArgs::default(),
     };
@@ -224,7 +226,7 @@ fn conversion_errors_name_the_file_or_the_option() {
     assert!(e.to_string().starts_with("/nonexistent/in.jsonl: "), "{e}");
     let e = convert(&options(data("mooncake-synthetic.jsonl"), 0)).unwrap_err();
     assert!(matches!(e, ConvertError::Timing(_)));
-    let bad = tmp("bad.jsonl");
+    let bad = dir.join("bad.jsonl");
     std::fs::write(&bad, "{\"timestamp\": 1}\n").unwrap();
     let e = convert(&options(bad.clone(), 512)).unwrap_err();
     assert!(matches!(e, ConvertError::Read { .. }));
@@ -233,6 +235,9 @@ fn conversion_errors_name_the_file_or_the_option() {
         format!("{}: line 1: missing field `input_length`", bad.display())
     );
     assert!(matches!(Error::from(e), Error::Convert(_)));
+    // Nothing was written.
+    assert!(!dir.join("out.kvtrace").exists());
+    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]
@@ -285,9 +290,11 @@ fn replay_errors_name_the_file_the_line_and_the_option() {
     );
     assert!(e.source().is_some());
     // A malformed record: the reader's error, with its line.
-    let bad = tmp("bad.kvtrace");
+    let dir = tmp_dir("replay");
+    let bad = dir.join("bad.kvtrace");
     std::fs::write(&bad, "# format=kvtrace v1\nL 0 1 00000000000000zz\n").unwrap();
     let e = replay(&replay_options(&["--trace", bad.to_str().unwrap()]), false).unwrap_err();
+    std::fs::remove_dir_all(&dir).unwrap();
     let RunError::Trace { error, .. } = &e else {
         panic!("{e:?}")
     };
