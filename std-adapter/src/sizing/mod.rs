@@ -7,126 +7,25 @@
 //! bytes of one block alone (for the replay's transfer model and the sweep's CPU memory).
 //! [`parse_size_floor`] and [`parse_dtype`] read the options' sizes and dtypes.
 
+mod model;
+mod size;
+
+pub use model::{DtypeError, ModelArgs, parse_dtype};
+pub use size::{SizeError, parse_size_floor};
+
 use std::fmt;
-use std::io::Read as _;
 
 use kvtier_core::capacity::{
     CpuTierConfig, GpuCapacityError, GroupedLayout, GroupingError, PoolLayout, Ratio, SizingError,
-    Workload, WorkloadError, gpu_capacity, promote_local_layers, size_cpu_tier,
+    Workload, WorkloadError, gpu_capacity, size_cpu_tier,
 };
 use serde::Serialize;
 
-use crate::layout::{
-    HfOptions, LayoutError, LayoutShape, MAX_LAYOUT_FILE_BYTES, ModelLayout, dtype_bytes,
-    parse_hf_config, parse_layout_json, preset,
-};
+use crate::layout::{LayoutError, LayoutShape};
 use crate::numfmt::thousands;
 
 /// Default `max_num_batched_tokens` when neither the option nor the layout file gives one.
 pub const DEFAULT_MAX_NUM_BATCHED_TOKENS: u64 = 8192;
-
-/// The model's KV layout, as every command takes it (`capacity`; `replay` and `serve` for the
-/// transfer model; `sweep` for CPU memory): one of a preset, a layout file or a config.json,
-/// and the cache dtype.
-#[derive(Debug, Clone, Default, clap::Args)]
-pub struct ModelArgs {
-    /// A built-in model preset (llama-3-8b, llama-3.1-8b, llama-3.1-70b, mistral-7b-v0.1,
-    /// qwen2.5-7b, qwen3-8b, gemma-2-9b, gemma-3-27b, deepseek-v3).
-    #[arg(long, value_name = "NAME", value_parser = boxed_str)]
-    pub model: Option<Box<str>>,
-    /// The model as a JSON layout file.
-    #[arg(long, value_name = "FILE.json", value_parser = boxed_str)]
-    pub layout: Option<Box<str>>,
-    /// The model as a Hugging Face config.json.
-    #[arg(long, value_name = "FILE", value_parser = boxed_str)]
-    pub hf_config: Option<Box<str>>,
-    /// KV-cache dtype for presets and config.json (fp32, bf16, fp16, fp8).
-    #[arg(long, value_name = "DTYPE", value_parser = parse_dtype)]
-    pub dtype: Option<u64>,
-}
-
-impl ModelArgs {
-    /// Whether a model was given at all.
-    #[must_use]
-    pub fn is_given(&self) -> bool {
-        self.model.is_some() || self.layout.is_some() || self.hf_config.is_some()
-    }
-
-    /// Bytes of one KV block of the whole model (every layer, `pool`'s alignment), with
-    /// `block_size` tokens per block for presets and `config.json`. Memory, lengths and the CPU
-    /// tier are not needed.
-    ///
-    /// # Errors
-    /// [`ReportError`] naming the option or field at fault.
-    pub fn bytes_per_block(&self, block_size: u32, pool: PoolLayout) -> Result<u64, ReportError> {
-        Ok(self
-            .layout(block_size, false)?
-            .0
-            .grouped()?
-            .bytes_per_block(pool)?)
-    }
-
-    /// The layout `--model`, `--layout` or `--hf-config` give (`block_size` and `--dtype` for
-    /// presets and `config.json`, local layers promoted when `disable_hybrid` is set, as
-    /// vLLM's `--disable-hybrid-kv-cache-manager`), and where it came from.
-    fn layout(
-        &self,
-        block_size: u32,
-        disable_hybrid: bool,
-    ) -> Result<(ModelLayout, Source<'_>), ReportError> {
-        if block_size == 0 {
-            return Err(opt("--block-size", "must be at least 1"));
-        }
-        let hf = HfOptions {
-            block_size: u64::from(block_size),
-            dtype_bytes: self.dtype,
-        };
-        let (mut model, source) = self.load(&hf)?;
-        if disable_hybrid {
-            match &mut model.shape {
-                LayoutShape::Layers(layers) => promote_local_layers(layers)
-                    .map_err(|e| opt("--disable-hybrid-kv-cache-manager", e.to_string()))?,
-                LayoutShape::Groups(_) => {
-                    return Err(opt(
-                        "--disable-hybrid-kv-cache-manager",
-                        "does not apply to a layout file's explicit groups (give layers)",
-                    ));
-                }
-            }
-        }
-        Ok((model, source))
-    }
-
-    /// The layout as given, without `--disable-hybrid-kv-cache-manager`.
-    fn load(&self, hf: &HfOptions) -> Result<(ModelLayout, Source<'_>), ReportError> {
-        match (
-            self.model.as_deref(),
-            self.layout.as_deref(),
-            self.hf_config.as_deref(),
-        ) {
-            (Some(name), None, None) => Ok((preset(name, hf)?, Source::Preset)),
-            (None, Some(path), None) => {
-                let mut l = parse_layout_json(&read_capped("--layout", path)?)
-                    .map_err(|e| e.in_file(path))?;
-                path.clone_into(&mut l.name);
-                Ok((l, Source::File(path)))
-            }
-            (None, None, Some(path)) => Ok((
-                parse_hf_config(&read_capped("--hf-config", path)?, hf)
-                    .map_err(|e| e.in_file(path))?,
-                Source::File(path),
-            )),
-            (None, None, None) => Err(opt(
-                "--model",
-                "give one of --model, --layout or --hf-config",
-            )),
-            _ => Err(opt(
-                "--model",
-                "give only one of --model, --layout and --hf-config",
-            )),
-        }
-    }
-}
 
 /// What to size (the options of `kvtier capacity` but its output format).
 #[derive(Debug, Clone, Default, clap::Args)]
@@ -204,46 +103,6 @@ impl PoolLayoutArg {
     }
 }
 
-#[expect(
-    clippy::unnecessary_wraps,
-    reason = "clap value parsers return a Result"
-)]
-fn boxed_str(s: &str) -> Result<Box<str>, std::convert::Infallible> {
-    Ok(s.into())
-}
-
-/// A KV-cache dtype name that is none of the known ones (`--dtype`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct DtypeError {
-    /// The name given.
-    pub name: String,
-}
-
-impl fmt::Display for DtypeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "unknown dtype \"{}\" (fp32, bf16, fp16, fp8)", self.name)
-    }
-}
-
-impl std::error::Error for DtypeError {}
-
-/// Parses a KV-cache dtype name into bytes per element.
-///
-/// ```
-/// assert_eq!(kvtier::sizing::parse_dtype("bf16"), Ok(2));
-/// assert_eq!(
-///     kvtier::sizing::parse_dtype("fp7").unwrap_err().to_string(),
-///     "unknown dtype \"fp7\" (fp32, bf16, fp16, fp8)"
-/// );
-/// ```
-///
-/// # Errors
-/// [`DtypeError`], whose message lists the known names.
-pub fn parse_dtype(s: &str) -> Result<u64, DtypeError> {
-    dtype_bytes(s).ok_or_else(|| DtypeError { name: s.to_owned() })
-}
-
 /// Why the capacity report (or a model's block bytes) could not be computed; every message
 /// names the option or field at fault.
 #[derive(Debug)]
@@ -263,7 +122,7 @@ pub enum ReportError {
         /// The OS error.
         error: std::io::Error,
     },
-    /// A `--layout` or `--hf-config` file is larger than [`MAX_LAYOUT_FILE_BYTES`].
+    /// A `--layout` or `--hf-config` file is larger than [`MAX_LAYOUT_FILE_BYTES`](crate::layout::MAX_LAYOUT_FILE_BYTES).
     TooLarge {
         /// The option that named it.
         option: &'static str,
@@ -328,144 +187,11 @@ crate::error::from_variants!(
     SizingError => Sizing,
 );
 
-fn opt(option: &'static str, problem: impl Into<String>) -> ReportError {
+pub(super) fn opt(option: &'static str, problem: impl Into<String>) -> ReportError {
     ReportError::Option {
         option,
         problem: problem.into(),
     }
-}
-
-/// Why [`parse_size_floor`] refused a size; each message quotes the text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SizeError {
-    /// The size starts with `-`.
-    Negative(String),
-    /// A plain number in exponent notation (`1e3`).
-    Exponent(String),
-    /// The size passes 2^64 bytes.
-    TooLarge(String),
-    /// The unit is none of the known ones.
-    UnknownUnit {
-        /// The unit, lower-cased.
-        unit: String,
-        /// The whole size.
-        text: String,
-    },
-    /// The number is malformed.
-    NotASize(String),
-}
-
-impl fmt::Display for SizeError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SizeError::Negative(t) => {
-                write!(
-                    f,
-                    "\"{t}\" is negative: a size is a byte count of 0 or more"
-                )
-            }
-            SizeError::Exponent(t) => write!(
-                f,
-                "\"{t}\" is not an integer byte count: exponent notation is not accepted \
-                 (write bytes, or a number with a unit such as 70GiB)"
-            ),
-            SizeError::TooLarge(t) => {
-                write!(
-                    f,
-                    "\"{t}\" is too large: exceeds 2^64 bytes (sizes are 64 bits)"
-                )
-            }
-            SizeError::UnknownUnit { unit, text } => {
-                write!(f, "unknown unit \"{unit}\" in \"{text}\"")
-            }
-            SizeError::NotASize(t) => write!(f, "\"{t}\" is not a size"),
-        }
-    }
-}
-
-impl std::error::Error for SizeError {}
-
-/// Parses a size: bytes, or a number (with an optional decimal fraction) and a unit: `B`,
-/// `K`/`KB`, `M`/`MB`, `G`/`GB`, `T`/`TB` (powers of 1000), `KiB`, `MiB`, `GiB`, `TiB`
-/// (powers of 1024). Fractions are floored to whole bytes.
-///
-/// # Errors
-/// [`SizeError`] saying what is wrong: a negative size, exponent notation (too large when it
-/// exceeds 2^64 bytes), an unknown unit, a malformed number, or a size past 64 bits.
-pub fn parse_size_floor(text: &str) -> Result<u64, SizeError> {
-    let t = text.trim();
-    if t.starts_with('-') {
-        return Err(SizeError::Negative(t.to_owned()));
-    }
-    if let Some(f) = exponent_number(t) {
-        return Err(if f >= TWO_POW_64 {
-            SizeError::TooLarge(t.to_owned())
-        } else {
-            SizeError::Exponent(t.to_owned())
-        });
-    }
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let mult: u128 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" => 1_000,
-        "m" | "mb" => 1_000_000,
-        "g" | "gb" => 1_000_000_000,
-        "t" | "tb" => 1_000_000_000_000,
-        "kib" => 1 << 10,
-        "mib" => 1 << 20,
-        "gib" => 1 << 30,
-        "tib" => 1 << 40,
-        other => {
-            return Err(SizeError::UnknownUnit {
-                unit: other.to_owned(),
-                text: t.to_owned(),
-            });
-        }
-    };
-    let (int, frac) = num.split_once('.').unwrap_or((num, ""));
-    if int.is_empty() && frac.is_empty() || frac.contains('.') || frac.len() > 18 || int.len() > 20
-    {
-        return Err(SizeError::NotASize(t.to_owned()));
-    }
-    let parse = |s: &str| {
-        if s.is_empty() {
-            Ok(0u128)
-        } else {
-            s.parse::<u128>()
-                .map_err(|_| SizeError::NotASize(t.to_owned()))
-        }
-    };
-    let scale = 10u128.pow(u32::try_from(frac.len()).unwrap_or(0));
-    let whole = parse(int)?.checked_mul(mult);
-    let part = parse(frac)?.checked_mul(mult).map(|p| p / scale);
-    whole
-        .zip(part)
-        .and_then(|(w, p)| w.checked_add(p))
-        .and_then(|v| u64::try_from(v).ok())
-        .ok_or_else(|| SizeError::TooLarge(t.to_owned()))
-}
-
-/// 2^64 as an `f64` (exact).
-const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
-
-/// The value of a plain number written with an exponent (`1e30`, `2.5E9`), else `None`.
-fn exponent_number(t: &str) -> Option<f64> {
-    let (mantissa, exponent) = t.split_once(['e', 'E'])?;
-    let digits = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_digit() || c == '.');
-    let exponent_ok = exponent
-        .strip_prefix(['+', '-'])
-        .unwrap_or(exponent)
-        .chars()
-        .all(|c| c.is_ascii_digit());
-    if !digits(mantissa) || !exponent_ok || exponent.trim_start_matches(['+', '-']).is_empty() {
-        return None;
-    }
-    // Digits and one exponent parse; an exponent past f64 gives infinity ("too large").
-    t.parse::<f64>().ok()
 }
 
 /// One KV-cache group in the report.
@@ -543,43 +269,6 @@ pub struct CapacityReport {
     pub groups: Vec<GroupReport>,
     /// The CPU tier, when --cpu-bytes is given.
     pub cpu: Option<CpuReport>,
-}
-
-/// Reads a `--layout` / `--hf-config` file of at most [`MAX_LAYOUT_FILE_BYTES`].
-fn read_capped(option: &'static str, path: &str) -> Result<String, ReportError> {
-    let io = |error| ReportError::Io {
-        path: path.to_owned(),
-        error,
-    };
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|f| f.take(MAX_LAYOUT_FILE_BYTES + 1).read_to_end(&mut bytes))
-        .map_err(io)?;
-    if u64::try_from(bytes.len()).map_or(true, |n| n > MAX_LAYOUT_FILE_BYTES) {
-        return Err(ReportError::TooLarge {
-            option,
-            path: path.to_owned(),
-            limit: MAX_LAYOUT_FILE_BYTES,
-        });
-    }
-    String::from_utf8(bytes)
-        .map_err(|e| io(std::io::Error::new(std::io::ErrorKind::InvalidData, e)))
-}
-
-/// Where the layout came from, for messages about its fields.
-enum Source<'a> {
-    Preset,
-    File(&'a str),
-}
-
-impl Source<'_> {
-    /// `FILE: field`, or the option when the value is not from a file.
-    fn field(&self, field: &str, option: &str) -> String {
-        match self {
-            Self::Preset => option.to_owned(),
-            Self::File(path) => format!("{path}: {field}"),
-        }
-    }
 }
 
 /// vLLM's `int(max_concurrency * max_model_len)` with f64 arithmetic, for comparison.
