@@ -116,30 +116,35 @@ impl<K: OffloadKey> RequestState<K> {
         self.rank = RequestRank::default();
     }
 
-    /// The entry index of `key`, creating an unseen entry if needed.
+    /// The entry index of `key`, creating an unseen entry if needed (one probe of the index
+    /// either way).
     pub(crate) fn entry(&mut self, key: K, hasher: FixedState) -> u32 {
         let h = hasher.hash_one(key);
-        let entries = &self.entries;
-        if let Some(&i) = self.index.find(h, |&i| entries[i as usize].key == key) {
-            return i;
+        let entries = &mut self.entries;
+        match self.index.entry(
+            h,
+            |&i| entries[i as usize].key == key,
+            |&j| hasher.hash_one(entries[j as usize].key),
+        ) {
+            hashbrown::hash_table::Entry::Occupied(e) => *e.get(),
+            hashbrown::hash_table::Entry::Vacant(v) => {
+                #[expect(
+                    clippy::cast_possible_truncation,
+                    reason = "keys per request stay far below 2^32"
+                )]
+                let i = entries.len() as u32;
+                v.insert(i);
+                entries.push(Entry {
+                    key,
+                    pos: None,
+                    seq: u32::MAX,
+                    flags: 0,
+                    offer: 0,
+                    slot: u32::MAX,
+                });
+                i
+            }
         }
-        #[expect(
-            clippy::cast_possible_truncation,
-            reason = "keys per request stay far below 2^32"
-        )]
-        let i = self.entries.len() as u32;
-        self.entries.push(Entry {
-            key,
-            pos: None,
-            seq: u32::MAX,
-            flags: 0,
-            offer: 0,
-            slot: u32::MAX,
-        });
-        let entries = &self.entries;
-        self.index
-            .insert_unique(h, i, |&j| hasher.hash_one(entries[j as usize].key));
-        i
     }
 
     /// Marks entry `i` seen (if new) and returns whether it was new.
