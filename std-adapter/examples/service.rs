@@ -43,7 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // /metrics on loopback, encoded from the registry at each scrape.
     let scrape = registry.clone();
     let server = MetricsServer::bind("127.0.0.1:0", ServerConfig::default(), move || {
-        encode_text(&scrape).map_err(|e| e.to_string())
+        encode_text(&scrape)
     })?;
     eprintln!("metrics at http://{}/metrics", server.local_addr());
 

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::export::CONTENT_TYPE;
+use crate::export::{CONTENT_TYPE, EncodeError};
 // Real sockets and OS threads: never modelled by loom, so std's primitives, not the facade.
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -100,9 +100,9 @@ pub struct ServerStats {
     pub accept_backoffs: u64,
 }
 
-/// Renders the body of `/metrics`, or an error text (answered 500).
-pub trait Render: Fn() -> Result<String, String> + Send + Sync + 'static {}
-impl<F: Fn() -> Result<String, String> + Send + Sync + 'static> Render for F {}
+/// Renders the body of `/metrics`, or the [`EncodeError`] whose message is answered with a 500.
+pub trait Render: Fn() -> Result<String, EncodeError> + Send + Sync + 'static {}
+impl<F: Fn() -> Result<String, EncodeError> + Send + Sync + 'static> Render for F {}
 
 #[derive(Debug, Default)]
 struct Counters {
@@ -360,7 +360,7 @@ fn route(head: &[u8], render: &dyn Render) -> (Response, bool) {
                 body,
                 allow: false,
             },
-            Err(e) => Response::text("500 Internal Server Error", &e),
+            Err(e) => Response::text("500 Internal Server Error", &e.to_string()),
         }
     };
     (response, head_only)

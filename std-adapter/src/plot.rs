@@ -6,6 +6,7 @@
 //! Text is laid out with an embedded DejaVu Sans (plotters' `ab_glyph`), so a PNG needs no
 //! system font.
 
+use std::fmt;
 use std::path::Path;
 use std::sync::OnceLock;
 
@@ -70,17 +71,42 @@ impl core::fmt::Display for PlotError {
 
 impl core::error::Error for PlotError {}
 
+/// A `--plot-size` that is not `WIDTHxHEIGHT` in pixels.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SizeSyntaxError {
+    /// The text given.
+    pub text: String,
+}
+
+impl fmt::Display for SizeSyntaxError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "\"{}\" is not WIDTHxHEIGHT in pixels (e.g. 1200x750)",
+            self.text
+        )
+    }
+}
+
+impl core::error::Error for SizeSyntaxError {}
+
 /// Parses `WxH` (e.g. `1200x750`).
 ///
 /// ```
 /// assert_eq!(kvtier::plot::parse_size("1200x750"), Ok((1200, 750)));
-/// assert!(kvtier::plot::parse_size("1200").is_err());
+/// assert_eq!(
+///     kvtier::plot::parse_size("1200").unwrap_err().to_string(),
+///     "\"1200\" is not WIDTHxHEIGHT in pixels (e.g. 1200x750)"
+/// );
 /// ```
 ///
 /// # Errors
-/// A message for anything else.
-pub fn parse_size(text: &str) -> Result<(u32, u32), String> {
-    let bad = || format!("\"{text}\" is not WIDTHxHEIGHT in pixels (e.g. 1200x750)");
+/// [`SizeSyntaxError`] for anything else.
+pub fn parse_size(text: &str) -> Result<(u32, u32), SizeSyntaxError> {
+    let bad = || SizeSyntaxError {
+        text: text.to_owned(),
+    };
     let (w, h) = text.split_once(['x', 'X']).ok_or_else(bad)?;
     Ok((
         w.trim().parse().map_err(|_| bad())?,
@@ -135,7 +161,7 @@ fn label_number(x: f64) -> String {
             reason = "an axis label, rounded and non-negative"
         )]
         let n = x.round().max(0.0) as u64;
-        crate::cli::capacity::thousands(n)
+        crate::numfmt::thousands(n)
     } else {
         format!("{x:.1}")
     }

@@ -31,8 +31,10 @@ use kvtier_core::stats::catalogue::{
 };
 use kvtier_core::stats::{Gauge, Payload};
 
-use crate::cli::capacity::{self, CapacityArgs, ModelArgs};
+use kvtier_core::capacity::PoolLayout;
+
 use crate::replay::{ReplayError, Replayer};
+use crate::sizing::{ModelArgs, ReportError};
 use crate::trace::Record;
 
 /// The default of `--transfer-gbps`: about what a PCIe 4.0 x16 link moves.
@@ -121,28 +123,54 @@ pub struct TransferArgs {
     pub transfer_gbps: f64,
 }
 
+/// Why [`TransferArgs::model`] could not build the transfer model.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum TransferError {
+    /// `--transfer-gbps` is refused.
+    Bandwidth(TransferModelError),
+    /// The model's layout could not give its block bytes.
+    Layout(ReportError),
+}
+
+impl fmt::Display for TransferError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TransferError::Bandwidth(e) => e.fmt(f),
+            TransferError::Layout(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for TransferError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            TransferError::Bandwidth(e) => Some(e),
+            TransferError::Layout(e) => Some(e),
+        }
+    }
+}
+
 impl TransferArgs {
     /// The transfer model of these options with `block_tokens` tokens per block (for presets
     /// and config.json), or `None` without a model.
     ///
     /// # Errors
-    /// A message naming the option at fault (the layout's, or `--transfer-gbps`).
-    pub fn model(&self, block_tokens: u32) -> Result<Option<TransferModel>, String> {
-        if !(self.transfer_gbps.is_finite() && self.transfer_gbps > 0.0) {
-            return Err(TransferModelError::Bandwidth(self.transfer_gbps).to_string());
-        }
+    /// [`TransferError`] naming the option at fault (the layout's, or `--transfer-gbps`).
+    pub fn model(&self, block_tokens: u32) -> Result<Option<TransferModel>, TransferError> {
+        let bandwidth =
+            TransferModel::new(0, self.transfer_gbps).map_err(TransferError::Bandwidth)?;
         if !self.source.is_given() {
             return Ok(None);
         }
-        let args = CapacityArgs {
-            source: self.source.clone(),
-            block_size: block_tokens,
-            ..CapacityArgs::default()
-        };
-        let bytes = capacity::bytes_per_block(&args).map_err(|e| e.to_string())?;
-        TransferModel::new(bytes, self.transfer_gbps)
-            .map(Some)
-            .map_err(|e| e.to_string())
+        let bytes = self
+            .source
+            .bytes_per_block(block_tokens, PoolLayout::LayerOutermost)
+            .map_err(TransferError::Layout)?;
+        Ok(Some(TransferModel {
+            bytes_per_block: bytes,
+            ..bandwidth
+        }))
     }
 }
 
@@ -259,13 +287,19 @@ mod tests {
         );
         args.source.layout = Some("x.json".into());
         assert_eq!(
-            args.model(16).unwrap_err(),
+            args.model(16).unwrap_err().to_string(),
             "--model: give only one of --model, --layout and --hf-config"
         );
         args.source.layout = None;
         args.transfer_gbps = -3.0;
+        assert!(matches!(
+            args.model(16),
+            Err(TransferError::Bandwidth(TransferModelError::Bandwidth(
+                -3.0
+            )))
+        ));
         assert_eq!(
-            args.model(16).unwrap_err(),
+            args.model(16).unwrap_err().to_string(),
             "--transfer-gbps must be a positive number, not -3"
         );
     }

@@ -24,12 +24,11 @@
 //!     policies: vec![PolicyKind::Lru, PolicyKind::Arc],
 //!     thresholds: vec![1],
 //! };
-//! let make_replayer = |case: &kvtier::sweep::SweepCase| {
+//! let make_replayer = |case: &kvtier::sweep::SweepCase| -> Result<Replayer, kvtier::sweep::CaseError> {
 //!     let mut cfg = ManagerConfig::new(case.capacity);
 //!     cfg.policy = case.policy;
 //!     cfg.store_threshold = case.threshold;
-//!     let manager = OffloadManager::new(cfg).map_err(|e| e.to_string())?;
-//!     Ok(Replayer::new(manager, 16))
+//!     Ok(Replayer::new(OffloadManager::new(cfg)?, 16))
 //! };
 //! let records = || records.iter().map(|r| r.as_record());
 //! let sweep = run(&grid.cases(), 2, &make_replayer, &records, &|_| {})?;
@@ -38,13 +37,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use kvtier_core::hashing::Set;
 use kvtier_core::manager::PolicyKind;
 
-use crate::replay::{ReplayCounts, Replayer};
+use crate::replay::{ReplayCounts, ReplayError, Replayer};
 use crate::trace::Record;
 
 /// The configurations of a sweep, as three lists.
@@ -127,15 +126,15 @@ impl Sweep {
 }
 
 /// Why a sweep failed: the first case that did, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 #[non_exhaustive]
 pub enum SweepError {
     /// The manager (or replayer) of a case could not be built.
     Manager {
         /// The case.
         case: SweepCase,
-        /// Why.
-        message: String,
+        /// Why: the factory's error.
+        error: Arc<dyn core::error::Error + Send + Sync>,
     },
     /// A record could not be replayed.
     Replay {
@@ -144,7 +143,7 @@ pub enum SweepError {
         /// The 1-based record.
         record: u64,
         /// Why.
-        message: String,
+        error: ReplayError,
     },
     /// A worker thread could not be started or panicked.
     Thread(String),
@@ -161,37 +160,46 @@ impl core::fmt::Display for SweepError {
             )
         };
         match self {
-            SweepError::Manager { case, message } => write!(f, "{}: {message}", name(case)),
+            SweepError::Manager { case, error } => write!(f, "{}: {error}", name(case)),
             SweepError::Replay {
                 case,
                 record,
-                message,
-            } => write!(f, "{}: record {record}: {message}", name(case)),
+                error,
+            } => write!(f, "{}: record {record}: {error}", name(case)),
             SweepError::Thread(m) => write!(f, "sweep thread: {m}"),
         }
     }
 }
 
-impl core::error::Error for SweepError {}
+impl core::error::Error for SweepError {
+    fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
+        match self {
+            SweepError::Replay { error, .. } => Some(error),
+            SweepError::Manager { error, .. } => Some(error.as_ref()),
+            SweepError::Thread(_) => None,
+        }
+    }
+}
 
 /// Replays `records` through `replayer` to the end: the counts and the chunks resident.
 ///
 /// # Errors
-/// The 1-based record that could not be replayed, and why.
+/// The 1-based record that could not be replayed, and the replayer's [`ReplayError`].
 pub fn replay_one<'a>(
     mut replayer: Replayer,
     records: impl Iterator<Item = Record<'a>>,
-) -> Result<(ReplayCounts, u32), (u64, String)> {
+) -> Result<(ReplayCounts, u32), (u64, ReplayError)> {
     for (i, record) in records.enumerate() {
-        replayer
-            .apply(record)
-            .map_err(|e| (i as u64 + 1, e.to_string()))?;
+        replayer.apply(record).map_err(|e| (i as u64 + 1, e))?;
     }
     Ok((replayer.counts(), replayer.manager().inspect().allocated()))
 }
 
+/// Why the replayer of a case could not be built: any error of the caller's factory.
+pub type CaseError = Box<dyn core::error::Error + Send + Sync>;
+
 /// The replayer (its manager, block size and limits) of a case.
-pub type MakeReplayer<'a> = dyn Fn(&SweepCase) -> Result<Replayer, String> + Sync + 'a;
+pub type MakeReplayer<'a> = dyn Fn(&SweepCase) -> Result<Replayer, CaseError> + Sync + 'a;
 
 /// Replays every case on `jobs` threads (at least 1), each case from a fresh iterator of
 /// `records` (which must give the same records every time: a cursor over a parsed trace).
@@ -219,12 +227,15 @@ where
             let i = next.fetch_add(1, Ordering::Relaxed);
             let Some(&case) = cases.get(i) else { break };
             let result = make_replayer(&case)
-                .map_err(|message| SweepError::Manager { case, message })
+                .map_err(|e| SweepError::Manager {
+                    case,
+                    error: Arc::from(e),
+                })
                 .and_then(|r| {
-                    replay_one(r, records()).map_err(|(record, message)| SweepError::Replay {
+                    replay_one(r, records()).map_err(|(record, error)| SweepError::Replay {
                         case,
                         record,
-                        message,
+                        error,
                     })
                 })
                 .map(|(counts, resident_blocks)| SweepPoint {
@@ -304,28 +315,58 @@ pub fn repeat_bound<'a>(records: impl Iterator<Item = Record<'a>>) -> (u64, u64)
     (repeated, blocks)
 }
 
+/// Why [`geometric_capacities`] refused a range.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RangeError {
+    /// `from` is 0, `from > to`, or `steps` is 0.
+    Bounds {
+        /// The smallest capacity.
+        from: u32,
+        /// The largest capacity.
+        to: u32,
+        /// The number of capacities.
+        steps: u32,
+    },
+    /// One step, but `from != to`.
+    OneStep,
+}
+
+impl core::fmt::Display for RangeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RangeError::Bounds { from, to, steps } => write!(
+                f,
+                "need 1 <= from <= to and steps >= 1 (from {from}, to {to}, steps {steps})"
+            ),
+            RangeError::OneStep => f.write_str("one step needs from == to"),
+        }
+    }
+}
+
+impl core::error::Error for RangeError {}
+
 /// `steps` capacities from `from` to `to`, evenly spaced on a log scale, rounded to whole
 /// chunks, without repeats (so fewer than `steps` when the range is narrow).
 ///
 /// ```
-/// use kvtier::sweep::geometric_capacities;
+/// use kvtier::sweep::{RangeError, geometric_capacities};
 /// assert_eq!(geometric_capacities(256, 65_536, 5), Ok(vec![256, 1024, 4096, 16_384, 65_536]));
 /// assert_eq!(geometric_capacities(1, 3, 5), Ok(vec![1, 2, 3]));
+/// assert_eq!(geometric_capacities(4, 8, 1), Err(RangeError::OneStep));
 /// ```
 ///
 /// # Errors
-/// A message when `from` is 0, `from > to`, or `steps` is 0 (1 step needs `from == to`).
-pub fn geometric_capacities(from: u32, to: u32, steps: u32) -> Result<Vec<u32>, String> {
+/// [`RangeError`] when `from` is 0, `from > to`, or `steps` is 0 (1 step needs `from == to`).
+pub fn geometric_capacities(from: u32, to: u32, steps: u32) -> Result<Vec<u32>, RangeError> {
     if from == 0 || from > to || steps == 0 {
-        return Err(format!(
-            "need 1 <= from <= to and steps >= 1 (from {from}, to {to}, steps {steps})"
-        ));
+        return Err(RangeError::Bounds { from, to, steps });
     }
     if steps == 1 {
         return if from == to {
             Ok(vec![from])
         } else {
-            Err("one step needs from == to".into())
+            Err(RangeError::OneStep)
         };
     }
     let (lo, hi) = (f64::from(from).ln(), f64::from(to).ln());

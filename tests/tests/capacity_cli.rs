@@ -1,22 +1,31 @@
 //! `kvtier capacity` as a library: options → report value → table / JSON, with the sample
 //! layouts and config.json files in `tests/data/capacity/`.
 
-use kvtier::cli::capacity::{
-    CapacityArgs, CapacityCliError, parse_size_floor, render_table, report, report_json, thousands,
-};
+use kvtier::cli::capacity::{CapacityArgs, render_table, report_json};
+use kvtier::numfmt::thousands;
+use kvtier::sizing::{CapacityReport, ReportError, report};
+
+/// A size as `--memory` reads it, its error as the message the command prints.
+fn parse_size_floor(text: &str) -> Result<u64, String> {
+    kvtier::sizing::parse_size_floor(text).map_err(|e| e.to_string())
+}
 
 fn data(name: &str) -> String {
     format!("{}/data/capacity/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
-fn run(args: &[&str]) -> Result<kvtier::cli::capacity::CapacityReport, CapacityCliError> {
-    report(&CapacityArgs::parse_from_args(args).expect("options parse"))
+fn run(args: &[&str]) -> Result<CapacityReport, ReportError> {
+    report(
+        &CapacityArgs::parse_from_args(args)
+            .expect("options parse")
+            .options,
+    )
 }
 
 fn err(args: &[&str]) -> String {
     match CapacityArgs::parse_from_args(args) {
-        Ok(a) => report(&a).map_or_else(|e| e.to_string(), |_| String::from("no error")),
-        Err(e) => e,
+        Ok(a) => report(&a.options).map_or_else(|e| e.to_string(), |_| String::from("no error")),
+        Err(e) => e.to_string(),
     }
 }
 

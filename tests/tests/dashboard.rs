@@ -16,8 +16,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kvtier::cli::serve::{ServeArgs, start};
+use kvtier::cli::serve::ServeArgs;
 use kvtier::cli::{Cli, Command as Sub};
+use kvtier::serve::start;
 use kvtier_tests::prometheus_server::{PrometheusServer, require_prometheus};
 
 /// The dashboard's query variables, in order: (name, query).
@@ -236,7 +237,7 @@ fn the_kv_offloading_row_has_data_on_kvtier_serve() {
         Sub::Serve(a) => a,
         other => panic!("parsed {other:?}"),
     };
-    let serving = start(&args).unwrap();
+    let serving = start(&args.options()).unwrap();
     let addr = serving.local_addr();
     let prom = PrometheusServer::start(addr, "kvtier", SCRAPE_INTERVAL_S).unwrap();
 

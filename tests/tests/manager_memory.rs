@@ -207,7 +207,9 @@ fn replay_error(extra: &[&str]) -> String {
     let Command::Replay(args) = Cli::try_parse_from(argv).unwrap().command else {
         panic!("not a replay");
     };
-    kvtier::cli::replay::replay(&args, false).unwrap_err()
+    kvtier::replay_run::replay(&args.options, false)
+        .unwrap_err()
+        .to_string()
 }
 
 #[test]
@@ -263,13 +265,13 @@ fn lru_overflow_does_not_mention_arc() {
     );
 }
 
-fn replay_args(extra: &[&str]) -> kvtier::cli::replay::ReplayArgs {
+fn replay_args(extra: &[&str]) -> kvtier::replay_run::ReplayOptions {
     let mut argv = vec!["kvtier", "replay"];
     argv.extend_from_slice(extra);
     let Command::Replay(args) = Cli::try_parse_from(argv).unwrap().command else {
         panic!("not a replay");
     };
-    args
+    args.options
 }
 
 #[test]

@@ -375,7 +375,7 @@ fn convert(
     input: &std::path::Path,
     out: &std::path::Path,
     extra: &[&str],
-) -> Result<kvtier::cli::convert::ConvertSummary, String> {
+) -> Result<kvtier::convert::ConvertSummary, String> {
     let mut argv = vec![
         "convert",
         "--from",
@@ -386,7 +386,7 @@ fn convert(
     ];
     argv.extend_from_slice(extra);
     match parse(&argv) {
-        kvtier::cli::Command::Convert(a) => kvtier::cli::convert::convert(&a),
+        kvtier::cli::Command::Convert(a) => kvtier::convert::convert(&a).map_err(|e| e.to_string()),
         other => panic!("{other:?}"),
     }
 }
@@ -455,11 +455,13 @@ fn convert_of_a_bad_line_names_it_and_writes_nothing() {
     assert!(!out.exists());
 }
 
-fn replay(argv: &[&str]) -> Result<kvtier::cli::replay::ReplayReport, String> {
+fn replay(argv: &[&str]) -> Result<kvtier::replay_run::ReplayReport, String> {
     let mut full = vec!["replay"];
     full.extend_from_slice(argv);
     match parse(&full) {
-        kvtier::cli::Command::Replay(a) => kvtier::cli::replay::replay(&a, false),
+        kvtier::cli::Command::Replay(a) => {
+            kvtier::replay_run::replay(&a.options, false).map_err(|e| e.to_string())
+        }
         other => panic!("{other:?}"),
     }
 }

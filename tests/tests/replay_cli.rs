@@ -9,8 +9,14 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use kvtier::cli::replay::{ReplayArgs, json_value, replay};
+use kvtier::cli::replay::{ReplayArgs, json_value};
 use kvtier::cli::{Cli, Command};
+use kvtier::replay_run::{ReplayReport, RunError};
+
+/// The replay of `args`, its error as the message the command prints.
+fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String> {
+    kvtier::replay_run::replay(&args.options, progress).map_err(|e| e.to_string())
+}
 
 fn data(name: &str) -> String {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -264,11 +270,15 @@ fn zero_block_tokens_is_refused() {
     assert!(e.to_string().contains("--block-tokens"), "{e}");
     // Built without clap, the replay refuses it too (positions would all be 0).
     let mut a = args(&["--requests", "10"]);
-    a.block_tokens = Some(0);
+    a.options.block_tokens = Some(0);
     assert_eq!(
         replay(&a, false).unwrap_err(),
         "--block-tokens must be at least 1"
     );
+    assert!(matches!(
+        kvtier::replay_run::replay(&a.options, false),
+        Err(RunError::ZeroBlockTokens)
+    ));
 }
 
 #[test]

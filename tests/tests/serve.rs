@@ -14,9 +14,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kvtier::cli::serve::{MIN_RATE, ServeArgs, start};
+use kvtier::cli::serve::{MIN_RATE, ServeArgs};
 use kvtier::cli::{Cli, Command as Sub};
 use kvtier::http::{MetricsServer, ServerConfig};
+use kvtier::serve::start;
 use kvtier_core::stats::catalogue;
 use kvtier_tests::prometheus_server::{PrometheusServer, http_get, require_prometheus};
 
@@ -49,7 +50,7 @@ fn prometheus_scrapes_kvtier_serve() {
         "50",
     ]);
     // The same replay on its own gives the values Prometheus must read back.
-    let expected = kvtier::cli::replay::replay(&args.replay, false).unwrap();
+    let expected = kvtier::replay_run::replay(&args.replay.options, false).unwrap();
     let skipped = expected.counts.stores_skipped.unwrap();
     let usage = expected
         .payload
@@ -58,7 +59,7 @@ fn prometheus_scrapes_kvtier_serve() {
         .to_f64();
     assert!(skipped > 1000, "a filter run skips stores: {skipped}");
 
-    let mut serving = start(&args).unwrap();
+    let mut serving = start(&args.options()).unwrap();
     let addr = serving.local_addr();
     assert!(addr.ip().is_loopback());
     let summary = serving.wait_replay().unwrap();
@@ -177,8 +178,8 @@ fn log_interval_keeps_the_whole_run_in_the_report() {
         "--store-threshold",
         "2",
     ]);
-    let a = kvtier::cli::replay::replay(&with.replay, false).unwrap();
-    let b = kvtier::cli::replay::replay(&without.replay, false).unwrap();
+    let a = kvtier::replay_run::replay(&with.replay.options, false).unwrap();
+    let b = kvtier::replay_run::replay(&without.replay.options, false).unwrap();
     // Draining every 300 requests for the log line changes nothing the run reports (but the
     // measured lookup times, of which only the count is fixed).
     assert_eq!(a.counts, b.counts);
@@ -199,7 +200,7 @@ fn serve_rejects_a_rate_that_is_not_a_pace() {
     // panicked in the replay thread.
     for rate in ["1e-300", "0", "-1", "NaN", "inf", "-inf", "5e-20", "-1e300"] {
         let args = serve_args(&[&format!("--rate={rate}")]);
-        let err = start(&args).map(|s| s.stop()).unwrap_err();
+        let err = start(&args.options()).map(|s| s.stop()).unwrap_err();
         assert_eq!(
             err.to_string(),
             format!("--rate takes requests per second: a finite number from 1e-19 up, not {rate}")
@@ -210,7 +211,7 @@ fn serve_rejects_a_rate_that_is_not_a_pace() {
 #[test]
 fn the_slowest_rate_is_accepted_and_stops_at_once() {
     let args = serve_args(&["--requests", "10", &format!("--rate={MIN_RATE:e}")]);
-    let serving = start(&args).unwrap();
+    let serving = start(&args.options()).unwrap();
     // The replay is paused for 10^19 s before its first request: a stop still ends it.
     serving.stop();
 }
@@ -230,11 +231,11 @@ fn replay_metrics_and_serve_print_the_same_families_and_values() {
         "m",
     ]);
     // `kvtier replay --metrics` prints `render` of the run's payload.
-    let report = kvtier::cli::replay::replay(&args.replay, false).unwrap();
+    let report = kvtier::replay_run::replay(&args.replay.options, false).unwrap();
     let replay_text =
         kvtier::export::render(&report.payload, kvtier::export::ExporterConfig::new("m", 1))
             .unwrap();
-    let mut serving = start(&args).unwrap();
+    let mut serving = start(&args.options()).unwrap();
     serving.wait_replay().unwrap();
     let served = kvtier::export::encode_text(serving.registry()).unwrap();
     let (status, _, scraped) = get(serving.local_addr(), "/metrics");

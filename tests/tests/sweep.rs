@@ -8,10 +8,22 @@
 )]
 
 use clap::Parser;
-use kvtier::cli::replay::replay;
-use kvtier::cli::sweep::{SweepArgs, SweepReport, sweep};
+use kvtier::cli::replay::ReplayArgs;
+use kvtier::cli::sweep::SweepArgs;
 use kvtier::cli::{Cli, Command};
+use kvtier::replay_run::ReplayReport;
+use kvtier::sweep_run::SweepReport;
 use kvtier_tests::expected::data;
+
+/// The replay of `args`, its error as the message the command prints.
+fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String> {
+    kvtier::replay_run::replay(&args.options, progress).map_err(|e| e.to_string())
+}
+
+/// The sweep of `args`, its error as the message the command prints.
+fn sweep(args: &SweepArgs, progress: bool) -> Result<SweepReport, String> {
+    kvtier::sweep_run::sweep(&args.options, progress).map_err(|e| e.to_string())
+}
 
 fn sweep_args(extra: &[&str]) -> SweepArgs {
     let mut argv = vec!["kvtier", "sweep"];
@@ -192,6 +204,12 @@ fn a_model_turns_capacities_into_exact_gib() {
         "48",
     ]);
     assert!(sweep(&a, false).unwrap_err().contains("--block-size 48"));
+    assert!(matches!(
+        kvtier::sweep_run::sweep(&a.options, false),
+        Err(kvtier::sweep_run::SweepRunError::Model(
+            kvtier::sweep_run::ChunkBytesError::BlockSize { block_size: 48, .. }
+        ))
+    ));
 }
 
 #[test]

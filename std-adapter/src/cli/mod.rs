@@ -1,13 +1,17 @@
-//! The `kvtier` command line: `replay`, `capacity`, `serve`, `convert`, `sweep`.
+//! The `kvtier` command line: `replay`, `capacity`, `serve`, `convert`, `sweep`. Each module
+//! parses its command's options (clap) and prints what the library computes: the replay run
+//! ([`crate::replay_run`]), the capacity report ([`crate::sizing`]), serving
+//! ([`crate::serve`]), the Mooncake conversion ([`crate::convert`]) and the sweep
+//! ([`crate::sweep_run`]).
 
 pub mod capacity;
 pub mod convert;
-pub mod input;
 pub mod replay;
 pub mod serve;
 pub mod sweep;
 
 use clap::{Parser, Subcommand};
+use std::fmt;
 use std::process::ExitCode;
 
 /// kvtier: the bookkeeping of a KV-cache offload tier, vLLM 0.33.0-exact.
@@ -29,7 +33,7 @@ pub enum Command {
     /// Replay one trace under many capacities, policies and thresholds; table and plot.
     Sweep(sweep::SweepArgs),
     /// Convert a Mooncake JSONL trace into a kvtrace.
-    Convert(convert::ConvertArgs),
+    Convert(convert::ConvertOptions),
     /// Replay while serving `/metrics` for Prometheus, then keep serving until interrupted.
     Serve(serve::ServeArgs),
 }
@@ -37,11 +41,11 @@ pub enum Command {
 /// Parses the command line, runs it and maps errors to a non-zero exit code.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let result = match cli.command {
+    let result: Result<(), crate::Error> = match cli.command {
         Command::Replay(args) => replay::run(&args),
         Command::Capacity(args) => capacity::run(&args),
         Command::Serve(args) => serve::run(&args),
-        Command::Convert(args) => convert::run(&args),
+        Command::Convert(args) => convert::run(&args).map_err(Into::into),
         Command::Sweep(args) => sweep::run(&args),
     };
     match result {
@@ -49,6 +53,38 @@ pub fn main() -> ExitCode {
         Err(e) => {
             eprintln!("kvtier: {e}");
             ExitCode::from(2)
+        }
+    }
+}
+
+/// Why a command's report could not be printed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OutputError {
+    /// The report could not be serialised as JSON (not expected: plain numbers and strings).
+    Json(serde_json::Error),
+    /// The metrics exposition could not be rendered.
+    Metrics(Box<crate::Error>),
+    /// Writing the report to stdout failed.
+    Write(std::io::Error),
+}
+
+impl fmt::Display for OutputError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OutputError::Json(e) => e.fmt(f),
+            OutputError::Metrics(e) => write!(f, "rendering the metrics: {e}"),
+            OutputError::Write(e) => write!(f, "writing the report: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for OutputError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OutputError::Json(e) => Some(e),
+            OutputError::Metrics(e) => Some(e.as_ref()),
+            OutputError::Write(e) => Some(e),
         }
     }
 }

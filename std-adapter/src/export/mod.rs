@@ -193,13 +193,30 @@ impl fmt::Display for ObserveError {
 
 impl std::error::Error for ObserveError {}
 
-/// Why the registry could not be encoded.
+/// Why the registry could not be encoded: a name the text format cannot carry.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EncodeError(String);
+#[non_exhaustive]
+pub enum EncodeError {
+    /// A family name is not a valid Prometheus metric name.
+    MetricName(String),
+    /// A label name is not a valid Prometheus label name.
+    LabelName {
+        /// The label.
+        label: String,
+        /// The family that carries it.
+        family: String,
+    },
+}
 
 impl fmt::Display for EncodeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "encoding the metrics failed: {}", self.0)
+        f.write_str("encoding the metrics failed: ")?;
+        match self {
+            EncodeError::MetricName(name) => write!(f, "{name:?} is not a metric name"),
+            EncodeError::LabelName { label, family } => {
+                write!(f, "{label:?} of {family} is not a label name")
+            }
+        }
     }
 }
 
@@ -501,7 +518,7 @@ impl Collector for ExporterCollector {
 /// [`EncodeError`] when a family or label name of some collector in `registry` is not a valid
 /// Prometheus name.
 pub fn encode_text(registry: &Registry) -> Result<String, EncodeError> {
-    encode_families(&registry.gather()).map_err(EncodeError)
+    encode_families(&registry.gather())
 }
 
 /// The text a scrape of a new exporter built from `config` shows once it has observed

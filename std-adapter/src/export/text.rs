@@ -13,6 +13,7 @@ use std::fmt::Write as _;
 
 use prometheus::proto::{LabelPair, Metric, MetricFamily, MetricType};
 
+use super::EncodeError;
 use super::python_float_str;
 
 /// Formats a sample value as `prometheus_client` does (`floatToGoString`): Python's shortest
@@ -161,14 +162,14 @@ fn is_label_name(s: &str) -> bool {
 /// Writes `families` in the text exposition format (see the [module docs](self)).
 ///
 /// # Errors
-/// The offending name, when a family or label name is not a valid Prometheus name (the text
-/// would not parse); nothing is returned then.
-pub fn encode_families(families: &[MetricFamily]) -> Result<String, String> {
+/// [`EncodeError`] naming the offending name, when a family or label name is not a valid
+/// Prometheus name (the text would not parse); nothing is returned then.
+pub fn encode_families(families: &[MetricFamily]) -> Result<String, EncodeError> {
     let mut out = String::with_capacity(4096);
     for mf in families {
         let name = mf.name();
         if !is_metric_name(name) {
-            return Err(format!("{name:?} is not a metric name"));
+            return Err(EncodeError::MetricName(name.to_owned()));
         }
         let bad_label = mf
             .get_metric()
@@ -176,7 +177,10 @@ pub fn encode_families(families: &[MetricFamily]) -> Result<String, String> {
             .flat_map(Metric::get_label)
             .find(|p| !is_label_name(p.name()));
         if let Some(p) = bad_label {
-            return Err(format!("{:?} of {name} is not a label name", p.name()));
+            return Err(EncodeError::LabelName {
+                label: p.name().to_owned(),
+                family: name.to_owned(),
+            });
         }
         let _ = write!(out, "# HELP {name} ");
         escape(&mut out, mf.help(), false);

@@ -58,6 +58,22 @@ impl ModelDtype {
 /// Model types for which vLLM 0.33.0 refuses float16 (`_FLOAT16_NOT_SUPPORTED_MODELS`).
 const NO_FLOAT16: &[&str] = &["gemma2", "gemma3", "gemma3_text", "glm4"];
 
+/// A config dtype name that torch does not know.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct UnknownDtype {
+    /// The name the config gives.
+    pub name: String,
+}
+
+impl core::fmt::Display for UnknownDtype {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(f, "unknown dtype \"{}\"", self.name)
+    }
+}
+
+impl core::error::Error for UnknownDtype {}
+
 /// The KV-cache dtype vLLM 0.33.0 uses with `--dtype auto --kv-cache-dtype auto` on a CUDA GPU
 /// of compute capability 8.0 or newer (`"bfloat16"` or `"float16"`), for a config whose
 /// `model_type` (the top-level one) and dtype name (`None` when the config gives none) are
@@ -72,11 +88,16 @@ const NO_FLOAT16: &[&str] = &["gemma2", "gemma3", "gemma3_text", "glm4"];
 /// ```
 ///
 /// # Errors
-/// A message naming a dtype that torch does not know.
-pub fn auto_kv_dtype(model_type: &str, config_dtype: Option<&str>) -> Result<&'static str, String> {
+/// [`UnknownDtype`] naming a dtype that torch does not know.
+pub fn auto_kv_dtype(
+    model_type: &str,
+    config_dtype: Option<&str>,
+) -> Result<&'static str, UnknownDtype> {
     let config = match config_dtype {
         None => ModelDtype::Float32,
-        Some(name) => ModelDtype::parse(name).ok_or_else(|| format!("unknown dtype \"{name}\""))?,
+        Some(name) => ModelDtype::parse(name).ok_or_else(|| UnknownDtype {
+            name: name.to_owned(),
+        })?,
     };
     // float32 is downcast to the preferred bfloat16; bfloat16 is kept; float16 is kept unless
     // the model type forbids it; anything else falls back to bfloat16.
@@ -110,10 +131,9 @@ mod tests {
         // Unsupported dtypes fall back to bfloat16.
         assert_eq!(auto_kv_dtype("llama", Some("float64")), Ok("bfloat16"));
         assert_eq!(auto_kv_dtype("llama", Some("int8")), Ok("bfloat16"));
-        assert_eq!(
-            auto_kv_dtype("llama", Some("float31")),
-            Err("unknown dtype \"float31\"".to_owned())
-        );
+        let e = auto_kv_dtype("llama", Some("float31")).unwrap_err();
+        assert_eq!(e.name, "float31");
+        assert_eq!(e.to_string(), "unknown dtype \"float31\"");
         assert_eq!(dtype_bytes("bfloat16"), Some(2));
         assert_eq!(dtype_bytes("float16"), Some(2));
     }

@@ -30,7 +30,7 @@ use kvtier_core::capacity::{LayerKind, LayerSpec, MAX_LAYERS};
 use serde_json::{Map, Value};
 
 use super::state_layers::{refuse_state_layer_type, refuse_state_layers};
-use super::{LayoutError, LayoutShape, ModelLayout, auto_kv_dtype, dtype_bytes};
+use super::{LayoutError, LayoutShape, ModelLayout, UnknownDtype, auto_kv_dtype, dtype_bytes};
 
 /// Choices a config.json does not carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,8 +100,16 @@ fn config_kv_dtype_bytes(
     }
     let key = found.map_or("torch_dtype", |(k, _)| k);
     let name = auto_kv_dtype(model_type, found.map(|(_, s)| s))
-        .map_err(|problem| LayoutError::new(key, problem))?;
-    dtype_bytes(name).ok_or_else(|| LayoutError::new(key, format!("unknown dtype \"{name}\"")))
+        .map_err(|e| LayoutError::new(key, e.to_string()))?;
+    dtype_bytes(name).ok_or_else(|| {
+        LayoutError::new(
+            key,
+            UnknownDtype {
+                name: name.to_owned(),
+            }
+            .to_string(),
+        )
+    })
 }
 
 /// Llama 4's layers: NoPE layers (`no_rope_layers[i] == 0`) are full attention, the others

@@ -10,7 +10,7 @@ mod hf;
 mod presets;
 mod state_layers;
 
-pub use dtype::{auto_kv_dtype, dtype_bytes};
+pub use dtype::{UnknownDtype, auto_kv_dtype, dtype_bytes};
 pub use file::parse_layout_json;
 pub use hf::{HfOptions, parse_hf_config};
 pub use presets::{PRESETS, preset};

@@ -1,15 +1,17 @@
-//! Opening a trace file in either format, for `replay`, `serve`, `sweep` and `convert`:
-//! kvtrace (`spec/kvtrace.md`) or Mooncake JSONL (`spec/mooncake.md`), chosen by `--format` or
-//! detected from the first non-whitespace byte (`#` kvtrace, `{` Mooncake).
+//! Opening a trace file in either format, for a replay, a sweep and `serve`: kvtrace
+//! (`spec/kvtrace.md`) or Mooncake JSONL (`spec/mooncake.md`), chosen by `--format` or
+//! detected from the first non-whitespace byte (`#` kvtrace, `{` Mooncake) by
+//! [`detect_format`]; [`TraceInput`] reads either as one [`RecordSource`].
 
+use std::fmt;
 use std::fs::File;
-use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
+use std::io::{self, BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
 
 use crate::trace::{
     DEFAULT_DECODE_US_PER_TOKEN, DEFAULT_MOONCAKE_BLOCK_TOKENS, DEFAULT_PREFILL_TOKENS_PER_S,
     Header, MooncakeError, MooncakeReader, MooncakeTiming, ReadError, Record, RecordSource,
-    TraceReader,
+    TimingError, TraceReader,
 };
 
 /// `--format` values.
@@ -91,14 +93,21 @@ impl FormatArgs {
     /// The format of the file at `path`: `--format`, or detected.
     ///
     /// # Errors
-    /// An unreadable file, or (auto) content that is neither format.
-    pub fn resolve(&self, path: &Path) -> Result<TraceFormat, String> {
+    /// [`OpenError::Io`] for an unreadable file, [`OpenError::Format`] for (auto) content that
+    /// is neither format.
+    pub fn resolve(&self, path: &Path) -> Result<TraceFormat, OpenError> {
         match self.format {
             FormatArg::Kvtrace => Ok(TraceFormat::Kvtrace),
             FormatArg::Mooncake => Ok(TraceFormat::Mooncake),
             FormatArg::Auto => {
-                let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-                detect_format(file).map_err(|e| format!("{}: {e}", path.display()))
+                let file = File::open(path).map_err(|error| OpenError::Io {
+                    path: path.to_owned(),
+                    error,
+                })?;
+                detect_format(file).map_err(|error| OpenError::Format {
+                    path: path.to_owned(),
+                    error,
+                })
             }
         }
     }
@@ -106,20 +115,20 @@ impl FormatArgs {
     /// Opens `reader` (the content of a trace in `format`) as a record source.
     ///
     /// # Errors
-    /// The kvtrace header's error, or a bad timing parameter.
+    /// [`ReaderError`]: the kvtrace header's error, or a bad timing parameter.
     pub fn open_reader<R: BufRead>(
         &self,
         format: TraceFormat,
         reader: R,
         block_tokens: Option<u32>,
-    ) -> Result<TraceInput<R>, String> {
+    ) -> Result<TraceInput<R>, ReaderError> {
         match format {
             TraceFormat::Kvtrace => TraceReader::new(reader)
                 .map(TraceInput::Kvtrace)
-                .map_err(|e| e.to_string()),
+                .map_err(ReaderError::Header),
             TraceFormat::Mooncake => MooncakeReader::new(reader, self.timing.timing(block_tokens))
                 .map(TraceInput::Mooncake)
-                .map_err(|e| format!("--block-tokens / --prefill-tokens-per-s: {e}")),
+                .map_err(ReaderError::Timing),
         }
     }
 
@@ -127,71 +136,190 @@ impl FormatArgs {
     /// trace has no capacity of its own: `capacity_given` must then be true.
     ///
     /// # Errors
-    /// A message starting with the path: unreadable, neither format, a bad kvtrace header, or
-    /// a Mooncake trace without `--capacity`.
+    /// [`OpenError`], whose message starts with the path: unreadable, neither format, a bad
+    /// kvtrace header, or a Mooncake trace without `--capacity`.
     pub fn open_path<R: Read>(
         &self,
         path: &Path,
         block_tokens: Option<u32>,
         capacity_given: bool,
         wrap: impl FnOnce(File) -> R,
-    ) -> Result<TraceInput<BufReader<R>>, String> {
-        let at = |e: String| format!("{}: {e}", path.display());
+    ) -> Result<TraceInput<BufReader<R>>, OpenError> {
         let format = self.resolve(path)?;
         if format == TraceFormat::Mooncake && !capacity_given {
-            return Err(at(
-                "a Mooncake trace has no capacity of its own: give --capacity \
-                 (in chunks of --block-tokens tokens, default 512)"
-                    .to_owned(),
-            ));
+            return Err(OpenError::NoCapacity {
+                path: path.to_owned(),
+            });
         }
-        let file = File::open(path).map_err(|e| at(e.to_string()))?;
+        let file = File::open(path).map_err(|error| OpenError::Io {
+            path: path.to_owned(),
+            error,
+        })?;
         self.open_reader(
             format,
             BufReader::with_capacity(1 << 16, wrap(file)),
             block_tokens,
         )
-        .map_err(at)
+        .map_err(|error| OpenError::Reader {
+            path: path.to_owned(),
+            error,
+        })
+    }
+}
+
+/// Why [`detect_format`] found no format.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// Reading the content failed.
+    Read(io::Error),
+    /// The content is empty (or only whitespace).
+    Empty,
+    /// The first non-whitespace byte is neither `#` nor `{`.
+    Unknown,
+}
+
+impl fmt::Display for FormatError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FormatError::Read(e) => e.fmt(f),
+            FormatError::Empty => f.write_str(
+                "empty trace: expected a kvtrace (`# format=kvtrace v1` first) or a \
+                 Mooncake JSONL trace (one `{...}` request per line)",
+            ),
+            FormatError::Unknown => f.write_str(
+                "unknown trace format: a kvtrace starts with `# format=kvtrace v1`, \
+                 a Mooncake JSONL trace with `{` (give --format to choose)",
+            ),
+        }
+    }
+}
+
+impl std::error::Error for FormatError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            FormatError::Read(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why [`FormatArgs::open_reader`] could not open a trace's content.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ReaderError {
+    /// The kvtrace header is malformed.
+    Header(ReadError),
+    /// The Mooncake timing model (`--block-tokens`, `--prefill-tokens-per-s`) is refused.
+    Timing(TimingError),
+}
+
+impl fmt::Display for ReaderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReaderError::Header(e) => e.fmt(f),
+            ReaderError::Timing(e) => write!(f, "--block-tokens / --prefill-tokens-per-s: {e}"),
+        }
+    }
+}
+
+impl std::error::Error for ReaderError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ReaderError::Header(e) => Some(e),
+            ReaderError::Timing(e) => Some(e),
+        }
+    }
+}
+
+/// Why [`FormatArgs::resolve`] or [`FormatArgs::open_path`] could not open a trace file; the
+/// message starts with the path.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum OpenError {
+    /// The file could not be opened.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        error: io::Error,
+    },
+    /// The content is neither format.
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: FormatError,
+    },
+    /// A Mooncake trace, which has no capacity of its own, without `--capacity`.
+    NoCapacity {
+        /// The file.
+        path: PathBuf,
+    },
+    /// The content could not be opened as its format.
+    Reader {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        error: ReaderError,
+    },
+}
+
+impl fmt::Display for OpenError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            OpenError::Io { path, error } => write!(f, "{}: {error}", path.display()),
+            OpenError::Format { path, error } => write!(f, "{}: {error}", path.display()),
+            OpenError::NoCapacity { path } => write!(
+                f,
+                "{}: a Mooncake trace has no capacity of its own: give --capacity \
+                 (in chunks of --block-tokens tokens, default 512)",
+                path.display()
+            ),
+            OpenError::Reader { path, error } => write!(f, "{}: {error}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for OpenError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            OpenError::Io { error, .. } => Some(error),
+            OpenError::Format { error, .. } => Some(error),
+            OpenError::NoCapacity { .. } => None,
+            OpenError::Reader { error, .. } => Some(error),
+        }
     }
 }
 
 /// The format of a trace from its first non-whitespace byte: `#` kvtrace, `{` Mooncake JSONL.
 ///
 /// ```
-/// use kvtier::cli::input::{TraceFormat, detect_format};
-/// assert_eq!(detect_format(&b"# format=kvtrace v1\n"[..]), Ok(TraceFormat::Kvtrace));
-/// assert_eq!(detect_format(&b"\n {\"timestamp\": 0}"[..]), Ok(TraceFormat::Mooncake));
-/// assert!(detect_format(&b"L 0 1 00"[..]).is_err());
+/// use kvtier::input::{FormatError, TraceFormat, detect_format};
+/// assert_eq!(detect_format(&b"# format=kvtrace v1\n"[..]).ok(), Some(TraceFormat::Kvtrace));
+/// assert_eq!(detect_format(&b"\n {\"timestamp\": 0}"[..]).ok(), Some(TraceFormat::Mooncake));
+/// assert!(matches!(detect_format(&b"L 0 1 00"[..]), Err(FormatError::Unknown)));
 /// ```
 ///
 /// # Errors
-/// A message naming both formats for other content, an empty input or a read error.
-pub fn detect_format(mut reader: impl Read) -> Result<TraceFormat, String> {
+/// [`FormatError`]: other content (its message names both formats), an empty input or a
+/// read error.
+pub fn detect_format(mut reader: impl Read) -> Result<TraceFormat, FormatError> {
     let mut buf = [0u8; 4096];
     loop {
         let n = match reader.read(&mut buf) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(FormatError::Read(e)),
         };
         if n == 0 {
-            return Err(
-                "empty trace: expected a kvtrace (`# format=kvtrace v1` first) or a \
-                        Mooncake JSONL trace (one `{...}` request per line)"
-                    .to_owned(),
-            );
+            return Err(FormatError::Empty);
         }
         match buf[..n].iter().find(|b| !b.is_ascii_whitespace()) {
             None => {}
             Some(b'#') => return Ok(TraceFormat::Kvtrace),
             Some(b'{') => return Ok(TraceFormat::Mooncake),
-            Some(_) => {
-                return Err(
-                    "unknown trace format: a kvtrace starts with `# format=kvtrace v1`, \
-                            a Mooncake JSONL trace with `{` (give --format to choose)"
-                        .to_owned(),
-                );
-            }
+            Some(_) => return Err(FormatError::Unknown),
         }
     }
 }

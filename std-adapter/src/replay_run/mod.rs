@@ -1,0 +1,493 @@
+//! A whole replay run: a kvtrace or Mooncake file ([`crate::input`]), or the built-in workload,
+//! replayed through a manager built from [`ReplayOptions`] into a [`ReplayReport`] (hit rates,
+//! evictions, skipped stores, the hit digest, the time split and the manager's stats), with an
+//! optional progress bar and vLLM's `KV Transfer metrics` line every N requests.
+//!
+//! [`replay`] reads the source a chunk at a time ([`crate::trace::CompactTrace`]),
+//! applies every record through [`ReplayStats`] to a [`Replayer`] and times parsing and the
+//! replay loop apart. [`ManagerArgs`] are the manager options every replaying command shares.
+
+mod manager;
+
+pub use manager::{ManagerArgs, ManagerError, parse_policy};
+
+use std::convert::Infallible;
+use std::fmt;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressStyle};
+use kvtier_core::manager::{OffloadManager, PolicyKind};
+use kvtier_core::stats::{AggregateError, Payload, catalogue};
+
+use crate::input::{FormatArgs, OpenError, TraceInputError};
+use crate::replay::{ReplayCounts, ReplayError, Replayer};
+use crate::replay_stats::{ReplayStats, TransferArgs, TransferError};
+use crate::trace::{CompactError, CompactLimits, CompactTrace, RecordKind, RecordSource};
+use crate::workload::{Generator, GeneratorConfig, GeneratorError};
+
+/// What to replay and how (the options of `kvtier replay` but its output format).
+#[derive(Debug, Clone, clap::Args)]
+pub struct ReplayOptions {
+    /// The trace to replay, kvtrace or Mooncake JSONL (see --format); without it, a built-in
+    /// deterministic workload (shared prefixes with Zipf popularity, multi-turn follow-ups, 32
+    /// requests in flight).
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// The trace's format and the Mooncake timing model.
+    #[command(flatten)]
+    pub input: FormatArgs,
+    /// Requests of the built-in workload.
+    #[arg(long, default_value_t = 100_000, value_name = "N")]
+    pub requests: u64,
+    /// Seed of the built-in workload.
+    #[arg(long, default_value_t = 1, value_name = "S")]
+    pub seed: u64,
+    /// Eviction policy: lru or arc, as vLLM names them.
+    #[arg(long, default_value = "lru", value_parser = parse_policy)]
+    pub policy: PolicyKind,
+    /// Tier size in chunks (default: the trace header's `capacity`, else 1024).
+    #[arg(long, value_name = "N")]
+    pub capacity: Option<u32>,
+    /// Admit a block on its T-th store offer (0 or 1: no filter).
+    #[arg(long, default_value_t = 0, value_name = "T")]
+    pub store_threshold: u32,
+    /// The manager's limits.
+    #[command(flatten)]
+    pub manager: ManagerArgs,
+    /// Tokens per block, at least 1 (default: the trace header's `block_tokens`; 512 for
+    /// Mooncake).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub block_tokens: Option<u32>,
+    /// Every N requests, print vLLM's `KV Transfer metrics: k=v, …` line (from the stats
+    /// drained since the previous line) on stderr.
+    #[arg(long, value_name = "N")]
+    pub log_interval: Option<u64>,
+    /// The transfer model of the `vllm:kv_offload_load_*` / `_store_*` families.
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+}
+
+/// Why a replay run failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The trace file could not be opened.
+    Open(OpenError),
+    /// The built-in workload's configuration is refused.
+    Workload(GeneratorError),
+    /// The manager could not be built.
+    Manager(ManagerError),
+    /// `--block-tokens` (or the header's `block_tokens`) is 0.
+    ZeroBlockTokens,
+    /// The transfer model could not be built.
+    Transfer(TransferError),
+    /// A record could not be read (a malformed trace, an I/O error, out of memory).
+    Read(CompactError<TraceInputError>),
+    /// A record could not be replayed.
+    Record {
+        /// The record's line, when the source has lines.
+        line: Option<u64>,
+        /// The 1-based record.
+        record: u64,
+        /// Why.
+        error: ReplayError,
+    },
+    /// The stats could not be aggregated.
+    Stats(AggregateError),
+    /// The stats collector of `kvtier serve` has stopped.
+    Collector(crate::shared::CollectorClosed),
+    /// An error while replaying the trace file `path`.
+    Trace {
+        /// The trace file.
+        path: PathBuf,
+        /// The error.
+        error: Box<RunError>,
+    },
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunError::Open(e) => e.fmt(f),
+            RunError::Workload(e) => e.fmt(f),
+            RunError::Manager(e) => e.fmt(f),
+            RunError::ZeroBlockTokens => f.write_str("--block-tokens must be at least 1"),
+            RunError::Transfer(e) => e.fmt(f),
+            RunError::Read(e) => e.fmt(f),
+            RunError::Record {
+                line,
+                record,
+                error,
+            } => {
+                let hint = option_hint(error);
+                match line {
+                    Some(line) => write!(f, "line {line}: {error}{hint}"),
+                    None => write!(f, "record {record}: {error}{hint}"),
+                }
+            }
+            RunError::Stats(e) => e.fmt(f),
+            RunError::Collector(e) => e.fmt(f),
+            RunError::Trace { path, error } => write!(f, "{}: {error}", path.display()),
+        }
+    }
+}
+
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RunError::Open(e) => Some(e),
+            RunError::Workload(e) => Some(e),
+            RunError::Manager(e) => Some(e),
+            RunError::ZeroBlockTokens => None,
+            RunError::Transfer(e) => Some(e),
+            RunError::Read(e) => Some(e),
+            RunError::Record { error, .. } => Some(error),
+            RunError::Stats(e) => Some(e),
+            RunError::Collector(e) => Some(e),
+            RunError::Trace { error, .. } => Some(error.as_ref()),
+        }
+    }
+}
+
+crate::error::from_variants!(
+    RunError:
+    OpenError => Open,
+    GeneratorError => Workload,
+    ManagerError => Manager,
+    TransferError => Transfer,
+    AggregateError => Stats,
+    crate::shared::CollectorClosed => Collector,
+);
+
+impl From<TraceInputError> for RunError {
+    fn from(e: TraceInputError) -> Self {
+        RunError::Read(CompactError::Source(e))
+    }
+}
+
+impl From<CompactError<TraceInputError>> for RunError {
+    fn from(e: CompactError<TraceInputError>) -> Self {
+        RunError::Read(e)
+    }
+}
+
+/// The generator never fails to give a record.
+impl From<Infallible> for RunError {
+    fn from(never: Infallible) -> Self {
+        match never {}
+    }
+}
+
+/// The generator's records: only the chunk's own limits can fail.
+impl From<CompactError<Infallible>> for RunError {
+    fn from(e: CompactError<Infallible>) -> Self {
+        RunError::Read(match e {
+            CompactError::Source(never) => match never {},
+            CompactError::TooManyRecords { line, max_records } => {
+                CompactError::TooManyRecords { line, max_records }
+            }
+            CompactError::TooManyHashes { line, max_hashes } => {
+                CompactError::TooManyHashes { line, max_hashes }
+            }
+            CompactError::OutOfMemory { line } => CompactError::OutOfMemory { line },
+        })
+    }
+}
+
+impl RunError {
+    /// `self`, inside the trace file `path`.
+    #[must_use]
+    pub fn in_trace(self, path: PathBuf) -> Self {
+        RunError::Trace {
+            path,
+            error: Box::new(self),
+        }
+    }
+}
+
+/// The result of a replay run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ReplayReport {
+    /// Where the records came from (a file name or `builtin(seed=…, requests=…)`).
+    pub source: String,
+    /// The counts.
+    #[serde(flatten)]
+    pub counts: ReplayCounts,
+    /// Chunks resident at the end (allocated − free).
+    pub resident_blocks: u32,
+    /// Heap bytes the manager holds (fixed at construction, plus warm per-request buffers).
+    pub manager_heap_bytes: u64,
+    /// The policy name.
+    pub policy: &'static str,
+    /// The tier size in chunks.
+    pub capacity: u32,
+    /// The store threshold.
+    pub store_threshold: u32,
+    /// Seconds spent reading and parsing the trace (or generating the workload) into the
+    /// in-memory chunks.
+    pub parse_s: f64,
+    /// Seconds of the replay loop over the parsed chunks: the manager calls of the replay
+    /// protocol and the replayer's bookkeeping, nothing else (no parsing, no log lines).
+    pub replay_s: f64,
+    /// The rest of `wall_s`: building the manager, log lines, the final stats.
+    pub other_s: f64,
+    /// Wall-clock seconds of the whole run, from opening the trace to the report's numbers
+    /// (`parse_s + replay_s + other_s`).
+    pub wall_s: f64,
+    /// `request_blocks / replay_s`: the manager's throughput.
+    pub replay_request_blocks_per_s: f64,
+    /// `request_blocks / wall_s`: the end-to-end throughput.
+    pub request_blocks_per_s: f64,
+    /// The manager's stats over the whole run, as vLLM's payload: the usage gauges at the
+    /// end, every allocation-size sample, `stores_skipped` and `allocation_failure` totals,
+    /// and the tier's info series.
+    #[serde(skip)]
+    pub payload: Payload,
+}
+
+impl ReplayOptions {
+    /// The manager these options describe, and its capacity: `--capacity`, else the trace
+    /// header's `capacity`, else 1024 chunks (see [`ManagerArgs::manager`]).
+    ///
+    /// # Errors
+    /// [`ManagerError`]: a header capacity that does not fit in `u32`, or a rejected manager
+    /// configuration.
+    pub fn manager(
+        &self,
+        header_capacity: Option<u64>,
+    ) -> Result<(OffloadManager, u32), ManagerError> {
+        let capacity = match self.capacity {
+            Some(c) => c,
+            None => match header_capacity {
+                Some(c) => u32::try_from(c).map_err(|_| ManagerError::HeaderCapacity(c))?,
+                None => 1024,
+            },
+        };
+        let manager = self
+            .manager
+            .manager(self.policy, capacity, self.store_threshold)?;
+        Ok((manager, capacity))
+    }
+
+    /// The name of the workload of these options: `builtin(seed=…, requests=…)`.
+    fn builtin_name(&self) -> String {
+        format!("builtin(seed={}, requests={})", self.seed, self.requests)
+    }
+
+    /// The built-in workload of these options.
+    ///
+    /// # Errors
+    /// The generator's [`GeneratorError`].
+    pub fn generator(&self) -> Result<Generator, GeneratorError> {
+        Generator::new(GeneratorConfig::new(self.seed, self.requests))
+    }
+}
+
+/// Replays as `args` say; `progress` shows a bar on stderr.
+///
+/// # Errors
+/// [`RunError`]: any error of reading or replaying the trace (naming the file and line).
+pub fn replay(args: &ReplayOptions, progress: bool) -> Result<ReplayReport, RunError> {
+    let started = Instant::now();
+    match &args.trace {
+        Some(path) => {
+            let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            let bar = progress_bar(progress, "replay", len, "bytes");
+            let reader =
+                args.input
+                    .open_path(path, args.block_tokens, args.capacity.is_some(), |file| {
+                        bar.wrap_read(file)
+                    })?;
+            let parse_s = started.elapsed();
+            let run = Run {
+                args,
+                name: path.display().to_string(),
+                bar: &bar,
+                count_requests: false,
+                started,
+                parse_s,
+            };
+            let r = run.replay(reader).map_err(|e| e.in_trace(path.clone()));
+            bar.finish_and_clear();
+            r
+        }
+        None => {
+            let generator = args.generator()?;
+            let parse_s = started.elapsed();
+            let bar = progress_bar(progress, "replay", args.requests, "requests");
+            let run = Run {
+                args,
+                name: args.builtin_name(),
+                bar: &bar,
+                count_requests: true,
+                started,
+                parse_s,
+            };
+            let r = run.replay(generator);
+            bar.finish_and_clear();
+            r
+        }
+    }
+}
+
+/// A progress bar on stderr of `len` `unit`s for the run called `what` (`replay`, `sweep`),
+/// hidden unless `show`.
+pub(crate) fn progress_bar(show: bool, what: &str, len: u64, unit: &str) -> ProgressBar {
+    if !show {
+        return ProgressBar::hidden();
+    }
+    let b = ProgressBar::new(len);
+    let template = format!("{{spinner}} {what} [{{bar:40}}] {{pos}}/{{len}} {unit} ({{eta}})");
+    if let Ok(style) = ProgressStyle::with_template(&template) {
+        b.set_style(style);
+    }
+    b.enable_steady_tick(Duration::from_millis(200));
+    b
+}
+
+/// One replay run: where its records come from and the clock started before the source was
+/// opened.
+struct Run<'a> {
+    args: &'a ReplayOptions,
+    name: String,
+    bar: &'a ProgressBar,
+    /// Whether the bar counts requests (the generator) rather than bytes read.
+    count_requests: bool,
+    started: Instant,
+    /// Time spent opening the source (reading the header, or setting up the generator).
+    parse_s: Duration,
+}
+
+/// `what` per second of `secs`, 0 for no time.
+#[expect(clippy::cast_precision_loss, reason = "a rate for people")]
+fn per_second(what: u64, secs: f64) -> f64 {
+    if secs > 0.0 { what as f64 / secs } else { 0.0 }
+}
+
+impl Run<'_> {
+    /// Reads `source` a chunk at a time into one reused [`CompactTrace`] and replays each chunk:
+    /// parsing (or generating) and the replay loop are timed apart.
+    fn replay<S: RecordSource>(self, mut source: S) -> Result<ReplayReport, RunError>
+    where
+        CompactError<S::Error>: Into<RunError>,
+    {
+        let args = self.args;
+        let (manager, capacity) = args.manager(source.header().capacity)?;
+        let block_tokens = args.block_tokens.unwrap_or(source.header().block_tokens);
+        if block_tokens == 0 {
+            return Err(RunError::ZeroBlockTokens);
+        }
+        let mut replayer = args.manager.replayer(manager, block_tokens);
+        let mut stats = ReplayStats::new(args.transfer.model(block_tokens)?);
+        let mut chunk = CompactTrace::new(source.header().clone(), CompactLimits::REPLAY_CHUNK);
+        let mut log = IntervalLog::new(args.log_interval);
+        let mut parse = self.parse_s;
+        let mut replay = Duration::ZERO;
+        let mut records: u64 = 0;
+        loop {
+            let t = Instant::now();
+            let read = chunk.refill_from(&mut source).map_err(Into::into)?;
+            parse += t.elapsed();
+            if read == 0 {
+                break;
+            }
+            let t = Instant::now();
+            let mut logging = Duration::ZERO;
+            let mut cursor = chunk.cursor();
+            while let Some((rec, line)) = cursor.next_with_line() {
+                records += 1;
+                let is_load = rec.kind() == RecordKind::Load;
+                stats
+                    .apply(&mut replayer, rec)
+                    .map_err(|error| RunError::Record {
+                        line,
+                        record: records,
+                        error,
+                    })?;
+                if is_load && log.due() {
+                    let l = Instant::now();
+                    log.write(&mut replayer, self.bar)?;
+                    logging += l.elapsed();
+                }
+            }
+            replay += t.elapsed().saturating_sub(logging);
+            if self.count_requests {
+                self.bar.set_position(replayer.counts().requests);
+            }
+        }
+        let counts = replayer.counts();
+        let mut payload = log.total;
+        payload.aggregate(&replayer.drain_stats().to_step_payload())?;
+        payload.aggregate(&stats.drain(&replayer))?;
+        // The report lists allocation_failure even when there was none (a catalogue counter
+        // fits any payload).
+        let _ = payload.increase_counter(catalogue::ALLOCATION_FAILURE, &[], 0);
+        let wall_s = self.started.elapsed().as_secs_f64();
+        let parse_s = parse.as_secs_f64();
+        let replay_s = replay.as_secs_f64();
+        Ok(ReplayReport {
+            source: self.name,
+            counts,
+            resident_blocks: replayer.manager().inspect().allocated(),
+            manager_heap_bytes: replayer.manager().inspect().heap_bytes() as u64,
+            policy: args.policy.name(),
+            capacity,
+            store_threshold: args.store_threshold,
+            parse_s,
+            replay_s,
+            other_s: (wall_s - parse_s - replay_s).max(0.0),
+            wall_s,
+            replay_request_blocks_per_s: per_second(counts.request_blocks, replay_s),
+            request_blocks_per_s: per_second(counts.request_blocks, wall_s),
+            payload,
+        })
+    }
+}
+
+/// The option that raises the limit a replay error hit, as a sentence's end.
+fn option_hint(e: &ReplayError) -> &'static str {
+    match e {
+        ReplayError::TooManyRequests { .. } => " (raise it with --max-requests)",
+        ReplayError::TooManyOpenBlocks { .. } => " (raise it with --max-open-blocks)",
+        _ => "",
+    }
+}
+
+/// vLLM's `KV Transfer metrics` line every N requests, from the stats drained since the
+/// previous line (reset after each line, as vLLM's KVConnectorLogging does); `total` keeps
+/// every drain for the report.
+struct IntervalLog {
+    every: Option<u64>,
+    requests: u64,
+    total: Payload,
+}
+
+impl IntervalLog {
+    fn new(every: Option<u64>) -> Self {
+        IntervalLog {
+            every: every.filter(|n| *n > 0),
+            requests: 0,
+            total: Payload::new(),
+        }
+    }
+
+    /// Counts one request; whether a line is due.
+    fn due(&mut self) -> bool {
+        self.requests += 1;
+        self.every
+            .is_some_and(|every| self.requests.is_multiple_of(every))
+    }
+
+    /// Drains the manager's stats into the totals and prints the interval's line.
+    fn write(&mut self, replayer: &mut Replayer, bar: &ProgressBar) -> Result<(), RunError> {
+        let drained = replayer.drain_stats().to_step_payload();
+        self.total.aggregate(&drained)?;
+        let mut interval = Payload::new();
+        interval.aggregate(&drained)?;
+        if let Some(line) = crate::export::log_line(&interval) {
+            bar.suspend(|| eprintln!("{line}"));
+        }
+        Ok(())
+    }
+}

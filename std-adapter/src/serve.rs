@@ -1,0 +1,287 @@
+//! Serving `/metrics` while a replay runs (`kvtier serve`): [`start`] replays a kvtrace (or the
+//! built-in workload) on its own thread and serves the stats it produces until stopped.
+//!
+//! The replay runs on its own thread and sends the manager's drained stats (plus the
+//! `allocation_failure` increments, once the tier's `config_info`, and the replay's own stats:
+//! modelled transfers, lookup-scan times, requests running, see [`crate::replay_stats`]) to a
+//! [`StatsCollector`], which feeds an [`OffloadExporter`] on a private registry; the
+//! [`MetricsServer`] encodes that registry on every scrape. Every family of the offloading
+//! connector and `vllm:num_requests_running` is served from the first scrape on.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use prometheus::Registry;
+
+use crate::error::Error;
+use crate::export::{ExporterConfig, OffloadExporter, encode_text};
+use crate::http::{MetricsServer, ServerConfig};
+use crate::replay::{ReplayCounts, Replayer};
+use crate::replay_run::{ReplayOptions, RunError};
+use crate::replay_stats::ReplayStats;
+use crate::shared::{CollectorConfig, PayloadSender, StatsCollector};
+use crate::sync::Arc;
+use crate::trace::{Record, RecordSource};
+
+/// Requests between two stats drains of the replay.
+const DRAIN_EVERY_REQUESTS: u64 = 256;
+/// The longest time between two stats drains of the replay.
+const DRAIN_EVERY: Duration = Duration::from_millis(100);
+
+/// What to serve: the replay, the `model_name` label, where to listen and how fast to go.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The replay.
+    pub replay: ReplayOptions,
+    /// The `model_name` label of every series.
+    pub model_name: String,
+    /// Where `/metrics` listens.
+    pub listen: String,
+    /// Requests per second of the replay (`None`: as fast as it goes).
+    pub rate: Option<f64>,
+    /// Milliseconds between two exports of the collected stats.
+    pub export_interval_ms: u64,
+}
+
+/// Why [`start`] or [`Serving::wait_replay`] failed, beyond the service layer's errors.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// `--rate` is not a pace.
+    Rate(f64),
+    /// The replay was already waited for.
+    AlreadyWaited,
+    /// The replay thread panicked.
+    Panicked,
+}
+
+impl fmt::Display for ServeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServeError::Rate(r) => {
+                // Tiny and huge values in exponent form (1e-300, not 300 digits).
+                let shown = if *r != 0.0 && !(1e-4..1e16).contains(&r.abs()) {
+                    format!("{r:e}")
+                } else {
+                    format!("{r}")
+                };
+                write!(
+                    f,
+                    "--rate takes requests per second: a finite number from {MIN_RATE:e} up, \
+                     not {shown}"
+                )
+            }
+            ServeError::AlreadyWaited => f.write_str("the replay was already waited for"),
+            ServeError::Panicked => f.write_str("the replay thread panicked"),
+        }
+    }
+}
+
+impl std::error::Error for ServeError {}
+
+/// What the replay of `kvtier serve` did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ServeSummary {
+    /// The replay's counts.
+    pub counts: ReplayCounts,
+    /// The tier size in chunks.
+    pub capacity: u32,
+}
+
+/// A running `kvtier serve`: the endpoint, the collector and the replay thread.
+#[derive(Debug)]
+pub struct Serving {
+    server: MetricsServer,
+    collector: StatsCollector,
+    replay: Option<JoinHandle<Result<ServeSummary, RunError>>>,
+    stop: Arc<AtomicBool>,
+    registry: Registry,
+}
+
+impl Serving {
+    /// The address `/metrics` is served on.
+    #[must_use]
+    pub fn local_addr(&self) -> SocketAddr {
+        self.server.local_addr()
+    }
+
+    /// The registry the endpoint encodes.
+    #[must_use]
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Waits for the replay to end, then exports everything it reported.
+    ///
+    /// # Errors
+    /// The replay's error, or a stopped collector.
+    pub fn wait_replay(&mut self) -> Result<ServeSummary, Error> {
+        let handle = self.replay.take().ok_or(ServeError::AlreadyWaited)?;
+        let summary = handle.join().map_err(|_| ServeError::Panicked)??;
+        self.collector.flush()?;
+        Ok(summary)
+    }
+
+    /// Stops the replay (if still running), the collector and the endpoint.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(h) = self.replay.take() {
+            let _ = h.join();
+        }
+        let _ = self.collector.shutdown();
+        self.server.stop();
+    }
+}
+
+struct Drive<'a> {
+    sender: &'a PayloadSender,
+    replayer: Replayer,
+    stats: ReplayStats,
+}
+
+impl Drive<'_> {
+    fn drain(&mut self) -> Result<(), RunError> {
+        let mut payload = self.replayer.drain_stats().to_step_payload();
+        payload.aggregate(&self.stats.drain(&self.replayer))?;
+        Ok(self.sender.send(0, payload)?)
+    }
+}
+
+fn drive<S: RecordSource>(
+    args: &ReplayOptions,
+    mut source: S,
+    rate: Option<f64>,
+    sender: &PayloadSender,
+    stop: &AtomicBool,
+) -> Result<ServeSummary, RunError>
+where
+    S::Error: Into<RunError>,
+{
+    let header = source.header().clone();
+    let (manager, capacity) = args.manager(header.capacity)?;
+    let block_tokens = args.block_tokens.unwrap_or(header.block_tokens);
+    let mut d = Drive {
+        sender,
+        replayer: Replayer::new(manager, u64::from(block_tokens)),
+        stats: ReplayStats::new(args.transfer.model(block_tokens)?),
+    };
+    let start = Instant::now();
+    let mut last_drain = Instant::now();
+    let mut requests = 0u64;
+    let mut n = 0u64;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        let rec = match source.next_record() {
+            Ok(Some(rec)) => rec,
+            Ok(None) => break,
+            Err(e) => return Err(e.into()),
+        };
+        let is_load = matches!(rec, Record::Load { .. });
+        n += 1;
+        d.stats
+            .apply(&mut d.replayer, rec)
+            .map_err(|error| RunError::Record {
+                line: None,
+                record: n,
+                error,
+            })?;
+        if !is_load {
+            continue;
+        }
+        requests += 1;
+        if let Some(r) = rate {
+            #[expect(clippy::cast_precision_loss, reason = "a pace, not a count")]
+            let due = Duration::try_from_secs_f64(requests as f64 / r).unwrap_or(Duration::MAX);
+            // In slices, so that a stop is seen at any rate.
+            while let Some(wait) = due.checked_sub(start.elapsed()).filter(|w| !w.is_zero()) {
+                if stop.load(Ordering::Acquire) {
+                    break;
+                }
+                thread::sleep(wait.min(DRAIN_EVERY));
+            }
+        }
+        if requests.is_multiple_of(DRAIN_EVERY_REQUESTS) || last_drain.elapsed() >= DRAIN_EVERY {
+            d.drain()?;
+            last_drain = Instant::now();
+        }
+    }
+    d.drain()?;
+    Ok(ServeSummary {
+        counts: d.replayer.counts(),
+        capacity,
+    })
+}
+
+fn replay_thread(
+    args: &ReplayOptions,
+    rate: Option<f64>,
+    sender: &PayloadSender,
+    stop: &AtomicBool,
+) -> Result<ServeSummary, RunError> {
+    match &args.trace {
+        Some(path) => {
+            let reader =
+                args.input
+                    .open_path(path, args.block_tokens, args.capacity.is_some(), |file| {
+                        file
+                    })?;
+            drive(args, reader, rate, sender, stop).map_err(|e| e.in_trace(path.clone()))
+        }
+        None => drive(args, args.generator()?, rate, sender, stop),
+    }
+}
+
+/// The slowest `--rate`: one request per 10^19 s, the longest pause a [`Duration`] holds
+/// with room to spare.
+pub const MIN_RATE: f64 = 1e-19;
+
+/// `--rate` as given, if it is a pace: finite, at least [`MIN_RATE`], its pause between two
+/// requests a [`Duration`].
+fn checked_rate(r: f64) -> Result<f64, ServeError> {
+    if r.is_finite() && r >= MIN_RATE && Duration::try_from_secs_f64(1.0 / r).is_ok() {
+        Ok(r)
+    } else {
+        Err(ServeError::Rate(r))
+    }
+}
+
+/// Starts serving as `args` say: binds `/metrics`, starts the collector and the replay.
+///
+/// # Errors
+/// [`Error`] for a bad `--rate`, an address that cannot be bound, or a thread that cannot be
+/// spawned.
+pub fn start(args: &ServeOptions) -> Result<Serving, Error> {
+    let rate = args.rate.map(checked_rate).transpose()?;
+    let registry = Registry::new();
+    let exporter = OffloadExporter::register(&registry, ExporterConfig::new(&args.model_name, 1))?;
+    let collector = StatsCollector::spawn::<kvtier_core::BlockKey>(
+        exporter,
+        Vec::new(),
+        CollectorConfig::new(Duration::from_millis(args.export_interval_ms)),
+    )?;
+    // The collector's own health (queue levels, rejected payloads) on the same endpoint.
+    collector.register_metrics(&registry)?;
+    let scrape = registry.clone();
+    let server = MetricsServer::bind(args.listen.as_str(), ServerConfig::default(), move || {
+        encode_text(&scrape)
+    })?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let sender = collector.sender();
+    let replay_args = args.replay.clone();
+    let stop_flag = Arc::clone(&stop);
+    let replay = thread::Builder::new()
+        .name("kvtier-replay".into())
+        .spawn(move || replay_thread(&replay_args, rate, &sender, &stop_flag))?;
+    Ok(Serving {
+        server,
+        collector,
+        replay: Some(replay),
+        stop,
+        registry,
+    })
+}

@@ -1,0 +1,509 @@
+//! A whole sweep run (`kvtier sweep`): one trace (kvtrace or Mooncake JSONL) replayed under
+//! many capacities, policies and store thresholds, in parallel, into a [`SweepReport`] (the
+//! hit-rate rows, the infinite-cache bound, the knee) and the curve's plot: "how many GiB of
+//! CPU tier, with which policy?".
+//!
+//! The trace is parsed once into a [`CompactTrace`]; every configuration replays its own
+//! cursor over it ([`crate::sweep::run`]), with the manager [`ManagerArgs::manager`] builds (as
+//! `kvtier replay` does for the same options), so each row equals that single replay.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use kvtier_core::manager::PolicyKind;
+use serde::Serialize;
+
+use crate::input::{FormatArgs, OpenError, TraceInputError};
+use crate::plot::{KNEE_MARGIN, PlotError, PlotSpec, draw, parse_size};
+use crate::replay::Replayer;
+use crate::replay_run::{ManagerArgs, parse_policy, progress_bar};
+use crate::sizing::{CapacityOptions, ModelArgs, ReportError, report};
+use crate::sweep::{
+    CaseError, RangeError, Sweep, SweepCase, SweepError, SweepGrid, SweepPoint,
+    geometric_capacities, repeat_bound,
+};
+use crate::trace::{CompactError, CompactLimits, CompactTrace};
+
+/// What to sweep (the options of `kvtier sweep` but its output format).
+#[derive(Debug, Clone, clap::Args)]
+pub struct SweepOptions {
+    /// The trace, kvtrace or Mooncake JSONL (see --format).
+    #[arg(long, value_name = "FILE")]
+    pub trace: PathBuf,
+    /// The trace's format and the Mooncake timing model.
+    #[command(flatten)]
+    pub input: FormatArgs,
+    /// Tokens per block (default: the trace header's `block_tokens`; 512 for Mooncake).
+    #[arg(long, value_name = "N")]
+    pub block_tokens: Option<u32>,
+    /// Capacities in chunks, comma-separated (or --from/--to/--steps).
+    #[arg(long, value_delimiter = ',', value_name = "N,N,...", conflicts_with_all = ["from", "to", "steps"])]
+    pub capacities: Vec<u32>,
+    /// Smallest capacity of a geometric range, in chunks.
+    #[arg(long, value_name = "N", requires_all = ["to", "steps"])]
+    pub from: Option<u32>,
+    /// Largest capacity of a geometric range, in chunks.
+    #[arg(long, value_name = "N", requires_all = ["from", "steps"])]
+    pub to: Option<u32>,
+    /// Capacities in the geometric range (evenly spaced on a log scale).
+    #[arg(long, value_name = "N", requires_all = ["from", "to"])]
+    pub steps: Option<u32>,
+    /// Eviction policies, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "lru,arc", value_parser = parse_policy)]
+    pub policies: Vec<PolicyKind>,
+    /// Store thresholds, comma-separated (0 or 1: no filter).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1",
+        value_name = "T,T,..."
+    )]
+    pub thresholds: Vec<u32>,
+    /// Each case's manager limits (as `kvtier replay` takes them).
+    #[command(flatten)]
+    pub manager: ManagerArgs,
+    /// The most records of the trace held in memory (24 bytes each).
+    #[arg(long, default_value_t = 100_000_000, value_name = "N")]
+    pub max_records: u64,
+    /// The most block hashes of the trace held in memory (8 bytes each).
+    #[arg(long, default_value_t = 400_000_000, value_name = "N")]
+    pub max_hashes: u64,
+    /// Threads (default: every core).
+    #[arg(long, value_name = "N")]
+    pub jobs: Option<usize>,
+    /// The model, to show each capacity as CPU memory (as `kvtier capacity` takes it).
+    #[command(flatten)]
+    pub source: ModelArgs,
+    /// The model's GPU block size in tokens (a chunk of the trace is `block_tokens /
+    /// block_size` GPU blocks).
+    #[arg(long, default_value_t = 16)]
+    pub block_size: u32,
+    /// Draw the hit-rate curve to this file (.svg or .png).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+    /// The plot's size in pixels.
+    #[arg(long, default_value = "1200x750", value_parser = parse_size, value_name = "WxH")]
+    pub plot_size: (u32, u32),
+}
+
+/// One row of the sweep.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepRow {
+    /// Capacity in chunks.
+    pub capacity: u32,
+    /// The capacity as CPU memory in GiB (with a model).
+    pub gib: Option<f64>,
+    /// The policy.
+    pub policy: &'static str,
+    /// The store threshold.
+    pub store_threshold: u32,
+    /// hit blocks / request blocks.
+    pub block_hit_rate: f64,
+    /// hit requests / requests.
+    pub request_hit_rate: f64,
+    /// hit blocks · tokens per chunk.
+    pub prefill_tokens_saved: u64,
+    /// Blocks evicted.
+    pub evicted_blocks: u64,
+    /// Stores the reuse filter rejected (null without a filter).
+    pub stores_skipped: Option<u64>,
+    /// `prepare_store` calls that failed.
+    pub store_failures: u64,
+    /// Requests.
+    pub requests: u64,
+    /// Request blocks.
+    pub request_blocks: u64,
+    /// Hit blocks.
+    pub hit_blocks: u64,
+    /// Hit requests.
+    pub hit_requests: u64,
+    /// Stored blocks.
+    pub stored_blocks: u64,
+    /// Lookups that stopped at a pending block.
+    pub stopped_at_pending: u64,
+    /// Chunks resident at the end.
+    pub resident_blocks: u32,
+    /// The hit digest, 16 hex digits.
+    pub digest: String,
+}
+
+/// Everything `kvtier sweep` reports.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SweepReport {
+    /// The trace file.
+    pub trace: String,
+    /// `kvtrace` or `mooncake`.
+    pub format: &'static str,
+    /// Tokens per chunk.
+    pub block_tokens: u32,
+    /// The model, when given.
+    pub model: Option<String>,
+    /// Exact CPU bytes per chunk of the model (page aligned), when given.
+    pub bytes_per_chunk: Option<u64>,
+    /// Requests of the trace.
+    pub requests: u64,
+    /// Request blocks of the trace.
+    pub request_blocks: u64,
+    /// Request blocks whose key appeared before (the infinite-cache bound's hits).
+    pub repeated_blocks: u64,
+    /// repeated_blocks / request_blocks.
+    pub infinite_cache_hit_rate: f64,
+    /// The smallest capacity within one point of the best block hit rate.
+    pub knee: Option<SweepRow>,
+    /// Threads used.
+    pub jobs: usize,
+    /// Seconds parsing the trace (once).
+    pub parse_s: f64,
+    /// Seconds replaying every configuration.
+    pub sweep_s: f64,
+    /// Seconds in all, plot included.
+    pub wall_s: f64,
+    /// Heap bytes of the parsed trace.
+    pub trace_heap_bytes: u64,
+    /// The rows, per policy and threshold, by capacity.
+    pub rows: Vec<SweepRow>,
+    /// The sweep itself.
+    #[serde(skip)]
+    pub sweep: Sweep,
+}
+
+/// Why the grid of configurations could not be built; the message names the option at fault.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum GridError {
+    /// `--from/--to/--steps` is not a range.
+    Range(RangeError),
+    /// Neither `--capacities` nor a range.
+    NoCapacities,
+    /// `--policies` is empty.
+    NoPolicies,
+    /// `--thresholds` is empty.
+    NoThresholds,
+}
+
+impl fmt::Display for GridError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GridError::Range(e) => write!(f, "--from/--to/--steps: {e}"),
+            GridError::NoCapacities => {
+                f.write_str("give --capacities a,b,c or --from N --to N --steps N")
+            }
+            GridError::NoPolicies => f.write_str("--policies: give at least one"),
+            GridError::NoThresholds => f.write_str("--thresholds: give at least one"),
+        }
+    }
+}
+
+impl std::error::Error for GridError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            GridError::Range(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why [`SweepOptions::bytes_per_chunk`] could not size a chunk of the model.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum ChunkBytesError {
+    /// A chunk of the trace is not a whole number of `--block-size` GPU blocks.
+    BlockSize {
+        /// `--block-size`.
+        block_size: u32,
+        /// Tokens per chunk of the trace.
+        block_tokens: u32,
+    },
+    /// The model's capacity report failed.
+    Model(ReportError),
+    /// The report has no CPU tier.
+    NoCpuTier,
+    /// A chunk of the model holds no bytes.
+    EmptyChunk {
+        /// The model.
+        model: String,
+    },
+}
+
+impl fmt::Display for ChunkBytesError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ChunkBytesError::BlockSize {
+                block_size,
+                block_tokens,
+            } => write!(
+                f,
+                "--block-size {block_size}: a chunk of the trace is {block_tokens} tokens, which \
+                 must be a whole number of GPU blocks"
+            ),
+            ChunkBytesError::Model(e) => e.fmt(f),
+            ChunkBytesError::NoCpuTier => f.write_str("the CPU tier could not be sized"),
+            ChunkBytesError::EmptyChunk { model } => write!(f, "{model}: a chunk holds no bytes"),
+        }
+    }
+}
+
+impl std::error::Error for ChunkBytesError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ChunkBytesError::Model(e) => Some(e),
+            _ => None,
+        }
+    }
+}
+
+/// Why a sweep run failed.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SweepRunError {
+    /// The grid of configurations.
+    Grid(GridError),
+    /// The trace file could not be opened.
+    Open(OpenError),
+    /// The trace could not be read (or is over `--max-records` / `--max-hashes`).
+    Read {
+        /// The trace file.
+        path: PathBuf,
+        /// Why.
+        error: CompactError<TraceInputError>,
+    },
+    /// The model's bytes per chunk.
+    Model(ChunkBytesError),
+    /// A case failed.
+    Sweep {
+        /// The trace file.
+        path: PathBuf,
+        /// Why.
+        error: SweepError,
+    },
+    /// The plot could not be drawn.
+    Plot(PlotError),
+}
+
+impl fmt::Display for SweepRunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SweepRunError::Grid(e) => e.fmt(f),
+            SweepRunError::Open(e) => e.fmt(f),
+            SweepRunError::Read { path, error } => write!(f, "{}: {error}", path.display()),
+            SweepRunError::Model(e) => e.fmt(f),
+            SweepRunError::Sweep { path, error } => write!(f, "{}: {error}", path.display()),
+            SweepRunError::Plot(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for SweepRunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            SweepRunError::Grid(e) => Some(e),
+            SweepRunError::Open(e) => Some(e),
+            SweepRunError::Read { error, .. } => Some(error),
+            SweepRunError::Model(e) => Some(e),
+            SweepRunError::Sweep { error, .. } => Some(error),
+            SweepRunError::Plot(e) => Some(e),
+        }
+    }
+}
+
+crate::error::from_variants!(
+    SweepRunError:
+    GridError => Grid,
+    OpenError => Open,
+    ChunkBytesError => Model,
+    PlotError => Plot,
+);
+
+impl SweepOptions {
+    /// The capacities: `--capacities`, or the geometric `--from/--to/--steps`.
+    ///
+    /// # Errors
+    /// [`GridError`] naming the option at fault.
+    pub fn capacity_list(&self) -> Result<Vec<u32>, GridError> {
+        match (self.from, self.to, self.steps) {
+            (Some(from), Some(to), Some(steps)) => {
+                geometric_capacities(from, to, steps).map_err(GridError::Range)
+            }
+            _ if self.capacities.is_empty() => Err(GridError::NoCapacities),
+            _ => Ok(self.capacities.clone()),
+        }
+    }
+
+    /// The grid of configurations.
+    ///
+    /// # Errors
+    /// [`GridError`] naming the option at fault.
+    pub fn grid(&self) -> Result<SweepGrid, GridError> {
+        if self.policies.is_empty() {
+            return Err(GridError::NoPolicies);
+        }
+        if self.thresholds.is_empty() {
+            return Err(GridError::NoThresholds);
+        }
+        Ok(SweepGrid {
+            capacities: self.capacity_list()?,
+            policies: self.policies.clone(),
+            thresholds: self.thresholds.clone(),
+        })
+    }
+
+    /// The model's exact CPU bytes per chunk of `block_tokens` tokens, through `kvtier
+    /// capacity`'s layout loading and the core's CPU-tier sizing; `None` without a model.
+    ///
+    /// # Errors
+    /// [`ChunkBytesError`] for a bad model, or `block_tokens` not a multiple of `--block-size`.
+    pub fn bytes_per_chunk(
+        &self,
+        block_tokens: u32,
+    ) -> Result<Option<(String, u64)>, ChunkBytesError> {
+        if !self.source.is_given() {
+            return Ok(None);
+        }
+        if self.block_size == 0 || !block_tokens.is_multiple_of(self.block_size) {
+            return Err(ChunkBytesError::BlockSize {
+                block_size: self.block_size,
+                block_tokens,
+            });
+        }
+        let args = CapacityOptions {
+            source: self.source.clone(),
+            block_size: self.block_size,
+            max_model_len: Some(u64::from(block_tokens)),
+            cpu_bytes: Some(1 << 40),
+            blocks_per_chunk: u64::from(block_tokens / self.block_size),
+            workers: 1,
+            world_size: 1,
+            ..CapacityOptions::default()
+        };
+        let r = report(&args).map_err(ChunkBytesError::Model)?;
+        let cpu = r.cpu.ok_or(ChunkBytesError::NoCpuTier)?;
+        if cpu.aligned_chunk_bytes == 0 {
+            return Err(ChunkBytesError::EmptyChunk { model: r.model });
+        }
+        Ok(Some((r.model, cpu.aligned_chunk_bytes)))
+    }
+}
+
+fn row(p: &SweepPoint, block_tokens: u32, bytes_per_chunk: Option<u64>) -> SweepRow {
+    let c = &p.counts;
+    #[expect(clippy::cast_precision_loss, reason = "a size for people")]
+    let gib =
+        bytes_per_chunk.map(|b| f64::from(p.case.capacity) * b as f64 / f64::from(1u32 << 30));
+    SweepRow {
+        capacity: p.case.capacity,
+        gib,
+        policy: p.case.policy.name(),
+        store_threshold: p.case.threshold,
+        block_hit_rate: c.block_hit_rate(),
+        request_hit_rate: c.request_hit_rate(),
+        prefill_tokens_saved: c.hit_blocks.saturating_mul(u64::from(block_tokens)),
+        evicted_blocks: c.evicted_blocks,
+        stores_skipped: c.stores_skipped,
+        store_failures: c.store_failures,
+        requests: c.requests,
+        request_blocks: c.request_blocks,
+        hit_blocks: c.hit_blocks,
+        hit_requests: c.hit_requests,
+        stored_blocks: c.stored_blocks,
+        stopped_at_pending: c.stopped_at_pending,
+        resident_blocks: p.resident_blocks,
+        digest: format!("{:016x}", c.digest),
+    }
+}
+
+/// Runs the sweep `args` describe and draws the plot if asked; `progress` shows a bar on
+/// stderr.
+///
+/// # Errors
+/// [`SweepRunError`]: any error of the options, the trace, a replay or the plot.
+pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRunError> {
+    let started = Instant::now();
+    let grid = args.grid()?;
+    let cases = grid.cases();
+    let path = &args.trace;
+    let mut input = args.input.open_path(path, args.block_tokens, true, |f| f)?;
+    let format = input.format();
+    let limits = CompactLimits::new(args.max_records, args.max_hashes);
+    let trace =
+        CompactTrace::read_from(&mut input, limits).map_err(|error| SweepRunError::Read {
+            path: path.clone(),
+            error,
+        })?;
+    drop(input);
+    let parse_s = started.elapsed().as_secs_f64();
+    let block_tokens = args.block_tokens.unwrap_or(trace.header().block_tokens);
+    let model = args.bytes_per_chunk(block_tokens)?;
+    let bytes_per_chunk = model.as_ref().map(|(_, b)| *b);
+
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+        .max(1);
+    let bar = progress_bar(progress, "sweep", cases.len() as u64, "configurations");
+    let make_replayer = |case: &SweepCase| -> Result<Replayer, CaseError> {
+        let manager = args
+            .manager
+            .manager(case.policy, case.capacity, case.threshold)?;
+        Ok(args.manager.replayer(manager, block_tokens))
+    };
+    let t = Instant::now();
+    let result = crate::sweep::run(&cases, jobs, &make_replayer, &|| trace.cursor(), &|_| {
+        bar.inc(1)
+    });
+    bar.finish_and_clear();
+    let sweep = result.map_err(|error| SweepRunError::Sweep {
+        path: path.clone(),
+        error,
+    })?;
+    let sweep_s = t.elapsed().as_secs_f64();
+    let (repeated, blocks) = repeat_bound(trace.cursor());
+    #[expect(clippy::cast_precision_loss, reason = "a rate for people")]
+    let bound = if blocks == 0 {
+        0.0
+    } else {
+        repeated as f64 / blocks as f64
+    };
+
+    let name = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    if let Some(plot) = &args.plot {
+        let spec = PlotSpec {
+            sweep: &sweep,
+            trace: name.clone(),
+            block_tokens: u64::from(block_tokens),
+            bound: Some(bound),
+            model: model.clone(),
+            size: args.plot_size,
+        };
+        draw(&spec, plot)?;
+    }
+    let rows: Vec<SweepRow> = sweep
+        .points
+        .iter()
+        .map(|p| row(p, block_tokens, bytes_per_chunk))
+        .collect();
+    Ok(SweepReport {
+        trace: path.display().to_string(),
+        format: format.name(),
+        block_tokens,
+        model: model.map(|(m, _)| m),
+        bytes_per_chunk,
+        requests: trace.requests(),
+        request_blocks: blocks,
+        repeated_blocks: repeated,
+        infinite_cache_hit_rate: bound,
+        knee: sweep
+            .knee(KNEE_MARGIN)
+            .map(|p| row(p, block_tokens, bytes_per_chunk)),
+        jobs,
+        parse_s,
+        sweep_s,
+        wall_s: started.elapsed().as_secs_f64(),
+        trace_heap_bytes: trace.heap_bytes(),
+        rows,
+        sweep,
+    })
+}
