@@ -19,7 +19,7 @@ pub struct ManagerArgs {
     /// an error naming the line).
     #[arg(long, default_value_t = 65_536, value_name = "N")]
     pub max_requests: u32,
-    /// Blocks each replayer holds over the requests open at once, 8 bytes each (a trace with
+    /// Blocks each replayer holds over the requests open at once, 12 bytes each (a trace with
     /// more is an error naming the line).
     #[arg(long, default_value_t = DEFAULT_MAX_OPEN_BLOCKS, value_name = "N")]
     pub max_open_blocks: u64,
