@@ -11,7 +11,7 @@ use super::key_pool::KeyPool;
 use super::links::{Links, List, NIL};
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
-use crate::reserve::AllocError;
+use crate::reserve::{AllocError, Lazy};
 
 const NONE: u8 = 0;
 const T1: u8 = 1;
@@ -19,8 +19,9 @@ const T2: u8 = 2;
 
 #[derive(Clone, Debug)]
 pub(crate) struct Arc<K> {
-    /// Each node's payload is the list it is in.
-    links: Links<u8>,
+    links: Links,
+    /// The list each node is in, one byte per node (in the nodes it would pad each to 12).
+    which: Lazy<u8>,
     t1: List,
     t2: List,
     ghosts: Ghosts<K>,
@@ -32,6 +33,7 @@ impl<K: OffloadKey> Arc<K> {
     pub(crate) fn new(n: u32, hasher: FixedState) -> Result<Self, AllocError> {
         Ok(Arc {
             links: Links::new(n)?,
+            which: Lazy::new(n as usize, NONE)?,
             t1: List::EMPTY,
             t2: List::EMPTY,
             ghosts: Ghosts::new(n, hasher)?,
@@ -43,9 +45,11 @@ impl<K: OffloadKey> Arc<K> {
     /// The bytes [`Arc::new`] allocates for `n` slots (and `2 · n` ghost nodes).
     pub(crate) fn bytes(n: u64) -> u64 {
         let ghosts = n.saturating_mul(2);
-        Links::<u8>::bytes(n)
+        Links::<()>::bytes(n)
+            .saturating_add(Lazy::<u8>::bytes(n))
             .saturating_add(KeyPool::<K>::bytes(ghosts))
-            .saturating_add(Links::<u8>::bytes(ghosts))
+            .saturating_add(Links::<()>::bytes(ghosts))
+            .saturating_add(Lazy::<u8>::bytes(ghosts))
     }
 
     /// The adaptive target size of T1.
@@ -65,19 +69,19 @@ impl<K: OffloadKey> Arc<K> {
 
     /// A new chunk goes to the MRU end of T1 and leaves the ghost lists.
     pub(crate) fn insert(&mut self, slot: u32, key: &K) {
-        self.links.set_data(slot, T1);
+        self.which.set(slot as usize, T1);
         self.links.push_back(&mut self.t1, slot);
         self.ghosts.remove(key);
     }
 
     /// Forgets a chunk without a ghost entry (failed store).
     pub(crate) fn remove(&mut self, slot: u32) {
-        match self.links.data(slot) {
+        match self.which.get(slot as usize) {
             T1 => self.links.unlink(&mut self.t1, slot),
             T2 => self.links.unlink(&mut self.t2, slot),
             _ => return,
         }
-        self.links.set_data(slot, NONE);
+        self.which.set(slot as usize, NONE);
     }
 
     /// Ghost adaptation for a key that is not resident.
@@ -87,7 +91,7 @@ impl<K: OffloadKey> Arc<K> {
         };
         let cap = f64::from(self.capacity);
         let (b1, b2) = (f64::from(self.ghosts.b1.len), f64::from(self.ghosts.b2.len));
-        if self.ghosts.links.data(node) == B1 {
+        if self.ghosts.which.get(node as usize) == B1 {
             let delta = py_max_one(b2 / b1);
             let t = self.target + delta;
             self.target = if t <= cap { t } else { cap };
@@ -104,10 +108,10 @@ impl<K: OffloadKey> Arc<K> {
     /// resident, with its readiness.
     pub(crate) fn touch(&mut self, key: &K, slot: Option<(u32, bool)>) {
         match slot {
-            Some((s, ready)) => match self.links.data(s) {
+            Some((s, ready)) => match self.which.get(s as usize) {
                 T1 if ready => {
                     self.links.move_to_back(&mut self.t1, &mut self.t2, s);
-                    self.links.set_data(s, T2);
+                    self.which.set(s as usize, T2);
                 }
                 T1 => self.links.move_to_tail(&mut self.t1, s),
                 T2 => self.links.move_to_tail(&mut self.t2, s),
@@ -119,7 +123,7 @@ impl<K: OffloadKey> Arc<K> {
 
     /// The end of a request, for one resident key (callers walk tail to head).
     pub(crate) fn on_finished(&mut self, slot: u32, insertion_only: bool, reused: bool) {
-        let w = self.links.data(slot);
+        let w = self.which.get(slot as usize);
         if insertion_only {
             match w {
                 T1 => self.links.move_to_tail(&mut self.t1, slot),
@@ -130,7 +134,7 @@ impl<K: OffloadKey> Arc<K> {
             match w {
                 T1 => {
                     self.links.move_to_back(&mut self.t1, &mut self.t2, slot);
-                    self.links.set_data(slot, T2);
+                    self.which.set(slot as usize, T2);
                 }
                 T2 => self.links.move_to_tail(&mut self.t2, slot),
                 _ => {}
@@ -197,14 +201,14 @@ impl<K: OffloadKey> Arc<K> {
         }
         for &s in &out[start..] {
             let key = keys[s as usize];
-            if self.links.data(s) == T1 {
+            if self.which.get(s as usize) == T1 {
                 self.links.unlink(&mut self.t1, s);
                 self.ghosts.push(B1, key);
             } else {
                 self.links.unlink(&mut self.t2, s);
                 self.ghosts.push(B2, key);
             }
-            self.links.set_data(s, NONE);
+            self.which.set(s as usize, NONE);
         }
         true
     }
@@ -213,7 +217,7 @@ impl<K: OffloadKey> Arc<K> {
     pub(crate) fn clear(&mut self) {
         self.t1 = List::EMPTY;
         self.t2 = List::EMPTY;
-        self.links.clear();
+        self.which.clear();
         self.ghosts.clear();
         self.target = 0.0;
     }
@@ -233,7 +237,7 @@ impl<K: OffloadKey> Arc<K> {
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.links.heap_bytes() + self.ghosts.heap_bytes()
+        self.links.heap_bytes() + self.which.heap_bytes() + self.ghosts.heap_bytes()
     }
 
     /// Passes every key of B1 and B2 to `f`, in no particular order.
@@ -256,8 +260,9 @@ const B2: u8 = 2;
 #[derive(Clone, Debug)]
 struct Ghosts<K> {
     pool: KeyPool<K>,
-    /// Each node's payload is the list it is in.
-    links: Links<u8>,
+    links: Links,
+    /// The list each node is in, one byte per node (in the nodes it would pad each to 12).
+    which: Lazy<u8>,
     b1: List,
     b2: List,
     capacity: u32,
@@ -270,6 +275,7 @@ impl<K: OffloadKey> Ghosts<K> {
         Ok(Ghosts {
             pool: KeyPool::new(n, hasher)?,
             links: Links::new(n)?,
+            which: Lazy::new(n as usize, NONE)?,
             b1: List::EMPTY,
             b2: List::EMPTY,
             capacity,
@@ -287,11 +293,11 @@ impl<K: OffloadKey> Ghosts<K> {
     }
 
     fn unlink_node(&mut self, node: u32) {
-        match self.links.data(node) {
+        match self.which.get(node as usize) {
             B1 => self.links.unlink(&mut self.b1, node),
             _ => self.links.unlink(&mut self.b2, node),
         }
-        self.links.set_data(node, NONE);
+        self.which.set(node as usize, NONE);
     }
 
     fn drop_lru(&mut self, list: u8) {
@@ -320,7 +326,7 @@ impl<K: OffloadKey> Ghosts<K> {
         let Some(node) = self.pool.insert(key) else {
             return;
         };
-        self.links.set_data(node, list);
+        self.which.set(node as usize, list);
         if list == B1 {
             self.links.push_back(&mut self.b1, node);
         } else {
@@ -332,10 +338,10 @@ impl<K: OffloadKey> Ghosts<K> {
         self.pool.clear();
         self.b1 = List::EMPTY;
         self.b2 = List::EMPTY;
-        self.links.clear();
+        self.which.clear();
     }
 
     fn heap_bytes(&self) -> usize {
-        self.pool.heap_bytes() + self.links.heap_bytes()
+        self.pool.heap_bytes() + self.links.heap_bytes() + self.which.heap_bytes()
     }
 }

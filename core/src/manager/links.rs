@@ -2,7 +2,7 @@
 //!
 //! Several lists (LRU order, ARC's T1 and T2, the ghost lists) thread through one fixed array
 //! of nodes sized once. Each node holds its `prev`/`next` links next to a small payload `P` of
-//! its owner's (the LRU's rank, ARC's list tag), so that one node access touches one place in
+//! its owner's (the LRU's rank, the reuse tracker's count), so that one node access touches one place in
 //! memory. A node is in at most one list of a table at a time. All operations are O(1) and
 //! allocate nothing; the table is written lazily, as far as its nodes are used.
 
@@ -103,11 +103,6 @@ impl<P: Copy + Default> Links<P> {
             n.prev = prev;
             n.next = next;
         }
-    }
-
-    /// Every node back to unlinked with the default payload (keeps the memory).
-    pub(crate) fn clear(&mut self) {
-        self.nodes.clear();
     }
 
     /// Bytes of heap held.
