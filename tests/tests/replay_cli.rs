@@ -68,6 +68,7 @@ fn json_has_every_field_with_vllm_values() {
         "capacity",
         "store_threshold",
         "parse_s",
+        "read_s",
         "replay_s",
         "other_s",
         "wall_s",
@@ -176,6 +177,7 @@ fn assert_timings(v: &serde_json::Value) {
         assert!(t >= 0.0, "{name} = {t}");
     }
     assert!(replay > 0.0 && wall > 0.0, "{v}");
+    assert!(f("read_s") >= 0.0, "{v}");
     assert!(parse + replay <= wall + 1e-9, "{parse} + {replay} > {wall}");
     assert!(
         (parse + replay + other - wall).abs() <= 1e-9 * wall.max(1.0),
@@ -200,6 +202,10 @@ fn json_times_parsing_and_replay_apart() {
         v["parse_s"].as_f64().unwrap() > 0.0,
         "reading a 5 MB file takes time"
     );
+    assert!(
+        v["read_s"].as_f64().unwrap() > 0.0,
+        "the reader thread's time is reported"
+    );
     assert_timings(&v);
     // The built-in workload: generating counts as parsing.
     let r = replay(&args(&["--requests", "3000", "--json"]), false).unwrap();
@@ -220,6 +226,7 @@ fn human_report_shows_each_time_and_both_rates() {
     let text = kvtier::cli::replay::human(&r);
     for label in [
         "parse time",
+        "read time",
         "replay time",
         "other time",
         "wall time",
@@ -337,4 +344,60 @@ fn rejected_configurations_name_the_options_and_the_policy() {
         err(&["--capacity", "4294967000"]),
         "capacity 4294967000 plus --max-requests 65536 must be below 4294967295"
     );
+}
+
+/// A trace of `requests` one-block requests (L, S, C each), with `tail` appended verbatim.
+fn long_trace(name: &str, requests: u64, tail: &str) -> PathBuf {
+    use std::fmt::Write as _;
+    let mut text = String::from("# format=kvtrace v1\n# capacity=64\n# block_tokens=16\n");
+    for rid in 0..requests {
+        let _ = writeln!(text, "L {rid} 1 {:016x}\nS {rid}\nC {rid}", rid % 100);
+    }
+    text.push_str(tail);
+    let path = std::env::temp_dir().join(format!("kvtier-{}-{name}.kvtrace", std::process::id()));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[test]
+fn the_reader_thread_reports_an_error_past_the_first_chunk_with_its_line() {
+    // 30,000 requests: 90,000 records, past the first chunk of 65,536.
+    let path = long_trace("late-error", 30_000, "L 30000 x\n");
+    let p = path.display().to_string();
+    let err = replay(&args(&["--trace", &p]), false)
+        .unwrap_err()
+        .to_string();
+    std::fs::remove_file(&path).unwrap();
+    assert!(err.contains("line 90004"), "{err}");
+    // The same records without the bad line replay whole.
+    let path = long_trace("whole", 30_000, "");
+    let p = path.display().to_string();
+    let r = replay(&args(&["--trace", &p, "--json"]), false).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    // 100 hashes in turn through a 64-chunk LRU: each is evicted before it comes back.
+    let c = r.counts;
+    assert_eq!(
+        (
+            c.requests,
+            c.request_blocks,
+            c.hit_blocks,
+            c.stored_blocks,
+            c.evicted_blocks
+        ),
+        (30_000, 30_000, 0, 30_000, 30_000 - 64)
+    );
+}
+
+#[test]
+fn a_replay_error_in_the_first_chunk_stops_the_reader() {
+    // The first `L` passes --max-open-blocks 0 (line 4): the replay stops while the reader
+    // still has chunks to fill, and the run returns instead of waiting for it.
+    let path = long_trace("early-error", 30_000, "");
+    let p = path.display().to_string();
+    let err = replay(&args(&["--trace", &p, "--max-open-blocks", "0"]), false)
+        .unwrap_err()
+        .to_string();
+    std::fs::remove_file(&path).unwrap();
+    assert!(err.contains("line 4"), "{err}");
+    assert!(err.contains("--max-open-blocks"), "{err}");
 }

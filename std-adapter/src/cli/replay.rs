@@ -103,7 +103,8 @@ pub fn human(r: &ReplayReport) -> String {
          manager heap          {heap:>14} bytes ({per:.1} per chunk)\n\
          hit digest            {digest:>14}\n\
          \n\
-         parse time            {parse:>12.3} s   (reading the trace or generating it)\n\
+         parse time            {parse:>12.3} s   (the replay waiting for the trace reader)\n\
+         read time             {read:>12.3} s   (reading the trace or generating it, on its own thread)\n\
          replay time           {replay:>12.3} s   (the manager calls of the replay loop)\n\
          other time            {other:>12.3} s   (setup, log lines, final stats)\n\
          wall time             {wall:>12.3} s\n\
@@ -128,6 +129,7 @@ pub fn human(r: &ReplayReport) -> String {
         per = per_chunk(r),
         digest = format!("{:016x}", c.digest),
         parse = r.parse_s,
+        read = r.read_s,
         replay = r.replay_s,
         other = r.other_s,
         wall = r.wall_s,

@@ -14,6 +14,7 @@ pub use manager::{ManagerArgs, ManagerError, parse_policy};
 use std::convert::Infallible;
 use std::fmt;
 use std::path::PathBuf;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
@@ -224,9 +225,13 @@ pub struct ReplayReport {
     pub capacity: u32,
     /// The store threshold.
     pub store_threshold: u32,
-    /// Seconds spent reading and parsing the trace (or generating the workload) into the
-    /// in-memory chunks.
+    /// Seconds the replay waited for records: opening the source, then whatever reading and
+    /// parsing the trace (or generating the workload) did not hide. They run on a second
+    /// thread, one chunk ahead of the replay loop.
     pub parse_s: f64,
+    /// Seconds of reading and parsing (or generating) in all, on the reader thread and
+    /// overlapping the replay.
+    pub read_s: f64,
     /// Seconds of the replay loop over the parsed chunks: the manager calls of the replay
     /// protocol and the replayer's bookkeeping, nothing else (no parsing, no log lines).
     pub replay_s: f64,
@@ -368,7 +373,7 @@ fn per_second(what: u64, secs: f64) -> f64 {
 impl Run<'_> {
     /// Reads `source` a chunk at a time into one reused [`CompactTrace`] and replays each chunk:
     /// parsing (or generating) and the replay loop are timed apart.
-    fn replay<S: RecordSource>(self, mut source: S) -> Result<ReplayReport, RunError>
+    fn replay<S: RecordSource + Send>(self, mut source: S) -> Result<ReplayReport, RunError>
     where
         CompactError<S::Error>: Into<RunError>,
     {
@@ -380,42 +385,81 @@ impl Run<'_> {
         }
         let mut replayer = args.manager.replayer(manager, block_tokens);
         let mut stats = ReplayStats::new(args.transfer.model(block_tokens)?);
-        let mut chunk = CompactTrace::new(source.header().clone(), CompactLimits::REPLAY_CHUNK);
+        let header = source.header().clone();
         let mut log = IntervalLog::new(args.log_interval);
-        let mut parse = self.parse_s;
+        let mut waited = self.parse_s;
         let mut replay = Duration::ZERO;
         let mut records: u64 = 0;
-        loop {
-            let t = Instant::now();
-            let read = chunk.refill_from(&mut source).map_err(Into::into)?;
-            parse += t.elapsed();
-            if read == 0 {
-                break;
-            }
-            let t = Instant::now();
-            let mut logging = Duration::ZERO;
-            let mut cursor = chunk.cursor();
-            while let Some((rec, line)) = cursor.next_with_line() {
-                records += 1;
-                let is_load = rec.kind() == RecordKind::Load;
-                stats
-                    .apply(&mut replayer, rec)
-                    .map_err(|error| RunError::Record {
-                        line,
-                        record: records,
-                        error,
-                    })?;
-                if is_load && log.due() {
-                    let l = Instant::now();
-                    log.write(&mut replayer, self.bar)?;
-                    logging += l.elapsed();
-                }
-            }
-            replay += t.elapsed().saturating_sub(logging);
-            if self.count_requests {
-                self.bar.set_position(replayer.counts().requests);
-            }
+        // Two chunks circulate: the reader thread fills one while this thread replays the
+        // other, so reading and parsing overlap the replay and memory stays at two chunks.
+        let (empty_tx, empty_rx) = mpsc::sync_channel::<CompactTrace>(2);
+        let (full_tx, full_rx) = mpsc::sync_channel::<Result<CompactTrace, RunError>>(1);
+        for _ in 0..2 {
+            let chunk = CompactTrace::new(header.clone(), CompactLimits::REPLAY_CHUNK);
+            // The channel holds two: these sends cannot block or fail.
+            let _ = empty_tx.send(chunk);
         }
+        let read = std::thread::scope(|scope| -> Result<Duration, RunError> {
+            let reader = scope.spawn(move || {
+                let mut read = Duration::ZERO;
+                // Ends when the replay stops handing chunks back (done or failed).
+                while let Ok(mut chunk) = empty_rx.recv() {
+                    let t = Instant::now();
+                    let filled = chunk.refill_from(&mut source).map_err(Into::into);
+                    read += t.elapsed();
+                    let end = !matches!(filled, Ok(n) if n > 0);
+                    if full_tx.send(filled.map(|_| chunk)).is_err() || end {
+                        break;
+                    }
+                }
+                read
+            });
+            let outcome = (|| -> Result<(), RunError> {
+                loop {
+                    let t = Instant::now();
+                    let Ok(filled) = full_rx.recv() else {
+                        return Ok(());
+                    };
+                    waited += t.elapsed();
+                    let chunk = filled?;
+                    if chunk.records() == 0 {
+                        return Ok(());
+                    }
+                    let t = Instant::now();
+                    let mut logging = Duration::ZERO;
+                    let mut cursor = chunk.cursor();
+                    while let Some((rec, line)) = cursor.next_with_line() {
+                        records += 1;
+                        let is_load = rec.kind() == RecordKind::Load;
+                        stats
+                            .apply(&mut replayer, rec)
+                            .map_err(|error| RunError::Record {
+                                line,
+                                record: records,
+                                error,
+                            })?;
+                        if is_load && log.due() {
+                            let l = Instant::now();
+                            log.write(&mut replayer, self.bar)?;
+                            logging += l.elapsed();
+                        }
+                    }
+                    replay += t.elapsed().saturating_sub(logging);
+                    if self.count_requests {
+                        self.bar.set_position(replayer.counts().requests);
+                    }
+                    // The reader may already have ended; the chunk is then simply dropped.
+                    let _ = empty_tx.send(chunk);
+                }
+            })();
+            // Stop the reader (it waits for a chunk or for room to hand one over).
+            drop(empty_tx);
+            drop(full_rx);
+            let read = reader
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
+            outcome.map(|()| read)
+        })?;
         let counts = replayer.counts();
         let mut payload = log.total;
         payload.aggregate(&replayer.drain_stats().to_step_payload())?;
@@ -424,7 +468,7 @@ impl Run<'_> {
         // fits any payload).
         let _ = payload.increase_counter(catalogue::ALLOCATION_FAILURE, &[], 0);
         let wall_s = self.started.elapsed().as_secs_f64();
-        let parse_s = parse.as_secs_f64();
+        let parse_s = waited.as_secs_f64();
         let replay_s = replay.as_secs_f64();
         Ok(ReplayReport {
             source: self.name,
@@ -435,6 +479,7 @@ impl Run<'_> {
             capacity,
             store_threshold: args.store_threshold,
             parse_s,
+            read_s: self.parse_s.saturating_add(read).as_secs_f64(),
             replay_s,
             other_s: (wall_s - parse_s - replay_s).max(0.0),
             wall_s,
