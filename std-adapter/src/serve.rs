@@ -163,9 +163,12 @@ where
     let header = source.header().clone();
     let (manager, capacity) = args.manager(header.capacity)?;
     let block_tokens = args.block_tokens.unwrap_or(header.block_tokens);
+    if block_tokens == 0 {
+        return Err(RunError::ZeroBlockTokens);
+    }
     let mut d = Drive {
         sender,
-        replayer: Replayer::new(manager, u64::from(block_tokens)),
+        replayer: args.manager.replayer(manager, block_tokens),
         stats: ReplayStats::new(args.transfer.model(block_tokens)?),
     };
     let start = Instant::now();

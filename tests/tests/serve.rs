@@ -285,3 +285,15 @@ fn replay_metrics_and_serve_print_the_same_families_and_values() {
         );
     }
 }
+
+#[test]
+fn serve_holds_the_replayer_to_max_open_blocks() {
+    // serve once built its replayer without the option: a trace past it replayed anyway.
+    let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
+    let args = serve_args(&["--trace", trace, "--max-open-blocks", "10"]);
+    let mut serving = start(&args.options()).unwrap();
+    let err = serving.wait_replay().unwrap_err().to_string();
+    serving.stop();
+    assert!(err.contains("over the limit of 10"), "{err}");
+    assert!(err.contains("--max-open-blocks"), "{err}");
+}
