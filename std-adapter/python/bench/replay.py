@@ -3,12 +3,17 @@ side, plus kvtier's pure-Rust replayer on the same traces.
 
     python bench/replay.py --trace tests/data/small-b.kvtrace --generate 1000000
 
-For each trace and policy it runs each manager in its own process (so each peak RSS is its
-own), checks that the hit digests (and every count) agree, and prints µs per request,
-request-blocks per second, the kvtier/vLLM ratio and the peak RSS of both, then the same
-trace through ``kvtier replay --trace FILE --json``. Times are the process's CPU time over the
+For each trace and policy it runs vLLM's manager and kvtier's from Python, each in its own
+process (so each peak RSS is its own), and the same trace through kvtier's pure-Rust replayer
+(``kvtier replay --trace FILE --json``, release build), checks that the hit digests (and every
+count) agree, and prints for each of the three µs per request, request-blocks per second, the
+speed-up over vLLM's loop and the peak RSS, side by side. ``--runs N`` repeats each run N
+times (interleaved) and prints medians. The Python times are the process's CPU time over the
 timed loop (wall time is printed too): on a shared machine CPU time is what stays comparable
-between two runs.
+between two runs. The Rust time is the replayer's own replay loop (``replay_s``, wall time of
+a single-threaded loop, trace parsing excluded as for the Python loops) is printed beside
+its row; the row itself is the whole process's CPU time, reading the trace included (an
+overestimate of the loop's, but one the machine's load does not inflate).
 
 The protocol is kvtrace v1's (spec/kvtrace.md): per request a ReqContext with end-token
 positions (i + 1) · block_tokens, on_new_request, lookups while HIT, prepare_load of the hit
@@ -219,6 +224,7 @@ def run_worker(which: str, trace: str, policy: str, args) -> dict:
 
 
 def run_rust(trace: str, policy: str, capacity: int, args) -> dict:
+    """``kvtier replay --json`` on the trace, plus the process's own CPU time and peak RSS."""
     cmd = [
         args.kvtier_bin,
         "replay",
@@ -232,15 +238,59 @@ def run_rust(trace: str, policy: str, capacity: int, args) -> dict:
         str(args.store_threshold),
         "--json",
     ]
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    out = proc.stdout.read()
+    proc.stdout.close()
+    # wait4 reports this child's own usage (RUSAGE_CHILDREN would fold in the Python workers'
+    # peak RSS).
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd)
     result = json.loads(out)
-    # The whole process's CPU time (reading the trace included), for the CPU-time ratio.
-    result["cpu_seconds"] = (after.ru_utime - before.ru_utime) + (
-        after.ru_stime - before.ru_stime
-    )
+    # The whole process's CPU time (reading the trace included).
+    result["cpu_seconds"] = usage.ru_utime + usage.ru_stime
+    result["peak_rss_kb"] = usage.ru_maxrss
     return result
+
+
+def median_run(runs: list[dict], keys: tuple[str, ...]) -> dict:
+    """The first run with the median of each of `keys` over `runs` (counts are equal)."""
+    out = dict(runs[0])
+    for k in keys:
+        vals = sorted(r[k] for r in runs if k in r)
+        if vals:
+            out[k] = vals[len(vals) // 2]
+    return out
+
+
+TIMES = ("seconds", "cpu_seconds", "peak_rss_kb", "base_rss_kb", "replay_s", "wall_s")
+
+
+def report(trace: str, policy: str, v: dict, k: dict, rust: dict, same: bool, runs: int):
+    n, blocks = v["requests"], v["request_blocks"]
+    rust_s = rust.get("replay_s", rust["wall_s"])
+    name = os.path.basename(trace)
+    print(f"{name} {policy} capacity {v['capacity']}: {n} requests, {blocks} request-blocks, "
+          f"digest {v['digest']} ({'identical' if same else 'DIFFERENT'}: vLLM {v['digest']}, "
+          f"kvtier {k['digest']}, Rust {rust['digest']})"
+          + (f"; medians of {runs} runs" if runs > 1 else ""))
+    rows = [
+        ("vLLM 0.33.0 (Python)", v["cpu_seconds"], f"wall {v['seconds'] * 1e6 / n:.2f}", v),
+        ("kvtier from Python", k["cpu_seconds"], f"wall {k['seconds'] * 1e6 / n:.2f}", k),
+        ("kvtier replay (Rust)", rust["cpu_seconds"],
+         f"replay loop alone {rust_s * 1e6 / n:.2f} µs/request wall", rust),
+    ]
+    print(f"  {'':<22}{'µs/request':>11}{'M blocks/s':>12}{'vs vLLM':>9}{'peak RSS':>12}")
+    for label, secs, note, r in rows:
+        over = ""
+        if "base_rss_kb" in r:
+            grew = (r["peak_rss_kb"] - r["base_rss_kb"]) / 1024
+            over = f" ({grew:+.1f} over the parsed trace)"
+        print(f"  {label:<22}{secs * 1e6 / n:11.2f}{blocks / secs / 1e6:12.3f}"
+              f"{v['cpu_seconds'] / secs:8.1f}x{r['peak_rss_kb'] / 1024:8.1f} MiB{over}; {note}")
+    if not same:
+        print("  MISMATCH:", {c: (v[c], k[c]) for c in COUNTS if v[c] != k[c]})
 
 
 def main() -> int:
@@ -260,6 +310,9 @@ def main() -> int:
     p.add_argument("--policy", default="lru,arc")
     p.add_argument("--capacity", type=int, default=0, help="default: the trace's")
     p.add_argument("--store-threshold", type=int, default=1)
+    p.add_argument(
+        "--runs", type=int, default=1, help="runs of each (medians are printed)"
+    )
     p.add_argument(
         "--kvtier-bin", default=os.path.join(ROOT, "target", "release", "kvtier")
     )
@@ -286,36 +339,18 @@ def main() -> int:
     try:
         for trace in traces:
             for policy in args.policy.split(","):
-                v = run_worker("vllm", trace, policy, args)
-                k = run_worker("kvtier", trace, policy, args)
-                rust = run_rust(trace, policy, v["capacity"], args)
-                rust_s = rust.get("replay_s", rust["wall_s"])
-                same = all(v[c] == k[c] for c in COUNTS) and rust["digest"] == v["digest"]
+                vs, ks, rs = [], [], []
+                for _ in range(max(args.runs, 1)):
+                    vs.append(run_worker("vllm", trace, policy, args))
+                    ks.append(run_worker("kvtier", trace, policy, args))
+                    rs.append(run_rust(trace, policy, vs[-1]["capacity"], args))
+                same = all(
+                    v[c] == k[c] for v, k in zip(vs, ks) for c in COUNTS
+                ) and all(r["digest"] == vs[0]["digest"] for r in rs)
+                same &= all(v["digest"] == vs[0]["digest"] for v in vs)
                 ok &= same
-                n, blocks = v["requests"], v["request_blocks"]
-                name = os.path.basename(trace)
-                print(f"{name} {policy} capacity {v['capacity']}: {n} requests, "
-                      f"{blocks} request-blocks, digest {v['digest']} "
-                      f"({'identical' if same else 'DIFFERENT'}: vLLM {v['digest']}, "
-                      f"kvtier {k['digest']}, Rust {rust['digest']})")
-                for r in (v, k):
-                    print(f"  {r['manager']:>6}: {r['cpu_seconds'] * 1e6 / n:8.2f} µs/request "
-                          f"CPU ({r['seconds'] * 1e6 / n:.2f} wall), "
-                          f"{blocks / r['cpu_seconds'] / 1e6:7.3f} M request-blocks/s, "
-                          f"peak RSS {r['peak_rss_kb'] / 1024:7.1f} MiB "
-                          f"(+{(r['peak_rss_kb'] - r['base_rss_kb']) / 1024:.1f} MiB "
-                          f"over the parsed trace)")
-                print(f"  kvtier/vLLM: {v['cpu_seconds'] / k['cpu_seconds']:.1f}x per request "
-                      f"(CPU time; wall {v['seconds'] / k['seconds']:.1f}x)")
-                label = "replay_s" if "replay_s" in rust else "wall_s"
-                print(f"  Rust replay: {label} {rust_s:.3f} s = {rust_s * 1e6 / n:.2f} µs/request, "
-                      f"{blocks / rust_s / 1e6:.3f} M request-blocks/s; process CPU "
-                      f"{rust['cpu_seconds']:.3f} s (trace reading included); "
-                      f"vLLM/Rust {v['cpu_seconds'] / rust['cpu_seconds']:.1f}x, "
-                      f"kvtier-from-Python/Rust {k['cpu_seconds'] / rust['cpu_seconds']:.1f}x "
-                      f"(CPU time)")
-                if not same:
-                    print("  MISMATCH:", {c: (v[c], k[c]) for c in COUNTS if v[c] != k[c]})
+                v, k, rust = (median_run(x, TIMES) for x in (vs, ks, rs))
+                report(trace, policy, v, k, rust, same, len(vs))
     finally:
         if tmp is not None:
             os.unlink(tmp.name)

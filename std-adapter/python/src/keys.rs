@@ -1,10 +1,16 @@
 //! vLLM's offload keys (bytes of any length) as compact manager keys.
 //!
 //! An [`Interner`] gives every distinct byte string a dense `u32` id while the manager may
-//! still hold it, so identity is exact: two keys are equal exactly when their bytes are. The
+//! still hold it, so identity is exact: two keys are equal exactly when their bytes are. It
+//! keeps no copy of the bytes: each id's value (the binding's first Python object for the key)
+//! is what a probe is compared with. The
 //! manager key [`VKey`] carries the id plus the first 16 bytes and the last 4 (the KV group),
 //! which order keys as vLLM's byte comparison does wherever the manager needs an order (ties
 //! of equal LRU rank).
+//!
+//! Callers that can name a probe by identity (the binding: a Python object's address) also
+//! get a small direct-mapped cache, identity → id ([`Interner::recall`], [`Interner::remember`]),
+//! whose entries are checked against the id's live value, so a stale entry is only a miss.
 //!
 //! Ids are recycled by [`Interner::sweep`]: every id the manager no longer holds
 //! ([`OffloadManager::for_each_held_key`](kvtier_core::manager::OffloadManager::for_each_held_key))
@@ -21,6 +27,9 @@ const ABSENT_ID: u32 = u32::MAX;
 
 /// The fewest live ids at which a sweep runs.
 const MIN_SWEEP: usize = 4096;
+
+/// Entries of the identity cache (a power of two).
+const RECENT: usize = 4096;
 
 /// A vLLM key as the manager sees it: its interned id plus the bytes that order it.
 ///
@@ -62,6 +71,12 @@ impl VKey {
         }
     }
 
+    /// Whether this is the key that is never held.
+    #[must_use]
+    pub(crate) fn is_absent(&self) -> bool {
+        self.id == ABSENT_ID
+    }
+
     /// The interned id.
     #[cfg(test)]
     pub(crate) fn id(&self) -> u32 {
@@ -85,14 +100,14 @@ impl OffloadKey for VKey {
 
 #[derive(Debug)]
 struct Slot<V> {
-    bytes: Box<[u8]>,
     hash: u64,
     key: VKey,
     value: Option<V>,
 }
 
-/// Byte strings ↔ dense ids, each id carrying a value `V` (the binding keeps the first Python
-/// object seen for the key, so outputs return vLLM's own key objects).
+/// Byte strings ↔ dense ids, each id carrying a value `V` that holds the key's bytes (the
+/// binding keeps the first Python object seen for the key, so outputs return vLLM's own key
+/// objects). Lookups take the probe's hash and an equality test against a live value.
 #[derive(Debug)]
 pub(crate) struct Interner<V> {
     index: HashTable<u32>,
@@ -100,16 +115,20 @@ pub(crate) struct Interner<V> {
     free: Vec<u32>,
     next_sweep: usize,
     marks: Vec<u64>,
+    /// The identity cache: the id last remembered for identities of each bucket.
+    recent: Box<[u32]>,
 }
 
 impl<V> Default for Interner<V> {
     fn default() -> Self {
         Interner {
-            index: HashTable::new(),
-            slots: Vec::new(),
+            // Room for the keys of the first sweep period: no rehash while it fills.
+            index: HashTable::with_capacity(MIN_SWEEP),
+            slots: Vec::with_capacity(MIN_SWEEP),
             free: Vec::new(),
             next_sweep: MIN_SWEEP,
             marks: Vec::new(),
+            recent: vec![ABSENT_ID; RECENT].into_boxed_slice(),
         }
     }
 }
@@ -131,17 +150,20 @@ impl core::fmt::Display for InternError {
 impl core::error::Error for InternError {}
 
 impl<V> Interner<V> {
-    /// The key of `bytes` (whose hash is `hash`), if interned.
+    /// The key whose value `is_key` accepts among those of hash `hash`, if interned.
     #[inline]
     #[must_use]
-    pub(crate) fn find(&self, hash: u64, bytes: &[u8]) -> Option<VKey> {
+    pub(crate) fn find(&self, hash: u64, is_key: impl Fn(&V) -> bool) -> Option<VKey> {
         let slots = &self.slots;
         self.index
-            .find(hash, |&i| *slots[i as usize].bytes == *bytes)
+            .find(hash, |&i| {
+                slots[i as usize].value.as_ref().is_some_and(&is_key)
+            })
             .map(|&i| slots[i as usize].key)
     }
 
-    /// The key of `bytes`, interning it with the value `make()` if it is new.
+    /// The key of `bytes` (whose hash is `hash` and which `is_key` accepts), interning it
+    /// with the value `make()` if it is new. `make()` must hold `bytes` as `is_key` reads them.
     ///
     /// # Errors
     /// [`InternError::Full`] when 2^32 − 1 ids are live.
@@ -149,9 +171,10 @@ impl<V> Interner<V> {
         &mut self,
         hash: u64,
         bytes: &[u8],
+        is_key: impl Fn(&V) -> bool,
         make: impl FnOnce() -> V,
     ) -> Result<VKey, InternError> {
-        if let Some(k) = self.find(hash, bytes) {
+        if let Some(k) = self.find(hash, is_key) {
             return Ok(k);
         }
         let id = match self.free.pop() {
@@ -162,7 +185,6 @@ impl<V> Interner<V> {
                     .filter(|&id| id != ABSENT_ID)
                     .ok_or(InternError::Full)?;
                 self.slots.push(Slot {
-                    bytes: Box::default(),
                     hash: 0,
                     key: VKey::absent(),
                     value: None,
@@ -172,7 +194,6 @@ impl<V> Interner<V> {
         };
         let key = VKey::new(bytes, id);
         self.slots[id as usize] = Slot {
-            bytes: bytes.into(),
             hash,
             key,
             value: Some(make()),
@@ -181,6 +202,30 @@ impl<V> Interner<V> {
         self.index
             .insert_unique(hash, id, |&i| slots[i as usize].hash);
         Ok(key)
+    }
+
+    /// The identity cache's bucket of `ident`.
+    #[inline]
+    fn bucket(ident: usize) -> usize {
+        // Fibonacci hashing: the top bits of the product spread aligned addresses evenly.
+        let h = (ident as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        usize::try_from(h >> (64 - RECENT.trailing_zeros())).unwrap_or(0)
+    }
+
+    /// The key last remembered for `ident`, if its id is live and `is_it` accepts its value
+    /// (the check that makes a stale entry a miss).
+    #[inline]
+    #[must_use]
+    pub(crate) fn recall(&self, ident: usize, is_it: impl Fn(&V) -> bool) -> Option<VKey> {
+        let id = self.recent[Self::bucket(ident)];
+        let slot = self.slots.get(id as usize)?;
+        slot.value.as_ref().filter(|v| is_it(v)).map(|_| slot.key)
+    }
+
+    /// Remembers `key` (a live key) for `ident`, replacing the bucket's previous entry.
+    #[inline]
+    pub(crate) fn remember(&mut self, ident: usize, key: VKey) {
+        self.recent[Self::bucket(ident)] = key.id;
     }
 
     /// The value of a live key.
@@ -230,7 +275,6 @@ impl<V> Interner<V> {
                 e.remove();
             }
             slot.value = None;
-            slot.bytes = Box::default();
             slot.key = VKey::absent();
             self.free.push(id);
             freed += 1;
@@ -244,32 +288,44 @@ impl<V> Interner<V> {
 mod tests {
     use super::*;
 
+    /// A value holding its key's bytes, with a tag telling interned values apart.
+    type Val = (Vec<u8>, u32);
+
     fn h(b: &[u8]) -> u64 {
         // Any function of the bytes will do; a weak one exercises the collision path.
         b.iter().map(|&x| u64::from(x)).sum()
     }
 
+    fn intern(it: &mut Interner<Val>, b: &[u8], tag: u32) -> VKey {
+        it.intern(h(b), b, |v| v.0 == b, || (b.to_vec(), tag))
+            .unwrap()
+    }
+
+    fn find(it: &Interner<Val>, b: &[u8]) -> Option<VKey> {
+        it.find(h(b), |v| v.0 == b)
+    }
+
     #[test]
     fn equal_bytes_share_an_id_and_distinct_bytes_do_not() {
-        let mut it: Interner<&'static str> = Interner::default();
+        let mut it = Interner::default();
         // Equal weak hashes, equal first 16 bytes and group, different middle bytes.
         let a = [[7u8; 16].as_slice(), &[1, 2], &[0, 0, 0, 3]].concat();
         let b = [[7u8; 16].as_slice(), &[2, 1], &[0, 0, 0, 3]].concat();
-        let ka = it.intern(h(&a), &a, || "a").unwrap();
-        let kb = it.intern(h(&b), &b, || "b").unwrap();
+        let ka = intern(&mut it, &a, 1);
+        let kb = intern(&mut it, &b, 2);
         assert_ne!(ka, kb);
-        assert_eq!(it.intern(h(&a), &a, || "again").unwrap(), ka);
-        assert_eq!(it.value(&ka), Some(&"a"));
-        assert_eq!(it.value(&kb), Some(&"b"));
-        assert_eq!(it.find(h(&b), &b), Some(kb));
+        assert_eq!(intern(&mut it, &a, 3), ka);
+        assert_eq!(it.value(&ka), Some(&(a.clone(), 1)));
+        assert_eq!(it.value(&kb), Some(&(b.clone(), 2)));
+        assert_eq!(find(&it, &b), Some(kb));
         assert_eq!(it.len(), 2);
         assert_eq!(ka.group(), 3);
     }
 
     #[test]
     fn order_is_byte_order_where_documented() {
-        let mut it: Interner<()> = Interner::default();
-        let mut key = |b: &[u8]| it.intern(h(b), b, || ()).unwrap();
+        let mut it = Interner::default();
+        let mut key = |b: &[u8]| intern(&mut it, b, 0);
         // Differ in the first 16 bytes.
         let lo = key(&[1, 0xff, 0, 0, 0, 9]);
         let hi = key(&[2, 0, 0, 0, 0, 0]);
@@ -287,38 +343,54 @@ mod tests {
 
     #[test]
     fn sweep_frees_only_what_is_not_held_and_recycles_ids() {
-        let mut it: Interner<u32> = Interner::default();
+        let mut it = Interner::default();
         let keys: Vec<VKey> = (0u32..10)
-            .map(|i| {
-                let b = i.to_be_bytes();
-                it.intern(h(&b), &b, || i).unwrap()
-            })
+            .map(|i| intern(&mut it, &i.to_be_bytes(), i))
             .collect();
         let held = [keys[2], keys[7]];
         let freed = it.sweep(|f| held.iter().for_each(f));
         assert_eq!(freed, 8);
         assert_eq!(it.len(), 2);
-        assert_eq!(it.value(&keys[7]), Some(&7));
+        assert_eq!(it.value(&keys[7]), Some(&(7u32.to_be_bytes().to_vec(), 7)));
         assert_eq!(it.value(&keys[3]), None);
-        let b = 3u32.to_be_bytes();
-        assert_eq!(it.find(h(&b), &b), None);
+        assert_eq!(find(&it, &3u32.to_be_bytes()), None);
         // A new key takes a freed id; the held ones keep theirs.
-        let n = it.intern(h(b"new"), b"new", || 99).unwrap();
+        let n = intern(&mut it, b"new", 99);
         assert!(n.id() < 10 && n.id() != 2 && n.id() != 7);
-        assert_eq!(
-            it.find(h(&7u32.to_be_bytes()), &7u32.to_be_bytes()),
-            Some(keys[7])
-        );
+        assert_eq!(find(&it, &7u32.to_be_bytes()), Some(keys[7]));
+    }
+
+    #[test]
+    fn the_identity_cache_answers_only_for_the_live_value_it_names() {
+        let mut it = Interner::default();
+        let a = intern(&mut it, b"a", 1);
+        let b = intern(&mut it, b"b", 2);
+        assert_eq!(it.recall(7, |_| true), None);
+        it.remember(7, a);
+        assert_eq!(it.recall(7, |v| v.1 == 1), Some(a));
+        // The entry names a's id: a value check that rejects it is a miss.
+        assert_eq!(it.recall(7, |v| v.1 == 2), None);
+        it.remember(7, b);
+        assert_eq!(it.recall(7, |v| v.1 == 2), Some(b));
+        // Once the id is freed, the entry is stale: a miss whatever the check.
+        it.sweep(|_| {});
+        assert_eq!(it.recall(7, |_| true), None);
+        // A new key reusing the id is found only if the check accepts its value.
+        let c = intern(&mut it, b"c", 3);
+        assert_eq!(c.id(), b.id());
+        assert_eq!(it.recall(7, |v| v.1 == 2), None);
+        assert_eq!(it.recall(7, |v| v.1 == 3), Some(c));
     }
 
     #[test]
     fn sweeps_become_due_as_the_interner_doubles() {
-        let mut it: Interner<()> = Interner::default();
+        let mut it: Interner<Val> = Interner::default();
         for i in 0..MIN_SWEEP as u64 - 1 {
-            it.intern(i, &i.to_le_bytes(), || ()).unwrap();
+            let b = i.to_le_bytes();
+            it.intern(i, &b, |v| v.0 == b, || (b.to_vec(), 0)).unwrap();
         }
         assert!(!it.sweep_due());
-        it.intern(u64::MAX, b"x", || ()).unwrap();
+        intern(&mut it, b"x", 0);
         assert!(it.sweep_due());
         it.sweep(|_| {});
         assert!(it.is_empty() && !it.sweep_due());

@@ -3,6 +3,7 @@
 
 mod keys;
 mod manager;
+mod vocab;
 
 use pyo3::prelude::*;
 

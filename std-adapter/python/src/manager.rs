@@ -13,13 +13,13 @@ use kvtier_core::manager::{
     CompleteLoadError, EventKind, LoadError, LookupResult, ManagerConfig, OffloadManager,
     PolicyKind, RequestError, RequestId, StoreError, StoreOutcome, StorePlan,
 };
-use numpy::PyArray1;
 use pyo3::exceptions::{PyAssertionError, PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyTuple, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use pyo3::{PyTypeInfo, intern};
 
 use crate::keys::{Interner, VKey};
+use crate::vocab::Vocab;
 
 /// The most request states live at once (contexts between their first call and
 /// `on_request_finished`, or until Python frees them).
@@ -70,19 +70,6 @@ impl Drop for RequestState {
     }
 }
 
-/// vLLM's classes and constants the manager answers with.
-#[derive(Debug)]
-struct Vocab {
-    miss: Py<PyAny>,
-    hit_pending: Py<PyAny>,
-    hit: Py<PyAny>,
-    load_store_spec: Py<PyType>,
-    prepare_store_output: Py<PyType>,
-    event: Py<PyType>,
-    medium: Py<PyAny>,
-    request_offloading_context: Py<PyAny>,
-}
-
 /// kvtier's offload manager with vLLM's calling conventions (used by
 /// `kvtier.vllm.KvtierOffloadingManager`).
 #[pyclass(module = "kvtier._native")]
@@ -99,6 +86,7 @@ pub(crate) struct Manager {
     plan: StorePlan<VKey>,
     scratch: Vec<VKey>,
     positions: Vec<u64>,
+    chunk_ids: Vec<i32>,
 }
 
 /// How a call treats keys the manager has never seen.
@@ -160,20 +148,7 @@ impl Manager {
         cfg.enable_events = enable_events;
         cfg.max_requests = MAX_REQUESTS;
         let m = OffloadManager::new(cfg).map_err(|e| PyValueError::new_err(e.to_string()))?;
-        let item = |i: usize| types.get_item(i).map(Bound::unbind);
-        let ty = |i: usize| -> PyResult<Py<PyType>> {
-            Ok(types.get_item(i)?.cast_into::<PyType>()?.unbind())
-        };
-        let vocab = Vocab {
-            miss: item(0)?,
-            hit_pending: item(1)?,
-            hit: item(2)?,
-            load_store_spec: ty(3)?,
-            prepare_store_output: ty(4)?,
-            event: ty(5)?,
-            medium: item(6)?,
-            request_offloading_context: item(7)?,
-        };
+        let vocab = Vocab::new(types)?;
         Ok(Manager {
             m,
             keys: Interner::default(),
@@ -186,21 +161,23 @@ impl Manager {
             plan: StorePlan::new(),
             scratch: Vec::new(),
             positions: Vec::new(),
+            chunk_ids: Vec::new(),
         })
     }
 
     /// vLLM's `lookup`: MISS, HIT_PENDING or HIT (changes nothing).
     fn lookup(
-        &self,
+        &mut self,
         py: Python<'_>,
         key: &Bound<'_, PyAny>,
         req_context: &Bound<'_, PyAny>,
     ) -> PyResult<Py<PyAny>> {
         let _ = req_context;
-        let key = key_bytes(key)?;
-        let r = match self.keys.find(py_hash(key)?, key.as_bytes()) {
-            None => LookupResult::Miss,
-            Some(k) => self.m.lookup(&k),
+        let k = resolve(&mut self.keys, key, Unknown::Absent)?;
+        let r = if k.is_absent() {
+            LookupResult::Miss
+        } else {
+            self.m.lookup(&k)
         };
         let v = match r {
             LookupResult::Miss => &self.vocab.miss,
@@ -227,7 +204,7 @@ impl Manager {
             Err(e @ LoadError::Positions(_)) => return Err(PyValueError::new_err(e.to_string())),
             Err(e) => return Err(assertion(e)),
         };
-        spec(py, &self.vocab, slots)
+        self.vocab.spec(py, &mut self.chunk_ids, slots)
     }
 
     /// vLLM's `touch`: marks the keys recently used.
@@ -294,11 +271,9 @@ impl Manager {
         }
         let to_store = key_list(py, &self.keys, out.keys())?;
         let evicted = key_list(py, &self.keys, out.evicted())?;
-        let spec = spec(py, &self.vocab, out.slots())?;
+        let spec = self.vocab.spec(py, &mut self.chunk_ids, out.slots())?;
         self.vocab
-            .prepare_store_output
-            .bind(py)
-            .call1((to_store, spec, evicted))
+            .prepare_store_output(py, to_store.into_any(), spec, evicted.into_any())
     }
 
     /// vLLM's `complete_store`: on success the pending keys become readable, else they are
@@ -331,17 +306,13 @@ impl Manager {
     ) -> PyResult<Bound<'py, PyAny>> {
         self.release_orphans();
         self.request(py, req_context, false)?;
-        self.vocab.request_offloading_context.bind(py).call0()
+        self.vocab.request_offloading_context(py)
     }
 
     /// vLLM's `on_request_finished`: commits the request's recency to the policy.
-    fn on_request_finished(
-        &mut self,
-        py: Python<'_>,
-        req_context: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    fn on_request_finished(&mut self, req_context: &Bound<'_, PyAny>) -> PyResult<()> {
         self.release_orphans();
-        let Some(state) = self.state_of(py, req_context)? else {
+        let Some(state) = self.state_of(req_context)? else {
             return Ok(());
         };
         let state = state.get();
@@ -444,14 +415,16 @@ impl Manager {
     }
 
     /// This manager's state on `ctx`, if any.
-    fn state_of<'py>(
+    fn state_of<'py>(&self, ctx: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, RequestState>>> {
+        self.state_in(&scratch_dict(ctx)?)
+    }
+
+    /// This manager's state in a context's scratch dict, if any.
+    fn state_in<'py>(
         &self,
-        py: Python<'py>,
-        ctx: &Bound<'py, PyAny>,
+        dict: &Bound<'py, PyDict>,
     ) -> PyResult<Option<Bound<'py, RequestState>>> {
-        let dict = ctx.getattr(intern!(py, "_state"))?;
-        let dict = dict.cast::<PyDict>()?;
-        let Some(s) = dict.get_item(RequestState::type_object(py))? else {
+        let Some(s) = dict.get_item(RequestState::type_object(dict.py()))? else {
             return Ok(None);
         };
         let s = s.cast_into::<RequestState>()?;
@@ -467,7 +440,8 @@ impl Manager {
         ctx: &Bound<'_, PyAny>,
         submit: bool,
     ) -> PyResult<RequestId> {
-        if let Some(state) = self.state_of(py, ctx)? {
+        let dict = scratch_dict(ctx)?;
+        if let Some(state) = self.state_in(&dict)? {
             let st = state.get();
             let generation = st.generation.load(Ordering::Acquire);
             if !st.finished.load(Ordering::Acquire) {
@@ -492,11 +466,8 @@ impl Manager {
             finished: AtomicBool::new(false),
             orphans: Arc::clone(&self.orphans),
         };
-        let dict = ctx.getattr(intern!(py, "_state"))?;
-        let set = dict
-            .cast::<PyDict>()
-            .map_err(PyErr::from)
-            .and_then(|d| d.set_item(RequestState::type_object(py), Py::new(py, state)?));
+        let set =
+            Py::new(py, state).and_then(|st| dict.set_item(RequestState::type_object(py), st));
         if let Err(e) = set {
             let _ = self.m.drop_request(id);
             return Err(e);
@@ -525,15 +496,7 @@ impl Manager {
         };
         let mut missing = 0usize;
         let mut one = |obj: Bound<'_, PyAny>| -> PyResult<()> {
-            let b = key_bytes(&obj)?;
-            let h = py_hash(b)?;
-            let k = match unknown {
-                Unknown::Intern => self
-                    .keys
-                    .intern(h, b.as_bytes(), || b.clone().unbind())
-                    .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
-                Unknown::Absent => self.keys.find(h, b.as_bytes()).unwrap_or_else(VKey::absent),
-            };
+            let k = resolve(&mut self.keys, &obj, unknown)?;
             self.scratch.push(k);
             if let Some(d) = &positions {
                 match d.get_item(&obj)? {
@@ -578,17 +541,48 @@ impl Manager {
     }
 }
 
-/// A `CPULoadStoreSpec` over `slots` (an int32 array, as vLLM builds it).
-fn spec<'py>(py: Python<'py>, vocab: &Vocab, slots: &[u32]) -> PyResult<Bound<'py, PyAny>> {
-    let ids: Vec<i32> = slots
-        .iter()
-        .map(|&s| i32::try_from(s).map_err(|_| PyValueError::new_err("chunk id above 2^31")))
-        .collect::<PyResult<_>>()?;
-    let arr = PyArray1::from_vec(py, ids);
-    let cls = vocab.load_store_spec.bind(py);
-    let spec = cls.call_method1(intern!(py, "__new__"), (cls,))?;
-    spec.setattr(intern!(py, "block_ids"), arr)?;
-    Ok(spec)
+/// A `ReqContext`'s scratch dict (`_state`), where request states live.
+fn scratch_dict<'py>(ctx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
+    Ok(ctx
+        .getattr(intern!(ctx.py(), "_state"))?
+        .cast_into::<PyDict>()?)
+}
+
+/// The manager key of the key object `obj`: by identity when the interner's cache knows the
+/// object, else by Python's hash and the bytes (interning it when `unknown` says so).
+#[inline]
+fn resolve(
+    keys: &mut Interner<Py<PyBytes>>,
+    obj: &Bound<'_, PyAny>,
+    unknown: Unknown,
+) -> PyResult<VKey> {
+    // The address names the object: the cache's entry is taken only when the id's live value
+    // is this very object (which the interner holds, so the address is not reused meanwhile).
+    let ident = obj.as_ptr() as usize;
+    if let Some(k) = keys.recall(ident, |v| v.as_ptr() == obj.as_ptr()) {
+        return Ok(k);
+    }
+    let b = key_bytes(obj)?;
+    let h = py_hash(b)?;
+    let k = match unknown {
+        Unknown::Intern => keys
+            .intern(h, b.as_bytes(), is_key(b), || b.clone().unbind())
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?,
+        Unknown::Absent => match keys.find(h, is_key(b)) {
+            Some(k) => k,
+            None => return Ok(VKey::absent()),
+        },
+    };
+    keys.remember(ident, k);
+    Ok(k)
+}
+
+/// Whether an interned key object holds the bytes of `probe` (the very object, or equal bytes).
+#[inline]
+fn is_key<'a>(probe: &'a Bound<'_, PyBytes>) -> impl Fn(&Py<PyBytes>) -> bool + 'a {
+    move |held| {
+        held.as_ptr() == probe.as_ptr() || held.bind(probe.py()).as_bytes() == probe.as_bytes()
+    }
 }
 
 fn key_bytes<'a, 'py>(obj: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyBytes>> {

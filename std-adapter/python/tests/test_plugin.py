@@ -10,7 +10,9 @@ import pytest
 from vllm.v1.kv_offload.base import (
     LookupResult,
     OffloadingManager,
+    PrepareStoreOutput,
     ReqContext,
+    RequestOffloadingContext,
     make_offload_key,
 )
 from vllm.v1.kv_offload.config import (
@@ -66,6 +68,35 @@ def test_every_method_vllms_manager_overrides_is_implemented():
     m.on_schedule_end(None)
     m.on_reset_flushed()
     m.shutdown()
+
+
+
+def test_result_objects_equal_what_vllms_constructors_make():
+    # kvtier builds these objects without running their __init__: each must carry exactly
+    # the attributes, values and array flags the constructor gives.
+    m = KvtierOffloadingManager(num_chunks=4)
+    ctx = ReqContext(req_id="a")
+    request_context = m.on_new_request(ctx)
+    assert type(request_context) is RequestOffloadingContext
+    assert vars(request_context) == vars(RequestOffloadingContext())
+    assert request_context == RequestOffloadingContext()
+    keys = [key(1), key(2), key(3)]
+    out = m.prepare_store(keys, ctx)
+    assert type(out) is PrepareStoreOutput
+    assert list(vars(out)) == ["keys_to_store", "store_spec", "evicted_keys"]
+    theirs = CPULoadStoreSpec([0, 1, 2])
+    assert list(vars(out.store_spec)) == list(vars(theirs)) == ["block_ids"]
+    ours = out.store_spec.block_ids
+    assert ours.dtype == theirs.block_ids.dtype and ours.shape == theirs.block_ids.shape
+    assert ours.tolist() == theirs.block_ids.tolist()
+    assert ours.flags.writeable and ours.flags.c_contiguous and ours.flags.owndata
+    assert repr(out.store_spec) == repr(theirs)
+    assert out == PrepareStoreOutput(keys, out.store_spec, [])
+    m.complete_store(out.keys_to_store, ctx)
+    # A second offer of held keys: an empty spec, still an int32 array.
+    again = m.prepare_store(keys, ctx)
+    assert again.keys_to_store == [] and again.store_spec.block_ids.dtype == np.int32
+    assert again.store_spec.block_ids.shape == (0,)
 
 
 def test_out_of_tree_policies_and_unknown_policies_are_clear_errors():

@@ -1,0 +1,186 @@
+//! vLLM's classes and constants the manager answers with, and the cheap way to make them.
+//!
+//! `CPULoadStoreSpec`, `PrepareStoreOutput` and `RequestOffloadingContext` are plain Python
+//! classes whose `__init__` only sets attributes. Running that `__init__` (a Python frame,
+//! argument binding, for the spec a NumPy conversion of a list) costs more than the manager's
+//! own work, so the manager makes the instance with the class's `tp_new` (which is
+//! `object.__new__`'s, as `cls()` calls it before `__init__`) and sets the same attributes, in
+//! the same order, itself: the objects are equal, attribute for attribute, to what the
+//! constructors make (the differential test compares them with vLLM's).
+
+use numpy::PyArray1;
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyString, PyTuple, PyType};
+use pyo3::{ffi, intern};
+
+/// Makes attribute-less instances of one class, as `object.__new__(cls)` does.
+#[derive(Debug)]
+pub(crate) struct Blank {
+    cls: Py<PyType>,
+    /// The class's `tp_new` slot: `object.__new__`'s C function.
+    new: ffi::newfunc,
+    /// `()`, the arguments `tp_new` is called with.
+    no_args: Py<PyTuple>,
+}
+
+impl Blank {
+    /// A maker for `cls`, which must take `object.__new__` unchanged and be instantiable
+    /// (checked here by making one instance through `object.__new__`).
+    ///
+    /// # Errors
+    /// `TypeError` when `cls` defines its own `__new__` or cannot be instantiated.
+    fn new(cls: Bound<'_, PyType>) -> PyResult<Self> {
+        let py = cls.py();
+        let object_new = py.get_type::<PyAny>().getattr(intern!(py, "__new__"))?;
+        if !cls.getattr(intern!(py, "__new__"))?.is(&object_new) {
+            return Err(PyTypeError::new_err(format!(
+                "{} defines its own __new__: kvtier builds vLLM 0.33.0's plain classes only",
+                cls.name()?
+            )));
+        }
+        // Raises for an abstract class, as object.__new__ does.
+        object_new.call1((&cls,))?;
+        // SAFETY: `cls` is a live type object; PyType_GetSlot is in the stable ABI for every
+        // type from Python 3.10 on (this crate's abi3 floor) and returns the slot's function
+        // pointer or null.
+        let slot = unsafe { ffi::PyType_GetSlot(cls.as_type_ptr(), ffi::Py_tp_new) };
+        if slot.is_null() {
+            return Err(PyTypeError::new_err(format!(
+                "{} has no tp_new slot",
+                cls.name()?
+            )));
+        }
+        // SAFETY: the Py_tp_new slot holds a `newfunc` (CPython's type slot contract).
+        let new = unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::newfunc>(slot) };
+        Ok(Blank {
+            cls: cls.unbind(),
+            new,
+            no_args: PyTuple::empty(py).unbind(),
+        })
+    }
+
+    /// A new instance with no attribute set.
+    ///
+    /// # Errors
+    /// `MemoryError` when Python cannot allocate it.
+    #[inline]
+    fn make<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        // SAFETY: the GIL is held (`py`); `new` is the class's own tp_new, called as `cls()`
+        // calls it: for the class it was read from (kept alive by `self`), with an argument
+        // tuple and no keywords. It returns a new reference or null with an exception set.
+        unsafe {
+            let obj = (self.new)(
+                self.cls.bind(py).as_type_ptr(),
+                self.no_args.as_ptr(),
+                std::ptr::null_mut(),
+            );
+            Bound::from_owned_ptr_or_err(py, obj)
+        }
+    }
+}
+
+/// vLLM's classes and constants the manager answers with.
+#[derive(Debug)]
+pub(crate) struct Vocab {
+    pub(crate) miss: Py<PyAny>,
+    pub(crate) hit_pending: Py<PyAny>,
+    pub(crate) hit: Py<PyAny>,
+    load_store_spec: Blank,
+    prepare_store_output: Blank,
+    pub(crate) event: Py<PyType>,
+    pub(crate) medium: Py<PyAny>,
+    request_offloading_context: Blank,
+    /// The attributes `RequestOffloadingContext()` sets, with their (immutable) defaults.
+    context_defaults: Vec<(Py<PyString>, Py<PyAny>)>,
+}
+
+impl Vocab {
+    /// From `types` = (LookupResult.MISS, LookupResult.HIT_PENDING, LookupResult.HIT,
+    /// CPULoadStoreSpec, PrepareStoreOutput, OffloadingEvent, Medium.CPU,
+    /// RequestOffloadingContext).
+    ///
+    /// # Errors
+    /// `TypeError` or `IndexError` when `types` is not that tuple.
+    pub(crate) fn new(types: &Bound<'_, PyTuple>) -> PyResult<Self> {
+        let py = types.py();
+        let item = |i: usize| types.get_item(i).map(Bound::unbind);
+        let ty = |i: usize| -> PyResult<Bound<'_, PyType>> {
+            Ok(types.get_item(i)?.cast_into::<PyType>()?)
+        };
+        // The attributes a default RequestOffloadingContext carries, read from one made by
+        // its own constructor.
+        let context = ty(7)?.call0()?;
+        let context_defaults = context
+            .getattr(intern!(py, "__dict__"))?
+            .cast_into::<PyDict>()?
+            .iter()
+            .map(|(k, v)| Ok((k.cast_into::<PyString>()?.unbind(), v.unbind())))
+            .collect::<PyResult<_>>()?;
+        Ok(Vocab {
+            miss: item(0)?,
+            hit_pending: item(1)?,
+            hit: item(2)?,
+            load_store_spec: Blank::new(ty(3)?)?,
+            prepare_store_output: Blank::new(ty(4)?)?,
+            event: ty(5)?.unbind(),
+            medium: item(6)?,
+            request_offloading_context: Blank::new(ty(7)?)?,
+            context_defaults,
+        })
+    }
+
+    /// A `CPULoadStoreSpec` over `slots` (an int32 array, as vLLM builds it); `ids` is
+    /// scratch.
+    ///
+    /// # Errors
+    /// `ValueError` for a chunk id above 2^31 − 1; Python's errors otherwise.
+    pub(crate) fn spec<'py>(
+        &self,
+        py: Python<'py>,
+        ids: &mut Vec<i32>,
+        slots: &[u32],
+    ) -> PyResult<Bound<'py, PyAny>> {
+        ids.clear();
+        for &s in slots {
+            ids.push(i32::try_from(s).map_err(|_| PyValueError::new_err("chunk id above 2^31"))?);
+        }
+        let arr = PyArray1::from_slice(py, ids);
+        let spec = self.load_store_spec.make(py)?;
+        spec.setattr(intern!(py, "block_ids"), arr)?;
+        Ok(spec)
+    }
+
+    /// A `PrepareStoreOutput(keys_to_store, store_spec, evicted_keys)`.
+    ///
+    /// # Errors
+    /// Python's errors.
+    pub(crate) fn prepare_store_output<'py>(
+        &self,
+        py: Python<'py>,
+        keys_to_store: Bound<'py, PyAny>,
+        store_spec: Bound<'py, PyAny>,
+        evicted_keys: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let out = self.prepare_store_output.make(py)?;
+        out.setattr(intern!(py, "keys_to_store"), keys_to_store)?;
+        out.setattr(intern!(py, "store_spec"), store_spec)?;
+        out.setattr(intern!(py, "evicted_keys"), evicted_keys)?;
+        Ok(out)
+    }
+
+    /// A `RequestOffloadingContext()`.
+    ///
+    /// # Errors
+    /// Python's errors.
+    pub(crate) fn request_offloading_context<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let context = self.request_offloading_context.make(py)?;
+        for (name, value) in &self.context_defaults {
+            context.setattr(name.bind(py), value.bind(py))?;
+        }
+        Ok(context)
+    }
+}
