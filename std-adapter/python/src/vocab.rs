@@ -3,30 +3,27 @@
 //! `CPULoadStoreSpec`, `PrepareStoreOutput` and `RequestOffloadingContext` are plain Python
 //! classes whose `__init__` only sets attributes. Running that `__init__` (a Python frame,
 //! argument binding, for the spec a NumPy conversion of a list) costs more than the manager's
-//! own work, so the manager makes the instance with the class's `tp_new` (which is
-//! `object.__new__`'s, as `cls()` calls it before `__init__`) and sets the same attributes, in
-//! the same order, itself: the objects are equal, attribute for attribute, to what the
+//! own work, so the manager makes the instance with `object.__new__(cls)` (what `cls()` calls
+//! before `__init__`) and sets the same attributes, in the same order, itself: the objects are equal, attribute for attribute, to what the
 //! constructors make (the differential test compares them with vLLM's).
 
 use numpy::PyArray1;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
-use pyo3::{ffi, intern};
+use pyo3::intern;
 
-/// Makes attribute-less instances of one class, as `object.__new__(cls)` does.
+/// Makes attribute-less instances of one class with `object.__new__(cls)`.
 #[derive(Debug)]
 pub(crate) struct Blank {
     cls: Py<PyType>,
-    /// The class's `tp_new` slot: `object.__new__`'s C function.
-    new: ffi::newfunc,
-    /// `()`, the arguments `tp_new` is called with.
-    no_args: Py<PyTuple>,
+    /// `object.__new__`.
+    object_new: Py<PyAny>,
 }
 
 impl Blank {
     /// A maker for `cls`, which must take `object.__new__` unchanged and be instantiable
-    /// (checked here by making one instance through `object.__new__`).
+    /// (checked here by making one instance).
     ///
     /// # Errors
     /// `TypeError` when `cls` defines its own `__new__` or cannot be instantiated.
@@ -41,22 +38,9 @@ impl Blank {
         }
         // Raises for an abstract class, as object.__new__ does.
         object_new.call1((&cls,))?;
-        // SAFETY: `cls` is a live type object; PyType_GetSlot is in the stable ABI for every
-        // type from Python 3.10 on (this crate's abi3 floor) and returns the slot's function
-        // pointer or null.
-        let slot = unsafe { ffi::PyType_GetSlot(cls.as_type_ptr(), ffi::Py_tp_new) };
-        if slot.is_null() {
-            return Err(PyTypeError::new_err(format!(
-                "{} has no tp_new slot",
-                cls.name()?
-            )));
-        }
-        // SAFETY: the Py_tp_new slot holds a `newfunc` (CPython's type slot contract).
-        let new = unsafe { std::mem::transmute::<*mut std::ffi::c_void, ffi::newfunc>(slot) };
         Ok(Blank {
             cls: cls.unbind(),
-            new,
-            no_args: PyTuple::empty(py).unbind(),
+            object_new: object_new.unbind(),
         })
     }
 
@@ -66,17 +50,7 @@ impl Blank {
     /// `MemoryError` when Python cannot allocate it.
     #[inline]
     fn make<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        // SAFETY: the GIL is held (`py`); `new` is the class's own tp_new, called as `cls()`
-        // calls it: for the class it was read from (kept alive by `self`), with an argument
-        // tuple and no keywords. It returns a new reference or null with an exception set.
-        unsafe {
-            let obj = (self.new)(
-                self.cls.bind(py).as_type_ptr(),
-                self.no_args.as_ptr(),
-                std::ptr::null_mut(),
-            );
-            Bound::from_owned_ptr_or_err(py, obj)
-        }
+        self.object_new.bind(py).call1((self.cls.bind(py),))
     }
 }
 
