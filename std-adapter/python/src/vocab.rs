@@ -9,9 +9,9 @@
 
 use numpy::PyArray1;
 use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
-use pyo3::intern;
 
 /// Makes attribute-less instances of one class with `object.__new__(cls)`.
 #[derive(Debug)]
