@@ -275,12 +275,7 @@ impl<K: OffloadKey> OffloadManager<K> {
     /// [`CompleteLoadError`] when a key is absent or not pinned (counting repeats within the
     /// call); nothing changes then.
     pub fn complete_load(&mut self, keys: &[K]) -> Result<(), CompleteLoadError> {
-        let mut slots = core::mem::take(&mut self.s_resolve);
-        slots.clear();
-        slots.extend(keys.iter().map(|k| self.chunks.find(k).unwrap_or(NIL)));
-        let result = self.complete_load_slots(&slots);
-        self.s_resolve = slots;
-        result
+        self.by_slot(keys, Self::complete_load_slots)
     }
 
     /// [`complete_load`](Self::complete_load) by slot: undoes one pin per slot, as

@@ -62,6 +62,7 @@ use alloc::vec::Vec;
 use self::arc::Arc;
 use self::chunks::Chunks;
 use self::events::EventQueue;
+use self::links::NIL;
 use self::lru::Lru;
 use self::policy::{Policy, order_keys};
 use self::request::{INSERTED, REUSED, Requests};
@@ -402,6 +403,17 @@ impl<K: OffloadKey> OffloadManager<K> {
         if let Some(ev) = &self.events {
             ev.for_each_key(&mut f);
         }
+    }
+
+    /// Runs the by-slot form `f` of a call on the slots of `keys` (`u32::MAX` for an absent
+    /// key, which no slot form accepts as a chunk), in the reused `s_resolve` buffer.
+    fn by_slot<R>(&mut self, keys: &[K], f: impl FnOnce(&mut Self, &[u32]) -> R) -> R {
+        let mut slots = core::mem::take(&mut self.s_resolve);
+        slots.clear();
+        slots.extend(keys.iter().map(|k| self.chunks.find(k).unwrap_or(NIL)));
+        let result = f(self, &slots);
+        self.s_resolve = slots;
+        result
     }
 
     /// Validates the handle and, if the cache was reset since the request last touched it,

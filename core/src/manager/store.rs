@@ -283,12 +283,7 @@ impl<K: OffloadKey> OffloadManager<K> {
     /// [`reset_cache`](Self::reset_cache) dropped the store, is harmless; the returned count
     /// says how many keys were pending and completed.
     pub fn complete_store(&mut self, keys: &[K], outcome: StoreOutcome) -> usize {
-        let mut slots = core::mem::take(&mut self.s_resolve);
-        slots.clear();
-        slots.extend(keys.iter().filter_map(|k| self.chunks.find(k)));
-        let done = self.complete_store_slots(&slots, outcome);
-        self.s_resolve = slots;
-        done
+        self.by_slot(keys, |m, slots| m.complete_store_slots(slots, outcome))
     }
 
     /// [`complete_store`](Self::complete_store) by slot, as
