@@ -23,6 +23,9 @@ use crate::trace::Record;
 /// The multiplier of the hit digest: `d = d · 1000003 + k (mod 2^64)` per `L` record.
 pub const DIGEST_MULTIPLIER: u64 = 1_000_003;
 
+/// The longest store list whose repeated hashes are found by comparing pairs.
+const PAIRWISE_REPEAT_CHECK: usize = 32;
+
 /// What a replay counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct ReplayCounts {
@@ -374,6 +377,21 @@ impl Replayer {
 
     /// The first repeated hash of `hashes` (1-based blocks, `offset` added).
     fn repeat_in(&mut self, rid: u64, hashes: &[u64], offset: u64) -> Result<(), ReplayError> {
+        // A short list is checked pair by pair (cheaper than hashing each hash), a long one
+        // through the map; both report the first repeat in list order.
+        if hashes.len() <= PAIRWISE_REPEAT_CHECK {
+            for (j, &hash) in hashes.iter().enumerate() {
+                if let Some(i) = hashes[..j].iter().position(|&h| h == hash) {
+                    return Err(ReplayError::RepeatedHash {
+                        rid,
+                        hash,
+                        first: offset + 1 + i as u64,
+                        repeat: offset + 1 + j as u64,
+                    });
+                }
+            }
+            return Ok(());
+        }
         self.seen.clear();
         self.seen
             .try_reserve(hashes.len())

@@ -441,3 +441,30 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_repeated_hash_in_a_long_store_part_is_found_as_in_a_short_one() {
+    // Past 32 hashes the replayer checks through a map instead of pair by pair: the same
+    // first repeat is reported either way.
+    for len in [8u64, 32, 33, 200] {
+        let mut hashes: Vec<u64> = (0..len).map(|i| 1_000 + i).collect();
+        hashes.push(1_000 + len / 2);
+        hashes.push(1_000 + 1);
+        let mut r = replayer(1024, 16);
+        let e = r.apply(Record::Load {
+            rid: 7,
+            hashes: &hashes,
+        });
+        assert_eq!(
+            e,
+            Err(ReplayError::RepeatedHash {
+                rid: 7,
+                hash: 1_000 + len / 2,
+                first: len / 2 + 1,
+                repeat: len + 1
+            }),
+            "{len} distinct hashes before the repeats"
+        );
+        assert_eq!(r.open_requests(), 0);
+    }
+}
