@@ -151,7 +151,7 @@ impl<K: OffloadKey> OffloadManager<K> {
         for (i, key) in keys.iter().enumerate() {
             let e = st.entry(*key, self.cfg.hasher);
             if let Some(p) = end_tokens {
-                st.entries[e as usize].pos = Some(p[i]);
+                st.set_pos(e, p[i]);
             }
             self.s_entry.push(e);
         }

@@ -35,6 +35,7 @@
 mod arc;
 mod chunks;
 mod config;
+mod entry_index;
 mod error;
 mod events;
 mod inspect;
@@ -244,10 +245,10 @@ impl<K: OffloadKey> OffloadManager<K> {
         let ri = Requests::<K>::index(req);
         let st = self.requests.get_mut(req)?;
         if st.cache_gen == self.cache_generation {
-            order_keys(st, &mut self.s_order);
+            let order = order_keys(st, &mut self.s_order);
             match &mut self.policy {
                 Policy::Lru(lru) => {
-                    for &e in self.s_order.iter().rev() {
+                    for &e in order.iter().rev() {
                         let entry = &st.entries[e as usize];
                         if let Some(slot) = self.chunks.find_hinted(&entry.key, entry.slot) {
                             lru.refresh(slot);
@@ -256,7 +257,7 @@ impl<K: OffloadKey> OffloadManager<K> {
                     lru.release_request(&mut st.rank, ri);
                 }
                 Policy::Arc(arc) => {
-                    for &e in self.s_order.iter().rev() {
+                    for &e in order.iter().rev() {
                         let entry = &st.entries[e as usize];
                         if let Some(slot) = self.chunks.find_hinted(&entry.key, entry.slot) {
                             let reused = entry.flags & REUSED != 0;

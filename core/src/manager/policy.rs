@@ -8,7 +8,7 @@ use super::arc::Arc;
 use super::chunks::Chunks;
 use super::links;
 use super::lru::Lru;
-use super::request::{INSERTED, REUSED, RequestState, SEEN};
+use super::request::{INSERTED, REUSED, RequestState};
 use crate::key::OffloadKey;
 
 /// The eviction policy of one manager.
@@ -77,39 +77,26 @@ pub(crate) fn record_access<K: OffloadKey>(
     }
 }
 
-/// The request's seen keys head to tail, as vLLM orders them for `on_request_finished`.
-pub(crate) fn order_keys<K: OffloadKey>(st: &RequestState<K>, order: &mut Vec<u32>) {
-    order.clear();
-    #[expect(
-        clippy::cast_possible_truncation,
-        reason = "keys per request stay below 2^32"
-    )]
-    order.extend(
-        st.entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.flags & SEEN != 0)
-            .map(|(i, _)| i as u32),
-    );
+/// The request's seen keys head to tail, as vLLM orders them for `on_request_finished`:
+/// `st.observed` itself when it is already in that order, else sorted into `scratch`.
+pub(crate) fn order_keys<'a, K: OffloadKey>(
+    st: &'a RequestState<K>,
+    scratch: &'a mut Vec<u32>,
+) -> &'a [u32] {
+    if st.in_order {
+        return &st.observed;
+    }
+    scratch.clear();
+    scratch.extend_from_slice(&st.observed);
+    let order = &mut scratch[..];
     let es = &st.entries;
-    let all_pos = order.iter().all(|&i| es[i as usize].pos.is_some());
-    if all_pos {
-        // Per-group position sort, then groups in order, then a stable sort by position:
-        // (position, group, observation order). A scheduler usually offers blocks head to
-        // tail, so the observation order is often already that order.
-        let sort_key = |i: &u32| {
-            let e = &es[*i as usize];
-            (e.pos, e.key.group(), e.seq)
-        };
-        // `entries` is in creation order, not observation order: compare by the full key.
-        if order.is_sorted_by_key(sort_key) {
-            return;
-        }
+    if order.iter().all(|&i| es[i as usize].pos.is_some()) {
+        // (position, group, observation order).
         order.sort_unstable_by_key(|&i| {
             let e = &es[i as usize];
             (e.pos, e.key.group(), e.seq)
         });
-        return;
+        return scratch;
     }
     order.sort_unstable_by_key(|&i| (es[i as usize].key.group(), es[i as usize].seq));
     // Within each group, by position if every key of the group has one.
@@ -126,4 +113,5 @@ pub(crate) fn order_keys<K: OffloadKey>(st: &RequestState<K>, order: &mut Vec<u3
         }
         start = end;
     }
+    scratch
 }

@@ -5,8 +5,8 @@
 use alloc::vec::Vec;
 use core::fmt;
 use core::hash::BuildHasher;
-use hashbrown::HashTable;
 
+use super::entry_index::EntryIndex;
 use super::lru::RequestRank;
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
@@ -79,8 +79,12 @@ pub(crate) struct RequestState<K> {
     live: bool,
     pub(crate) cache_gen: u64,
     pub(crate) entries: Vec<Entry<K>>,
-    index: HashTable<u32>,
-    pub(crate) seen: u32,
+    index: EntryIndex,
+    /// The seen entries in observation order (`entries[observed[i]].seq == i`).
+    pub(crate) observed: Vec<u32>,
+    /// Whether every seen entry has a position and `observed` is already in the order a
+    /// finished request commits: (position, group, observation order).
+    pub(crate) in_order: bool,
     pub(crate) rank: RequestRank,
 }
 
@@ -91,8 +95,9 @@ impl<K: OffloadKey> RequestState<K> {
             live: false,
             cache_gen: 0,
             entries: Vec::new(),
-            index: HashTable::new(),
-            seen: 0,
+            index: EntryIndex::default(),
+            observed: Vec::new(),
+            in_order: true,
             rank: RequestRank::default(),
         }
     }
@@ -101,7 +106,8 @@ impl<K: OffloadKey> RequestState<K> {
     pub(crate) fn clear(&mut self) {
         self.entries.clear();
         self.index.clear();
-        self.seen = 0;
+        self.observed.clear();
+        self.in_order = true;
         self.rank = RequestRank::default();
     }
 
@@ -112,50 +118,76 @@ impl<K: OffloadKey> RequestState<K> {
             e.flags = 0;
             e.seq = u32::MAX;
         }
-        self.seen = 0;
+        self.observed.clear();
+        self.in_order = true;
         self.rank = RequestRank::default();
     }
 
     /// The entry index of `key`, creating an unseen entry if needed (one probe of the index
     /// either way).
     pub(crate) fn entry(&mut self, key: K, hasher: FixedState) -> u32 {
-        let h = hasher.hash_one(key);
-        let entries = &mut self.entries;
-        match self.index.entry(
-            h,
-            |&i| entries[i as usize].key == key,
-            |&j| hasher.hash_one(entries[j as usize].key),
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "keys per request stay far below 2^32"
+        )]
+        let i = self.entries.len() as u32;
+        let entries = &self.entries;
+        if let Some(e) = self.index.find_or_insert(
+            hasher.hash_one(key),
+            i,
+            |j| entries[j as usize].key == key,
+            |j| hasher.hash_one(entries[j as usize].key),
         ) {
-            hashbrown::hash_table::Entry::Occupied(e) => *e.get(),
-            hashbrown::hash_table::Entry::Vacant(v) => {
-                #[expect(
-                    clippy::cast_possible_truncation,
-                    reason = "keys per request stay far below 2^32"
-                )]
-                let i = entries.len() as u32;
-                v.insert(i);
-                entries.push(Entry {
-                    key,
-                    pos: None,
-                    seq: u32::MAX,
-                    flags: 0,
-                    offer: 0,
-                    slot: u32::MAX,
-                });
-                i
+            return e;
+        }
+        self.entries.push(Entry {
+            key,
+            pos: None,
+            seq: u32::MAX,
+            flags: 0,
+            offer: 0,
+            slot: u32::MAX,
+        });
+        i
+    }
+
+    /// Sets entry `i`'s end-token position. Moving a seen entry may break the commit order
+    /// of `observed`, so it is no longer trusted to be in order.
+    #[inline(always)]
+    pub(crate) fn set_pos(&mut self, i: u32, pos: u64) {
+        let e = &mut self.entries[i as usize];
+        if e.pos != Some(pos) {
+            if e.flags & SEEN != 0 {
+                self.in_order = false;
             }
+            e.pos = Some(pos);
         }
     }
 
     /// Marks entry `i` seen (if new) and returns whether it was new.
+    #[inline(always)]
     pub(crate) fn observe(&mut self, i: u32) -> bool {
-        let e = &mut self.entries[i as usize];
+        let e = &self.entries[i as usize];
         if e.flags & SEEN != 0 {
             return false;
         }
+        if self.in_order {
+            let at = (e.pos, e.key.group());
+            self.in_order = at.0.is_some()
+                && self.observed.last().is_none_or(|&l| {
+                    let last = &self.entries[l as usize];
+                    (last.pos, last.key.group()) <= at
+                });
+        }
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "keys per request stay far below 2^32"
+        )]
+        let seq = self.observed.len() as u32;
+        let e = &mut self.entries[i as usize];
         e.flags |= SEEN;
-        e.seq = self.seen;
-        self.seen += 1;
+        e.seq = seq;
+        self.observed.push(i);
         true
     }
 }
@@ -266,7 +298,9 @@ impl<K: OffloadKey> Requests<K> {
             .states
             .iter()
             .map(|s| {
-                s.entries.capacity() * core::mem::size_of::<Entry<K>>() + s.index.allocation_size()
+                s.entries.capacity() * core::mem::size_of::<Entry<K>>()
+                    + s.observed.capacity() * 4
+                    + s.index.allocation_size()
             })
             .sum();
         self.free.capacity() * 4

@@ -114,7 +114,7 @@ impl<K: OffloadKey> OffloadManager<K> {
         }
         if let Some(p) = end_tokens {
             for (&e, &pos) in self.s_entry.iter().zip(p) {
-                st.entries[e as usize].pos = Some(pos);
+                st.set_pos(e, pos);
             }
         }
 

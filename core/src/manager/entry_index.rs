@@ -1,0 +1,138 @@
+//! [`EntryIndex`]: a request's key → entry index, as small and quick as a per-request map can
+//! be. Open addressing with linear probing over `u32` cells (entry index + 1; 0 is empty),
+//! at most half full, cleared with each request.
+//!
+//! A request offers each key once or a few times and its map is emptied when it ends, so the
+//! index needs no deletion and no tombstones; in exchange for that narrow job it costs a
+//! fraction of a general hash table's insert (which is most of what a request does with it).
+
+use alloc::vec::Vec;
+
+/// The smallest table (cells); tables grow by doubling.
+const MIN_CELLS: usize = 16;
+
+/// A table larger than this is freed, not zeroed, when the request ends (a long request must
+/// not make every later one pay for clearing its table).
+const KEEP_CELLS: usize = 1024;
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct EntryIndex {
+    cells: Vec<u32>,
+}
+
+impl EntryIndex {
+    /// The entry `eq` accepts among those hashed to `h`, or, if none, records `new` under `h`
+    /// and returns `None`. `new` is the index of the entry the caller is about to add (so
+    /// entries `0..new` exist); `rehash(j)` gives entry `j`'s hash when the table grows.
+    #[inline(always)]
+    pub(crate) fn find_or_insert(
+        &mut self,
+        h: u64,
+        new: u32,
+        eq: impl Fn(u32) -> bool,
+        rehash: impl Fn(u32) -> u64,
+    ) -> Option<u32> {
+        if (new as usize + 1) * 2 > self.cells.len() {
+            self.grow(new, rehash);
+        }
+        let mask = self.cells.len() - 1;
+        #[expect(clippy::cast_possible_truncation, reason = "masked to the table")]
+        let mut at = h as usize & mask;
+        loop {
+            match self.cells[at] {
+                0 => {
+                    self.cells[at] = new + 1;
+                    return None;
+                }
+                c if eq(c - 1) => return Some(c - 1),
+                _ => at = (at + 1) & mask,
+            }
+        }
+    }
+
+    /// Doubles the table (or makes the first one) and re-inserts entries `0..len`.
+    #[cold]
+    #[inline(never)]
+    fn grow(&mut self, len: u32, rehash: impl Fn(u32) -> u64) {
+        let cells = (self.cells.len() * 2).max(MIN_CELLS);
+        self.cells.clear();
+        self.cells.resize(cells, 0);
+        let mask = cells - 1;
+        for j in 0..len {
+            #[expect(clippy::cast_possible_truncation, reason = "masked to the table")]
+            let mut at = rehash(j) as usize & mask;
+            while self.cells[at] != 0 {
+                at = (at + 1) & mask;
+            }
+            self.cells[at] = j + 1;
+        }
+    }
+
+    /// Forgets every entry.
+    pub(crate) fn clear(&mut self) {
+        if self.cells.len() > KEEP_CELLS {
+            self.cells = Vec::new();
+        } else {
+            self.cells.fill(0);
+        }
+    }
+
+    /// Bytes of heap held.
+    pub(crate) fn allocation_size(&self) -> usize {
+        self.cells.capacity() * 4
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[expect(clippy::cast_possible_truncation, reason = "100 keys")]
+    fn finds_what_it_recorded_through_growth_and_collisions() {
+        let mut idx = EntryIndex::default();
+        // Keys 0..100 hashed to a few values, so probes collide and wrap.
+        let hash = |k: u64| (k % 7) * 1_000_003;
+        let mut keys: Vec<u64> = Vec::new();
+        for k in 0..100u64 {
+            let new = keys.len() as u32;
+            let found = idx.find_or_insert(
+                hash(k),
+                new,
+                |j| keys[j as usize] == k,
+                |j| hash(keys[j as usize]),
+            );
+            assert_eq!(found, None, "key {k} is new");
+            keys.push(k);
+        }
+        assert_eq!(idx.cells.len(), 256);
+        for k in (0..100u64).rev() {
+            let new = keys.len() as u32;
+            let found = idx.find_or_insert(
+                hash(k),
+                new,
+                |j| keys[j as usize] == k,
+                |j| hash(keys[j as usize]),
+            );
+            assert_eq!(found, Some(k as u32));
+        }
+        idx.clear();
+        assert_eq!(idx.allocation_size(), 256 * 4);
+        assert!(idx.cells.iter().all(|&c| c == 0));
+        assert_eq!(idx.find_or_insert(5, 0, |_| true, |_| 5), None);
+    }
+
+    #[test]
+    fn a_large_table_is_freed_at_clear() {
+        let mut idx = EntryIndex::default();
+        for j in 0..600u32 {
+            assert_eq!(
+                idx.find_or_insert(u64::from(j), j, |_| false, u64::from),
+                None
+            );
+        }
+        assert_eq!(idx.cells.len(), 2048);
+        idx.clear();
+        assert_eq!(idx.allocation_size(), 0);
+    }
+}
