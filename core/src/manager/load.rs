@@ -6,7 +6,7 @@ use alloc::vec::Vec;
 
 use super::chunks::{ABSENT, PENDING};
 use super::links::NIL;
-use super::policy::{Policy, check_positions, record_access};
+use super::policy::{Access, Policy, check_positions};
 use super::request::Requests;
 use super::{CompleteLoadError, LoadError, OffloadManager, RequestId};
 use crate::key::OffloadKey;
@@ -147,25 +147,14 @@ impl<K: OffloadKey> OffloadManager<K> {
             self.chunks.set_ref_cnt(s, r + 1);
         }
         let st = self.requests.get_mut(req)?;
-        self.s_entry.clear();
-        for (i, key) in keys.iter().enumerate() {
+        let mut access = Access::new(Requests::<K>::index(req));
+        for (i, (key, &s)) in keys.iter().zip(&self.s_slot).enumerate() {
             let e = st.entry(*key, self.cfg.hasher);
             if let Some(p) = end_tokens {
                 st.set_pos(e, p[i]);
             }
-            self.s_entry.push(e);
+            access.record(st, e, true, s, &mut self.policy, &self.chunks);
         }
-        record_access(
-            st,
-            Requests::<K>::index(req),
-            self.s_entry
-                .iter()
-                .zip(&self.s_slot)
-                .map(|(&e, &s)| (e, true, s)),
-            &mut self.policy,
-            &self.chunks,
-            &mut self.s_new,
-        );
         Ok(&self.s_slot)
     }
 

@@ -40,23 +40,38 @@ pub(crate) fn check_positions(
     }
 }
 
-/// vLLM's `_record_request_cache_access`: marks the entries seen (in order), marks those
-/// flagged `reused` as reused unless this request inserted them, then tells the policy about
-/// the newly seen ones. Each item carries the key's slot when resident (`NIL` when absent),
-/// which the caller has just looked up.
-pub(crate) fn record_access<K: OffloadKey>(
-    st: &mut RequestState<K>,
+/// vLLM's `_record_request_cache_access` for one call, key by key: marks each entry seen (in
+/// order), marks one flagged `reused` as reused unless this request inserted it, and tells the
+/// policy about each newly seen one. The request's LRU rank is taken at the call's first newly
+/// seen key (vLLM takes it once per call that sees a new key, before ranking them; nothing
+/// between the two touches the policy).
+pub(crate) struct Access {
     req_index: u32,
-    items: impl Iterator<Item = (u32, bool, u32)>,
-    policy: &mut Policy<K>,
-    chunks: &Chunks<K>,
-    s_new: &mut Vec<(u32, u32)>,
-) {
-    s_new.clear();
-    for (e, reused, slot) in items {
-        if st.observe(e) {
-            s_new.push((e, slot));
+    major: Option<u64>,
+}
+
+impl Access {
+    /// One call's access record for the request in slot `req_index`.
+    pub(crate) const fn new(req_index: u32) -> Self {
+        Access {
+            req_index,
+            major: None,
         }
+    }
+
+    /// Records entry `e`, `reused` or not, with its slot when resident (`NIL` when absent,
+    /// which the caller has just looked up).
+    #[inline(always)]
+    pub(crate) fn record<K: OffloadKey>(
+        &mut self,
+        st: &mut RequestState<K>,
+        e: u32,
+        reused: bool,
+        slot: u32,
+        policy: &mut Policy<K>,
+        chunks: &Chunks<K>,
+    ) {
+        let new = st.observe(e);
         let entry = &mut st.entries[e as usize];
         if slot != links::NIL {
             entry.slot = slot;
@@ -64,14 +79,16 @@ pub(crate) fn record_access<K: OffloadKey>(
         if reused && entry.flags & INSERTED == 0 {
             entry.flags |= REUSED;
         }
-    }
-    if !s_new.is_empty()
-        && let Policy::Lru(lru) = policy
-    {
-        let major = lru.begin_access(&mut st.rank, req_index);
-        for &(e, slot) in s_new.iter() {
-            if let (Some(p), true) = (st.entries[e as usize].pos, slot != links::NIL) {
-                lru.on_access(slot, p, major, req_index, chunks.keys());
+        if new && let Policy::Lru(lru) = policy {
+            let pos = entry.pos;
+            let major = match self.major {
+                Some(m) => m,
+                None => *self
+                    .major
+                    .insert(lru.begin_access(&mut st.rank, self.req_index)),
+            };
+            if let (Some(p), true) = (pos, slot != links::NIL) {
+                lru.on_access(slot, p, major, self.req_index, chunks.keys());
             }
         }
     }

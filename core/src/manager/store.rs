@@ -5,7 +5,7 @@ use alloc::vec::Vec;
 
 use super::chunks::PENDING;
 use super::links;
-use super::policy::{Policy, check_positions, record_access};
+use super::policy::{Access, Policy, check_positions};
 use super::request::{INSERTED, Requests, STORE_MISS};
 use super::{EventKind, OffloadManager, RequestId, StoreError};
 use crate::key::OffloadKey;
@@ -179,20 +179,14 @@ impl<K: OffloadKey> OffloadManager<K> {
         }
 
         // 5. Record the request's access to candidates and ready keys, in offer order.
-        let classes = &self.s_class;
-        record_access(
-            st,
-            ri,
-            self.s_entry
-                .iter()
-                .zip(classes)
-                .zip(&self.s_rslot)
-                .filter(|((_, c), _)| **c <= READY)
-                .map(|((&e, &c), &slot)| (e, c == READY, slot)),
-            &mut self.policy,
-            &self.chunks,
-            &mut self.s_new,
-        );
+        let mut access = Access::new(ri);
+        for (i, &class) in self.s_class.iter().enumerate() {
+            if class <= READY {
+                let slot = self.s_rslot[i];
+                let e = self.s_entry[i];
+                access.record(st, e, class == READY, slot, &mut self.policy, &self.chunks);
+            }
+        }
 
         if candidates == 0 {
             return Ok(());
