@@ -147,3 +147,24 @@ fn positions_given_before_a_reset_still_rank_the_request() {
     let out = store(&mut m, r2, &[k(3), k(4)], None).unwrap();
     assert_eq!(out.evicted(), &[k(1)]);
 }
+
+/// A key a `prepare_load` names twice with two positions ranks by the last one, as in vLLM,
+/// whose request context holds one position per key (the model found a build that ranked it
+/// by the first).
+#[test]
+fn a_key_loaded_twice_in_one_call_ranks_by_its_last_position() {
+    use kvtier_core::BlockKey;
+    use kvtier_core::manager::{ManagerConfig, OffloadManager};
+    let k = |i: u64| BlockKey::new(i, 0);
+    let mut m = OffloadManager::new(ManagerConfig::new(3)).unwrap();
+    let w = m.on_new_request().unwrap();
+    store(&mut m, w, &[k(2), k(9)], None).unwrap();
+    m.complete_store(&[k(2), k(9)], StoreOutcome::Stored);
+    m.on_request_finished(w).unwrap();
+    let r = m.on_new_request().unwrap();
+    m.prepare_load(r, &[k(2), k(9), k(9)], Some(&[32, 48, 16]))
+        .unwrap();
+    // Ranks (r, −32) for k(2) and (r, −16) for k(9): k(2) is older.
+    m.complete_load(&[k(2), k(9), k(9)]).unwrap();
+    assert_eq!(m.inspect().eviction_order(), [k(2), k(9)]);
+}

@@ -147,12 +147,17 @@ impl<K: OffloadKey> OffloadManager<K> {
             self.chunks.set_ref_cnt(s, r + 1);
         }
         let st = self.requests.get_mut(req)?;
-        let mut access = Access::new(Requests::<K>::index(req));
-        for (i, (key, &s)) in keys.iter().zip(&self.s_slot).enumerate() {
+        // Every position first: a key named twice ranks by the last one given.
+        self.s_entry.clear();
+        for (i, key) in keys.iter().enumerate() {
             let e = st.entry(*key, self.cfg.hasher);
             if let Some(p) = end_tokens {
                 st.set_pos(e, p[i]);
             }
+            self.s_entry.push(e);
+        }
+        let mut access = Access::new(Requests::<K>::index(req));
+        for (&e, &s) in self.s_entry.iter().zip(&self.s_slot) {
             access.record(st, e, true, s, &mut self.policy, &self.chunks);
         }
         Ok(&self.s_slot)

@@ -107,11 +107,12 @@ pub struct OffloadManager<K: OffloadKey = BlockKey> {
     call_stamp: u32,
     /// Stamps request entries offered by the current store call (duplicate detection).
     offer_stamp: u64,
+    /// The request entries of the keys of a `prepare_load`.
     s_entry: Vec<u32>,
-    s_class: Vec<u8>,
+    /// The keys of the current store offer, classified.
+    s_offer: Vec<store::Offered>,
     s_slot: Vec<u32>,
     s_count: Vec<u32>,
-    s_rslot: Vec<u32>,
     s_zero: Vec<u32>,
     s_order: Vec<u32>,
     /// Slots of the keys of a `complete_load` / `complete_store` call.
@@ -175,10 +176,9 @@ impl<K: OffloadKey> OffloadManager<K> {
             call_stamp: 0,
             offer_stamp: 0,
             s_entry: Vec::new(),
-            s_class: Vec::new(),
+            s_offer: Vec::new(),
             s_slot: Vec::new(),
             s_count: Vec::new(),
-            s_rslot: Vec::new(),
             s_zero: Vec::new(),
             s_order: Vec::new(),
             s_resolve: Vec::new(),

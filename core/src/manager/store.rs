@@ -16,6 +16,15 @@ const READY: u8 = 1;
 const PENDING_KEY: u8 = 2;
 const SKIPPED: u8 = 3;
 
+/// One offered key as `prepare_store` classified it: its request entry, its slot when
+/// resident (`NIL` when absent) and its class.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Offered {
+    entry: u32,
+    slot: u32,
+    class: u8,
+}
+
 /// What [`OffloadManager::prepare_store`] decided, written into a buffer the caller owns and
 /// reuses: holding it borrows nothing, so the caller can pass its keys straight to
 /// [`complete_store`](OffloadManager::complete_store).
@@ -99,10 +108,18 @@ impl<K: OffloadKey> OffloadManager<K> {
         let hasher = self.cfg.hasher;
         let st = self.requests.get_mut(req)?;
 
-        // 1. Validate: no key twice in one offer.
+        // 1. Validate (no key twice in one offer) and classify, protecting every resident
+        //    offered key from this call's eviction. Nothing seen from outside changes before
+        //    the offer is valid: new entries are unseen and the stamps expire with the call.
         self.offer_stamp += 1;
         let stamp = self.offer_stamp;
-        self.s_entry.clear();
+        self.call_stamp = self.call_stamp.wrapping_add(1);
+        if self.call_stamp == 0 || self.call_stamp == u32::MAX {
+            self.chunks.clear_stamps();
+            self.call_stamp = 1;
+        }
+        self.s_offer.clear();
+        let mut candidates = 0usize;
         for (index, key) in keys.iter().enumerate() {
             let e = st.entry(*key, hasher);
             let entry = &mut st.entries[e as usize];
@@ -110,81 +127,65 @@ impl<K: OffloadKey> OffloadManager<K> {
                 return Err(StoreError::DuplicateKey { index });
             }
             entry.offer = stamp;
-            self.s_entry.push(e);
-        }
-        if let Some(p) = end_tokens {
-            for (&e, &pos) in self.s_entry.iter().zip(p) {
-                st.set_pos(e, pos);
-            }
-        }
-
-        // 2. The reuse tracker counts the whole offer.
-        if let Some(t) = &mut self.tracker {
-            t.record(keys, &mut self.s_count);
-        }
-
-        // 3. Partition; protect every resident offered key from this call's eviction.
-        self.call_stamp = self.call_stamp.wrapping_add(1);
-        if self.call_stamp == 0 || self.call_stamp == u32::MAX {
-            self.chunks.clear_stamps();
-            self.call_stamp = 1;
-        }
-        self.s_class.clear();
-        self.s_rslot.clear();
-        let mut candidates = 0usize;
-        let mut skipped = 0u64;
-        for (i, key) in keys.iter().enumerate() {
-            let found = self.chunks.find(key);
-            self.s_rslot.push(found.unwrap_or(links::NIL));
-            let class = match found {
+            let (class, slot) = match self.chunks.find(key) {
                 None => {
-                    let admitted = match &self.tracker {
-                        Some(_) => self.s_count[i] >= self.cfg.store_threshold,
-                        None => true,
-                    };
-                    if admitted {
-                        candidates += 1;
-                        CANDIDATE
-                    } else {
-                        skipped += 1;
-                        SKIPPED
-                    }
+                    candidates += 1;
+                    (CANDIDATE, links::NIL)
                 }
                 Some(s) => {
                     self.chunks.set_stamp(s, self.call_stamp);
-                    if self.chunks.ref_cnt(s) >= 0 {
-                        READY
-                    } else {
-                        PENDING_KEY
+                    match self.chunks.ref_cnt(s) >= 0 {
+                        true => (READY, s),
+                        false => (PENDING_KEY, s),
                     }
                 }
             };
-            self.s_class.push(class);
+            self.s_offer.push(Offered {
+                entry: e,
+                slot,
+                class,
+            });
         }
-        self.stores_skipped = self.stores_skipped.saturating_add(skipped);
 
-        // 4. Store misses this request has not reported yet (ARC adapts on ghost hits).
+        // 2. The reuse tracker counts the whole offer; absent keys below the threshold are
+        //    skipped.
+        if let Some(t) = &mut self.tracker {
+            t.record(keys, &mut self.s_count);
+            let mut skipped = 0u64;
+            for (o, &count) in self.s_offer.iter_mut().zip(&self.s_count) {
+                if o.class == CANDIDATE && count < self.cfg.store_threshold {
+                    o.class = SKIPPED;
+                    skipped += 1;
+                }
+            }
+            #[expect(clippy::cast_possible_truncation, reason = "skipped <= candidates")]
+            let now = candidates - skipped as usize;
+            candidates = now;
+            self.stores_skipped = self.stores_skipped.saturating_add(skipped);
+        }
+
+        // 3. Store misses this request has not reported yet (ARC adapts on ghost hits).
         if let Policy::Arc(arc) = &mut self.policy {
-            for i in (0..keys.len()).rev() {
-                let e = &mut st.entries[self.s_entry[i] as usize];
-                if self.s_class[i] == CANDIDATE && e.flags & STORE_MISS == 0 {
-                    arc.adapt(&keys[i]);
+            for (o, key) in self.s_offer.iter().zip(keys).rev() {
+                if o.class == CANDIDATE && st.entries[o.entry as usize].flags & STORE_MISS == 0 {
+                    arc.adapt(key);
                 }
             }
         }
-        for i in 0..keys.len() {
-            if self.s_class[i] == CANDIDATE {
-                st.entries[self.s_entry[i] as usize].flags |= STORE_MISS;
-            }
-        }
 
-        // 5. Record the request's access to candidates and ready keys, in offer order.
+        // 4. Positions, store misses, and the request's access to candidates and ready keys,
+        //    in offer order.
         let mut access = Access::new(ri);
-        for (i, &class) in self.s_class.iter().enumerate() {
-            if class <= READY {
-                let slot = self.s_rslot[i];
-                let e = self.s_entry[i];
-                access.record(st, e, class == READY, slot, &mut self.policy, &self.chunks);
+        for (i, o) in self.s_offer.iter().enumerate() {
+            if let Some(p) = end_tokens {
+                st.set_pos(o.entry, p[i]);
+            }
+            if o.class == CANDIDATE {
+                st.entries[o.entry as usize].flags |= STORE_MISS;
+            }
+            if o.class <= READY {
+                let reused = o.class == READY;
+                access.record(st, o.entry, reused, o.slot, &mut self.policy, &self.chunks);
             }
         }
 
@@ -243,14 +244,14 @@ impl<K: OffloadKey> OffloadManager<K> {
 
         // 7. Allocate and insert the candidates, pending.
         let st = self.requests.get_mut(req)?;
-        for (i, key) in keys.iter().enumerate() {
-            if self.s_class[i] != CANDIDATE {
+        for (o, key) in self.s_offer.iter().zip(keys) {
+            if o.class != CANDIDATE {
                 continue;
             }
             let Some(slot) = self.chunks.insert(*key) else {
                 break;
             };
-            let entry = &mut st.entries[self.s_entry[i] as usize];
+            let entry = &mut st.entries[o.entry as usize];
             entry.flags |= INSERTED;
             entry.slot = slot;
             let pos = entry.pos;
