@@ -162,6 +162,27 @@ impl<P: Copy + Default> Links<P> {
     }
 
     /// Moves node `i`, linked in `list`, to its tail.
+    /// Moves the linked run `first..=last` of `list` (in list order) to its tail, keeping the
+    /// run's order.
+    pub(crate) fn move_run_to_tail(&mut self, list: &mut List, first: u32, last: u32) {
+        if list.tail == last {
+            return;
+        }
+        let (p, n) = (self.prev(first), self.next(last));
+        // `last` is not the tail, so `n` is a node; the tail is outside the run.
+        if p == NIL {
+            list.head = n;
+        } else {
+            self.set_next(p, n);
+        }
+        self.set_prev(n, p);
+        let tail = list.tail;
+        self.set_next(tail, first);
+        self.set_prev(first, tail);
+        self.set_next(last, NIL);
+        list.tail = last;
+    }
+
     #[inline(always)]
     pub(crate) fn move_to_tail(&mut self, list: &mut List, i: u32) {
         if list.tail != i {
@@ -191,6 +212,25 @@ mod tests {
             i = l.next(i);
         }
         v
+    }
+
+    #[test]
+    fn a_run_moves_to_the_tail_in_order() {
+        let mut l = Links::<u8>::new(6).unwrap();
+        let mut a = List::EMPTY;
+        for i in 0..6 {
+            l.push_back(&mut a, i);
+        }
+        l.move_run_to_tail(&mut a, 1, 3);
+        assert_eq!(collect(&l, &a), [0, 4, 5, 1, 2, 3]);
+        l.move_run_to_tail(&mut a, 0, 4);
+        assert_eq!(collect(&l, &a), [5, 1, 2, 3, 0, 4]);
+        l.move_run_to_tail(&mut a, 2, 4);
+        assert_eq!(collect(&l, &a), [5, 1, 2, 3, 0, 4]);
+        assert_eq!(
+            (a.head, a.tail, a.len, l.prev(5), l.next(4)),
+            (5, 4, 6, NIL, NIL)
+        );
     }
 
     #[test]

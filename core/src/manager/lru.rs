@@ -206,6 +206,49 @@ impl Lru {
 
     /// Allocates the request's rank if needed (vLLM does this on every access batch with at
     /// least one new key, even when none of them is resident).
+    /// [`refresh`](Self::refresh) of each slot in turn (distinct slots), moving each run of
+    /// slots that already follow one another in the list to the tail at once: the list, the
+    /// ranks and the eviction hint end exactly as the one-by-one refreshes leave them.
+    pub(crate) fn refresh_all(&mut self, slots: impl Iterator<Item = u32>) {
+        let (mut first, mut last) = (NIL, NIL);
+        for slot in slots {
+            let node = self.node(slot);
+            if last != NIL && self.links.next(last) == node {
+                last = node;
+                continue;
+            }
+            if first != NIL {
+                self.refresh_run(first, last);
+            }
+            (first, last) = (node, node);
+        }
+        if first != NIL {
+            self.refresh_run(first, last);
+        }
+    }
+
+    /// Refreshes the linked run `first..=last`, front to back.
+    fn refresh_run(&mut self, first: u32, last: u32) {
+        // One-by-one, a lone node at the tail stays put and keeps the hint; otherwise every
+        // node of the run is unlinked in turn, each with the run's predecessor before it, so a
+        // hint inside the run ends on that predecessor.
+        let moved = first != last || self.order.tail != first;
+        let before = self.links.prev(first);
+        let mut at = first;
+        loop {
+            let major = self.fresh_major();
+            self.links.set_data(at, Rank { major, minor: 0 });
+            if self.hint == at && moved {
+                self.hint = before;
+            }
+            if at == last {
+                break;
+            }
+            at = self.links.next(at);
+        }
+        self.links.move_run_to_tail(&mut self.order, first, last);
+    }
+
     pub(crate) fn begin_access(&mut self, rank: &mut RequestRank, req_index: u32) -> u64 {
         self.request_major(rank, req_index)
     }

@@ -246,12 +246,11 @@ impl<K: OffloadKey> OffloadManager<K> {
             let order = order_keys(st, &mut self.s_order);
             match &mut self.policy {
                 Policy::Lru(lru) => {
-                    for &e in order.iter().rev() {
+                    let chunks = &self.chunks;
+                    lru.refresh_all(order.iter().rev().filter_map(|&e| {
                         let entry = &st.entries[e as usize];
-                        if let Some(slot) = self.chunks.find_hinted(&entry.key, entry.slot) {
-                            lru.refresh(slot);
-                        }
-                    }
+                        chunks.find_hinted(&entry.key, entry.slot)
+                    }));
                     lru.release_request(&mut st.rank, ri);
                 }
                 Policy::Arc(arc) => {
