@@ -12,6 +12,10 @@
 //! cargo run --release -p kvtier-tests --example floor -- /tmp/g100k.kvtrace 16384 1 lru
 //! ```
 //!
+//! kvtier's manager is built as `kvtier replay` builds it, its key tables growing as they fill
+//! (`ManagerConfig::grow_tables`); with `UPFRONT=1` in the environment they are allocated
+//! whole at construction instead. The bare LRU's map is reserved for the capacity.
+//!
 //! The bare LRU applies the protocol as simply as it can be applied: on `L`, probe the keys in
 //! order while they are present (each hit moves to the front) and fold the hit count into the
 //! digest; on `S`, insert the keys past the hits that are absent, evicting from the back when
@@ -157,6 +161,8 @@ fn floor_replay(records: &[OwnedRecord], capacity: u32) -> (u64, u64) {
 fn kvtier_replay(records: &[OwnedRecord], capacity: u32, policy: PolicyKind) -> (u64, u64) {
     let mut config = ManagerConfig::new(capacity);
     config.policy = policy;
+    // As `kvtier replay` builds it; `UPFRONT=1` allocates its key tables whole instead.
+    config.grow_tables = std::env::var_os("UPFRONT").is_none();
     let manager = OffloadManager::new(config).expect("a valid manager config");
     let mut replayer = Replayer::new(manager, 16);
     for record in records {

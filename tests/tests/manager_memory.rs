@@ -22,6 +22,14 @@ struct Counting;
 thread_local! {
     /// Bytes allocated minus bytes freed on this thread (tests run on several threads).
     static NET: Cell<i64> = const { Cell::new(0) };
+    /// Refuse every allocation of at least this many bytes on this thread.
+    static REFUSE_FROM: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+fn refused(layout: Layout) -> bool {
+    REFUSE_FROM
+        .try_with(|r| layout.size() >= r.get())
+        .unwrap_or(false)
 }
 
 fn add(delta: i64) {
@@ -42,6 +50,9 @@ fn size(layout: Layout) -> i64 {
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if refused(layout) {
+            return std::ptr::null_mut();
+        }
         add(size(layout));
         // SAFETY: same contract as the caller's.
         unsafe { System.alloc(layout) }
@@ -290,4 +301,89 @@ fn the_command_line_limit_defaults_to_the_available_memory() {
         m.config().memory_limit.is_some(),
         cfg!(target_os = "linux") && std::path::Path::new("/proc/meminfo").exists()
     );
+}
+
+/// With `grow_tables`, a manager starts with small key tables and ends, once full, with
+/// tables no larger than an up-front manager's; and it decides exactly what an up-front manager decides (the same hit
+/// digest, counts, eviction order and tracker state on a generated workload that fills a
+/// 6,000-chunk tier, so every table doubles past its first size).
+#[test]
+fn growing_tables_decide_the_same_and_stay_within_required_bytes() {
+    use kvtier::replay::Replayer;
+    use kvtier::workload::{Generator, GeneratorConfig};
+    for (policy, threshold) in [
+        (PolicyKind::Lru, 0),
+        (PolicyKind::Arc, 0),
+        (PolicyKind::Lru, 2),
+        (PolicyKind::Arc, 2),
+    ] {
+        let mut cfg = ManagerConfig::new(6_000);
+        cfg.policy = policy;
+        cfg.store_threshold = threshold;
+        cfg.max_tracker_size = 5_000;
+        let need = OffloadManager::<BlockKey>::required_bytes(&cfg);
+        let mut grown = cfg;
+        grown.grow_tables = true;
+        let (m, at_start) = allocated_by(|| OffloadManager::<BlockKey>::new(grown).unwrap());
+        // The chunk index alone: 8,192 buckets of 5 bytes when whole, 2,048 at first (the
+        // other arrays are reserved whole either way and touched only as they fill).
+        assert!(
+            need - at_start >= 30_000,
+            "{policy:?}: {at_start} of {need} bytes at start"
+        );
+        let mut a = Replayer::new(OffloadManager::new(cfg).unwrap(), 16);
+        let mut b = Replayer::new(m, 16);
+        let records = Generator::new(GeneratorConfig::new(11, 3_000))
+            .unwrap()
+            .into_owned_records();
+        for rec in records {
+            let rec = rec.as_record();
+            assert_eq!(a.apply(rec), b.apply(rec), "{policy:?}");
+        }
+        assert_eq!(a.counts(), b.counts(), "{policy:?}");
+        let (ia, ib) = (a.manager().inspect(), b.manager().inspect());
+        assert_eq!(ia.eviction_order(), ib.eviction_order(), "{policy:?}");
+        assert_eq!(ia.arc_sizes(), ib.arc_sizes(), "{policy:?}");
+        assert_eq!(ia.tracker_len(), ib.tracker_len(), "{policy:?}");
+        assert_eq!(ib.allocated(), 6_000, "{policy:?}: the tier filled");
+        // Per-request state is the same in both; the grown tables are at most the whole ones.
+        let (whole, held) = (ia.heap_bytes(), ib.heap_bytes());
+        assert!(held <= whole, "{policy:?}: {held} > {whole}");
+        assert!(held as u64 > at_start, "{policy:?}: the tables grew");
+    }
+}
+
+/// A table that cannot grow fails the offer with `StoreError::OutOfMemory` and changes
+/// nothing; the same offer succeeds once memory is granted.
+#[test]
+fn a_table_that_cannot_grow_fails_the_offer_unchanged() {
+    use kvtier_core::manager::{StoreError, StorePlan};
+    let mut cfg = ManagerConfig::new(100_000);
+    cfg.grow_tables = true;
+    let mut m = OffloadManager::<BlockKey>::new(cfg).unwrap();
+    let req = m.on_new_request().unwrap();
+    let mut plan = StorePlan::new();
+    let first: Vec<BlockKey> = (0..1000).map(|i| BlockKey::new(i, 0)).collect();
+    m.prepare_store(req, &first, None, &mut plan).unwrap();
+    let more: Vec<BlockKey> = (1000..3000).map(|i| BlockKey::new(i, 0)).collect();
+    let before = (m.inspect().allocated(), m.inspect().eviction_order());
+    // The grown index is far larger than any per-call buffer this offer needs.
+    REFUSE_FROM.with(|r| r.set(16 * 1024));
+    let e = m.prepare_store(req, &more, None, &mut plan);
+    REFUSE_FROM.with(|r| r.set(usize::MAX));
+    assert_eq!(e, Err(StoreError::OutOfMemory));
+    assert_eq!(
+        e.unwrap_err().to_string(),
+        "prepare_store: out of memory growing the key tables for this offer; nothing changed"
+    );
+    assert!(plan.keys().is_empty());
+    assert_eq!(
+        (m.inspect().allocated(), m.inspect().eviction_order()),
+        before
+    );
+    assert_eq!(m.lookup(&more[0]), kvtier_core::manager::LookupResult::Miss);
+    m.prepare_store(req, &more, None, &mut plan).unwrap();
+    assert_eq!(plan.keys().len(), 2000);
+    assert_eq!(m.inspect().allocated(), 3000);
+    m.inspect().check_invariants().unwrap();
 }

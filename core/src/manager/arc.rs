@@ -30,13 +30,13 @@ pub(crate) struct Arc<K> {
 }
 
 impl<K: OffloadKey> Arc<K> {
-    pub(crate) fn new(n: u32, hasher: FixedState) -> Result<Self, AllocError> {
+    pub(crate) fn new(n: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
         Ok(Arc {
             links: Links::new(n)?,
             which: Lazy::new(n as usize, NONE)?,
             t1: List::EMPTY,
             t2: List::EMPTY,
-            ghosts: Ghosts::new(n, hasher)?,
+            ghosts: Ghosts::new(n, hasher, grow)?,
             target: 0.0,
             capacity: n,
         })
@@ -50,6 +50,11 @@ impl<K: OffloadKey> Arc<K> {
             .saturating_add(KeyPool::<K>::bytes(ghosts))
             .saturating_add(Links::<()>::bytes(ghosts))
             .saturating_add(Lazy::<u8>::bytes(ghosts))
+    }
+
+    /// Makes room for `victims` more ghosts (see [`KeyPool::reserve`]).
+    pub(crate) fn reserve_ghosts(&mut self, victims: u32) -> Result<(), AllocError> {
+        self.ghosts.pool.reserve(victims)
     }
 
     /// The adaptive target size of T1.
@@ -269,11 +274,11 @@ struct Ghosts<K> {
 }
 
 impl<K: OffloadKey> Ghosts<K> {
-    fn new(capacity: u32, hasher: FixedState) -> Result<Self, AllocError> {
+    fn new(capacity: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
         // The configuration keeps 2 · capacity below 2^32.
         let n = capacity.checked_mul(2).ok_or(AllocError)?;
         Ok(Ghosts {
-            pool: KeyPool::new(n, hasher)?,
+            pool: KeyPool::new(n, hasher, grow)?,
             links: Links::new(n)?,
             which: Lazy::new(n as usize, NONE)?,
             b1: List::EMPTY,

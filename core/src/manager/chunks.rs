@@ -23,10 +23,10 @@ pub(crate) struct Chunks<K> {
 }
 
 impl<K: OffloadKey> Chunks<K> {
-    pub(crate) fn new(capacity: u32, hasher: FixedState) -> Result<Self, AllocError> {
+    pub(crate) fn new(capacity: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
         let n = capacity as usize;
         Ok(Chunks {
-            pool: KeyPool::new(capacity, hasher)?,
+            pool: KeyPool::new(capacity, hasher, grow)?,
             ref_cnt: Lazy::new(n, ABSENT)?,
             stamp: Lazy::new(n, 0)?,
         })

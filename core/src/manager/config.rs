@@ -91,6 +91,16 @@ pub struct ManagerConfig {
     /// configuration that needs more is [`ConfigError::OutOfMemory`] before anything is
     /// allocated. `None` (the default): no limit beyond what the allocator grants.
     pub memory_limit: Option<u64>,
+    /// Let the key tables (the chunk index, ARC's ghost index, the reuse tracker's index)
+    /// start small and double as they fill, never past the size
+    /// [`required_bytes`](super::OffloadManager::required_bytes) counts, instead of
+    /// allocating them whole at construction. A large tier then touches memory in proportion
+    /// to what it holds, and its lookups stay in cache while it is mostly empty; in exchange
+    /// [`prepare_store`](super::OffloadManager::prepare_store) allocates while the tables grow
+    /// (and fails with [`StoreError::OutOfMemory`](super::StoreError::OutOfMemory), changing
+    /// nothing, if the allocator refuses). `false` (the default): construction allocates
+    /// everything and no call allocates once warm, for runtimes with one allocation at start.
+    pub grow_tables: bool,
 }
 
 impl ManagerConfig {
@@ -109,6 +119,7 @@ impl ManagerConfig {
             info: None,
             hasher: FixedState::default(),
             memory_limit: None,
+            grow_tables: false,
         }
     }
 

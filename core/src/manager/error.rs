@@ -75,6 +75,9 @@ pub enum StoreError {
         /// Chunks that were idle, including any this offer protected from eviction.
         evictable: u32,
     },
+    /// A key table could not grow for this offer
+    /// ([`ManagerConfig::grow_tables`](super::ManagerConfig::grow_tables)); nothing changed.
+    OutOfMemory,
 }
 
 /// A problem with the end-token positions passed alongside keys.
@@ -162,6 +165,11 @@ impl fmt::Display for StoreError {
                 f,
                 "prepare_store: no room: {need} chunks must be evicted and {evictable} are \
                  idle (idle chunks offered by this call cannot be evicted)"
+            ),
+            StoreError::OutOfMemory => write!(
+                f,
+                "prepare_store: out of memory growing the key tables for this offer; nothing \
+                 changed"
             ),
         }
     }

@@ -14,8 +14,13 @@ use crate::allocator::SlotPool;
 use crate::hashing::FixedState;
 use crate::reserve::{AllocError, array_bytes, put, table, table_bytes, with_capacity};
 
+/// The keys a growing index is first sized for.
+pub(crate) const GROWN_FROM: u32 = 1024;
+
 #[derive(Clone, Debug)]
 pub(crate) struct KeyPool<K> {
+    /// The most ids (the index never holds more).
+    max: u32,
     /// The key held by each id; meaningful only while the id is allocated.
     keys: Vec<K>,
     index: HashTable<u32>,
@@ -24,11 +29,15 @@ pub(crate) struct KeyPool<K> {
 }
 
 impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
-    /// A pool of `n` ids, all free.
-    pub(crate) fn new(n: u32, hasher: FixedState) -> Result<Self, AllocError> {
+    /// A pool of `n` ids, all free. With `grow`, the index is first sized for at most
+    /// [`GROWN_FROM`] keys and grows through [`reserve`](Self::reserve) instead of being
+    /// allocated whole.
+    pub(crate) fn new(n: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
+        let entries = if grow { n.min(GROWN_FROM) } else { n };
         Ok(KeyPool {
+            max: n,
             keys: with_capacity(n as usize)?,
-            index: table(n as usize)?,
+            index: table(entries as usize)?,
             hasher,
             ids: SlotPool::try_new(n)?,
         })
@@ -44,6 +53,25 @@ impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
     }
 
     /// The id holding `key`, if any.
+    /// Makes room in the index for `additional` more keys (capped at the pool's size), so
+    /// that the next inserts do not allocate.
+    ///
+    /// # Errors
+    /// [`AllocError`] when the grown index cannot be allocated; nothing changes then.
+    #[inline]
+    pub(crate) fn reserve(&mut self, additional: u32) -> Result<(), AllocError> {
+        let len = self.index.len();
+        let want = (len + additional as usize).min(self.max as usize) - len.min(self.max as usize);
+        if self.index.capacity() - len >= want {
+            return Ok(());
+        }
+        let keys = &self.keys;
+        let hasher = self.hasher;
+        self.index
+            .try_reserve(want, |&j| hasher.hash_one(keys[j as usize]))
+            .map_err(|_| AllocError)
+    }
+
     #[inline]
     pub(crate) fn find(&self, key: &K) -> Option<u32> {
         let keys = &self.keys;
@@ -148,7 +176,7 @@ mod tests {
 
     #[test]
     fn ids_ascend_then_reuse_last_freed_and_keys_map_back() {
-        let mut p = KeyPool::<u64>::new(3, FixedState::default()).unwrap();
+        let mut p = KeyPool::<u64>::new(3, FixedState::default(), false).unwrap();
         assert_eq!([p.insert(10), p.insert(11)], [Some(0), Some(1)]);
         assert_eq!(p.keys().len(), 2);
         p.remove(0);

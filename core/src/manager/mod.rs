@@ -146,10 +146,12 @@ impl<K: OffloadKey> OffloadManager<K> {
         let n = cfg.num_chunks;
         let policy = match cfg.policy {
             PolicyKind::Lru => Policy::Lru(Lru::new(n, cfg.max_requests).map_err(oom)?),
-            PolicyKind::Arc => Policy::Arc(Arc::new(n, cfg.hasher).map_err(oom)?),
+            PolicyKind::Arc => Policy::Arc(Arc::new(n, cfg.hasher, cfg.grow_tables).map_err(oom)?),
         };
         let tracker = match cfg.filter_enabled() {
-            true => Some(Tracker::new(cfg.max_tracker_size, cfg.hasher).map_err(oom)?),
+            true => {
+                Some(Tracker::new(cfg.max_tracker_size, cfg.hasher, cfg.grow_tables).map_err(oom)?)
+            }
             false => None,
         };
         let events = match cfg.enable_events {
@@ -161,7 +163,7 @@ impl<K: OffloadKey> OffloadManager<K> {
         let alloc_sizes =
             Histogram::new(&crate::stats::catalogue::ALLOCATION_SIZE_BOUNDS).unwrap_or_default();
         Ok(OffloadManager {
-            chunks: Chunks::new(n, cfg.hasher).map_err(oom)?,
+            chunks: Chunks::new(n, cfg.hasher, cfg.grow_tables).map_err(oom)?,
             policy,
             evictable: 0,
             write_pending: 0,

@@ -147,6 +147,26 @@ impl<K: OffloadKey> OffloadManager<K> {
             });
         }
 
+        // Room in growing key tables for what this offer can add: candidates (each at most
+        // one victim, whose key becomes a ghost) and the tracker's new keys. (Whole tables
+        // always have room.)
+        if self.cfg.grow_tables {
+            let cap = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+            let (adds, offered) = (cap(candidates), cap(keys.len()));
+            let ghosts = |policy: &mut Policy<K>| match policy {
+                Policy::Arc(arc) => arc.reserve_ghosts(adds),
+                Policy::Lru(_) => Ok(()),
+            };
+            let grown = self
+                .chunks
+                .pool
+                .reserve(adds)
+                .and_then(|()| ghosts(&mut self.policy));
+            let grown =
+                grown.and_then(|()| self.tracker.as_mut().map_or(Ok(()), |t| t.reserve(offered)));
+            grown.map_err(|_| StoreError::OutOfMemory)?;
+        }
+
         // 2. The reuse tracker counts the whole offer; absent keys below the threshold are
         //    skipped.
         if let Some(t) = &mut self.tracker {

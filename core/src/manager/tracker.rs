@@ -19,9 +19,9 @@ pub(crate) struct Tracker<K> {
 }
 
 impl<K: OffloadKey> Tracker<K> {
-    pub(crate) fn new(max: u32, hasher: FixedState) -> Result<Self, AllocError> {
+    pub(crate) fn new(max: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
         Ok(Tracker {
-            pool: KeyPool::new(max, hasher)?,
+            pool: KeyPool::new(max, hasher, grow)?,
             links: Links::new(max)?,
             lru: List::EMPTY,
             max,
@@ -41,6 +41,11 @@ impl<K: OffloadKey> Tracker<K> {
     /// cannot be dropped by this offer; untracked ones enter with count 1, dropping the LRU
     /// entry when full, or are not tracked when every entry is protected); writes each key's count after the offer into
     /// `counts_out` (0 for a key that could not be tracked).
+    /// Makes room for the keys of one offer of `n` keys (see [`KeyPool::reserve`]).
+    pub(crate) fn reserve(&mut self, n: u32) -> Result<(), AllocError> {
+        self.pool.reserve(n)
+    }
+
     pub(crate) fn record(&mut self, keys: &[K], counts_out: &mut Vec<u32>) {
         counts_out.clear();
         let mut protected = 0u32;

@@ -111,6 +111,7 @@ fn store_status(e: StoreError) -> Status {
         StoreError::DuplicateKey { .. } => Status::KVTIER_DUPLICATE_KEY,
         StoreError::Positions(_) => Status::KVTIER_BAD_POSITION,
         StoreError::NoRoom { .. } => Status::KVTIER_NO_ROOM,
+        StoreError::OutOfMemory => Status::KVTIER_OUT_OF_MEMORY,
         _ => Status::KVTIER_INVALID_ARGUMENT,
     };
     fail(status, e)

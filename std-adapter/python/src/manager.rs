@@ -13,7 +13,9 @@ use kvtier_core::manager::{
     CompleteLoadError, EventKind, LoadError, LookupResult, ManagerConfig, OffloadManager,
     PolicyKind, RequestError, RequestId, StoreError, StoreOutcome, StorePlan,
 };
-use pyo3::exceptions::{PyAssertionError, PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::exceptions::{
+    PyAssertionError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError,
+};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use pyo3::{PyTypeInfo, intern};
@@ -259,6 +261,7 @@ impl Manager {
                 return Ok(py.None().into_bound(py));
             }
             Err(StoreError::Request(e)) => return Err(request_error(e)),
+            Err(e @ StoreError::OutOfMemory) => return Err(PyMemoryError::new_err(e.to_string())),
             Err(e) => return Err(PyValueError::new_err(e.to_string())),
         }
         let out = &self.plan;

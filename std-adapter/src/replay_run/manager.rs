@@ -42,8 +42,9 @@ impl Default for ManagerArgs {
 
 impl ManagerArgs {
     /// The manager of `capacity` chunks with `policy` and `store_threshold` under these
-    /// options. Its `config_info` reports the capacity and `None` for the sizes a replay
-    /// cannot know.
+    /// options, its key tables growing as they fill
+    /// ([`ManagerConfig::grow_tables`]). Its `config_info` reports the capacity and `None`
+    /// for the sizes a replay cannot know.
     ///
     /// # Errors
     /// [`ManagerError`] for a rejected configuration, in the words of the options that set it.
@@ -65,6 +66,9 @@ impl ManagerArgs {
         cfg.max_tracker_size = self.max_tracker_size;
         cfg.max_requests = self.max_requests;
         cfg.memory_limit = self.memory_limit.or_else(crate::memory::available_bytes);
+        // A replay or a server holds what its traffic stores, often far below the capacity
+        // asked for: tables that grow keep its lookups in cache and its memory to its use.
+        cfg.grow_tables = true;
         OffloadManager::new(cfg).map_err(|e| match e {
             ConfigError::ZeroMaxRequests => ManagerError::ZeroMaxRequests,
             ConfigError::ArcTooLarge { .. } => ManagerError::ArcTooLarge { capacity },
