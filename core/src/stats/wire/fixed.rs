@@ -23,6 +23,7 @@ pub(super) struct Bounds {
 
 impl Bounds {
     /// The bounds.
+    #[cfg(test)]
     pub(super) const fn bounds(&self) -> &'static [u64] {
         self.bounds
     }
@@ -98,20 +99,12 @@ const fn distinct_count(defs: &[MetricDef; FAMILIES]) -> usize {
 
 const DISTINCT: usize = distinct_count(&CATALOGUE);
 
-/// No list: the family is not a histogram.
-const NONE: u8 = u8::MAX;
-
-#[expect(
-    clippy::cast_possible_truncation,
-    reason = "fewer lists than families (31)"
-)]
-const fn lists(defs: &'static [MetricDef; FAMILIES]) -> ([Bounds; DISTINCT], [u8; FAMILIES]) {
+const fn lists(defs: &'static [MetricDef; FAMILIES]) -> [Bounds; DISTINCT] {
     let mut lists = [Bounds {
         bounds: &[],
         bytes: [0; MAX_BYTES],
         len: 0,
     }; DISTINCT];
-    let mut of_family = [NONE; FAMILIES];
     let mut next = 0;
     let mut i = 0;
     while i < FAMILIES {
@@ -119,35 +112,33 @@ const fn lists(defs: &'static [MetricDef; FAMILIES]) -> ([Bounds; DISTINCT], [u8
             lists[next] = encode(defs[i].bounds);
             next += 1;
         }
-        let mut at = 0;
-        while at < next && !defs[i].bounds.is_empty() {
-            if same(lists[at].bounds, defs[i].bounds) {
-                of_family[i] = at as u8;
-            }
-            at += 1;
-        }
         i += 1;
     }
-    (lists, of_family)
+    lists
 }
 
-static LISTS: ([Bounds; DISTINCT], [u8; FAMILIES]) = lists(&CATALOGUE);
+/// The catalogue's distinct bound lists.
+static LISTS: [Bounds; DISTINCT] = lists(&CATALOGUE);
 
 /// The encoding of `bounds` when it is one of the catalogue's lists.
 #[inline]
 pub(super) fn known_bounds(bounds: &[u64]) -> Option<&'static Bounds> {
     let first = bounds.first()?;
     LISTS
-        .0
         .iter()
         .find(|l| l.bounds.first() == Some(first) && l.bounds == bounds)
 }
 
-/// The bound list of the catalogue family at `position`, if it is a histogram.
+/// The length of the catalogue list of `count` bounds whose encoding `rest` starts with.
 #[inline]
-pub(super) fn family_bounds(position: usize) -> Option<&'static Bounds> {
-    let at = *LISTS.1.get(position)?;
-    LISTS.0.get(usize::from(at))
+pub(super) fn known_prefix(rest: &[u8], count: usize) -> Option<usize> {
+    let first = rest.first()?;
+    LISTS
+        .iter()
+        .find(|l| {
+            l.bounds.len() == count && l.bytes.first() == Some(first) && rest.starts_with(l.bytes())
+        })
+        .map(|l| l.len)
 }
 
 #[cfg(test)]
@@ -157,16 +148,9 @@ mod tests {
 
     #[test]
     fn every_histogram_family_has_its_list_encoded() {
-        for (i, def) in CATALOGUE.iter().enumerate() {
-            let Some(list) = family_bounds(i) else {
-                assert!(def.bounds.is_empty(), "{}", def.name);
-                continue;
-            };
+        for def in CATALOGUE.iter().filter(|d| !d.bounds.is_empty()) {
+            let list = known_bounds(def.bounds).expect("a catalogue list");
             assert_eq!(list.bounds(), def.bounds, "{}", def.name);
-            assert_eq!(
-                known_bounds(def.bounds).map(Bounds::bounds),
-                Some(def.bounds)
-            );
             let bytes = list.bytes();
             let expected: usize = def.bounds.iter().map(|b| varint_len(*b)).sum();
             assert_eq!(bytes.len(), expected, "{}", def.name);
@@ -175,9 +159,22 @@ mod tests {
                 assert_eq!(r.varint(), Ok(*b));
             }
             assert_eq!(r.pos, bytes.len());
+            // Found from the input, with anything after it; not with another count or a byte
+            // missing.
+            let n = def.bounds.len();
+            let input = [bytes, &[7, 7]].concat();
+            assert_eq!(known_prefix(&input, n), Some(bytes.len()), "{}", def.name);
+            assert_eq!(known_prefix(&input, n + 1), None);
+            assert_eq!(known_prefix(&bytes[..bytes.len() - 1], n), None);
+            assert_eq!(known_prefix(&bytes[1..], n), None);
         }
         assert_eq!(known_bounds(&[1, 2, 3]).map(Bounds::bounds), None);
         assert_eq!(known_bounds(&[]).map(Bounds::bounds), None);
-        assert!(DISTINCT < CATALOGUE.iter().filter(|d| !d.bounds.is_empty()).count());
+        assert_eq!(known_prefix(&[], 0), None);
+        let histograms = CATALOGUE.iter().filter(|d| !d.bounds.is_empty()).count();
+        assert!(
+            LISTS.len() < histograms,
+            "lists shared by families are kept once"
+        );
     }
 }

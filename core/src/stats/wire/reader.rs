@@ -3,7 +3,7 @@
 
 use core::cmp::Ordering;
 
-use super::{DecodeError, Limit};
+use super::{DecodeError, Limit, fixed};
 use crate::stats::catalogue;
 use crate::stats::payload::Text;
 
@@ -96,15 +96,18 @@ impl<'a> Reader<'a> {
         lend(self.raw_text(max, limit)?)
     }
 
-    /// Moves past `expected` when the input continues with exactly those bytes.
+    /// Moves past `count` histogram bounds when the input continues with the encoding of one of
+    /// the catalogue's bound lists of that length.
     #[inline]
-    pub(super) fn skip(&mut self, expected: &[u8]) -> bool {
-        let end = self.pos.saturating_add(expected.len());
-        let matches = self.buf.get(self.pos..end) == Some(expected);
-        if matches {
-            self.pos = end;
+    pub(super) fn skip_known_bounds(&mut self, count: usize) -> bool {
+        let rest = self.buf.get(self.pos..).unwrap_or_default();
+        match fixed::known_prefix(rest, count) {
+            Some(len) => {
+                self.pos += len;
+                true
+            }
+            None => false,
         }
-        matches
     }
 
     pub(super) fn remaining(&self) -> usize {

@@ -15,7 +15,6 @@
 
 use alloc::vec::Vec;
 
-use super::fixed::family_bounds;
 use super::reader::{Lent, Reader, is_utf8, lend, utf8};
 use super::view::{HistogramView, ValueView};
 use super::{DecodeError, Limit, VERSION, unzigzag};
@@ -114,8 +113,7 @@ impl<'a> Walker<'a> {
         if !opens_family && *last >= *next {
             return Err(DecodeError::NotSorted);
         }
-        let position = self.family.and_then(|(_, position)| position);
-        self.value = read_value(&mut self.r, self.kind, position)?;
+        self.value = read_value(&mut self.r, self.kind)?;
         self.last = !self.last;
         self.left_in_family -= 1;
         self.left -= 1;
@@ -147,8 +145,7 @@ impl<'a> Walker<'a> {
     }
 
     /// Checks every series not read yet, keeping nothing: the checks of [`next_series`] in one
-    /// loop, with texts checked as UTF-8 in place of being looked up (only a histogram
-    /// family's name is, for its bound list).
+    /// loop, with names and texts checked as UTF-8 in place of being looked up.
     ///
     /// [`next_series`]: Self::next_series
     pub(super) fn check_series(&mut self) -> Result<(), DecodeError> {
@@ -211,10 +208,6 @@ fn check_families<'a>(
         if !is_utf8(raw) {
             return Err(DecodeError::InvalidUtf8);
         }
-        let position = match kind {
-            MetricKind::Histogram => catalogue::position_bytes(raw),
-            _ => None,
-        };
         for i in 0..count {
             let [a, b] = &mut tuples;
             let (last, next) = if i % 2 == 1 { (a, b) } else { (b, a) };
@@ -225,7 +218,7 @@ fn check_families<'a>(
             if i != 0 && *last >= *next {
                 return Err(DecodeError::NotSorted);
             }
-            read_value(r, kind, position)?;
+            read_value(r, kind)?;
         }
         left -= count;
         prev_name = Some(raw);
@@ -270,14 +263,10 @@ fn read_tuple<'a, T>(
     Ok(())
 }
 
-/// A value of `kind`; `position` is the catalogue family, whose bound list (if it has one) is
-/// compared with the input in one go before the bounds are read one by one.
+/// A value of `kind`. Histogram bounds that are one of the catalogue's lists are compared with
+/// its encoding in one go; other bounds are read and checked one by one.
 #[inline(always)]
-fn read_value<'a>(
-    r: &mut Reader<'a>,
-    kind: MetricKind,
-    position: Option<usize>,
-) -> Result<ValueView<'a>, DecodeError> {
+fn read_value<'a>(r: &mut Reader<'a>, kind: MetricKind) -> Result<ValueView<'a>, DecodeError> {
     match kind {
         MetricKind::Counter => Ok(ValueView::Counter(r.varint()?)),
         MetricKind::Gauge => {
@@ -292,11 +281,8 @@ fn read_value<'a>(
             // ascending, one count per bucket, a sum.
             let bounds = r.count(MAX_BOUNDS, Limit::Bounds)?;
             let start = r.pos;
-            let known = position
-                .and_then(family_bounds)
-                .filter(|list| list.bounds().len() == bounds);
-            // The catalogue's list, canonically encoded, is ascending: nothing more to check.
-            if !known.is_some_and(|list| r.skip(list.bytes())) {
+            // A catalogue list, canonically encoded, is ascending: nothing more to check.
+            if !r.skip_known_bounds(bounds) {
                 let mut prev = None;
                 for _ in 0..bounds {
                     let b = r.varint()?;
