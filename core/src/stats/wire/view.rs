@@ -163,14 +163,6 @@ pub struct SeriesIter<'a> {
     walker: Option<Walker<'a>>,
 }
 
-impl core::fmt::Debug for Walker<'_> {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Walker")
-            .field("left", &self.left())
-            .finish_non_exhaustive()
-    }
-}
-
 impl<'a> Iterator for SeriesIter<'a> {
     type Item = SeriesView<'a>;
 

@@ -36,14 +36,23 @@ pub(super) struct Walker<'a> {
     left: usize,
     /// Series still to read in the current family.
     left_in_family: usize,
-    /// The current family: its name, its position in the catalogue (if it is a catalogue
-    /// name), its kind; `None` before the first.
+    /// The current family: its name and its position in the catalogue (if it is a catalogue
+    /// name); `None` before the first.
     family: Option<(&'a str, Option<usize>)>,
+    /// The current family's kind.
     kind: MetricKind,
     /// The label tuples of the last two series; `last` says which holds the latest.
     tuples: [Tuple<'a>; 2],
     last: bool,
     value: ValueView<'a>,
+}
+
+impl core::fmt::Debug for Walker<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Walker")
+            .field("left", &self.left)
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'a> Walker<'a> {
