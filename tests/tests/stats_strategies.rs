@@ -27,7 +27,15 @@ fn name() -> impl Strategy<Value = String> {
 fn labels() -> impl Strategy<Value = Vec<String>> {
     prop::collection::vec(
         prop_oneof![
-            prop::sample::select(vec!["a", "b", "stored", "it's", ""]).prop_map(str::to_owned),
+            prop::sample::select(vec![
+                "a",
+                "b",
+                "stored",
+                "skipped_already_cached",
+                "it's",
+                ""
+            ])
+            .prop_map(str::to_owned),
             "\\PC{0,3}",
         ],
         0..3,

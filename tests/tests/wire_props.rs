@@ -5,9 +5,12 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use kvtier_core::stats::catalogue::SIMPLE_SAVE_OUTCOMES;
+use kvtier_core::stats::catalogue::{
+    ALLOCATION_SIZE_BOUNDS, CPU_ALLOCATION_SIZE, CPU_CONFIG_INFO_LABELS, LOAD_SIZE,
+    SIMPLE_SAVE_OUTCOMES, STORES_SKIPPED, TRANSFER_SIZE_BOUNDS,
+};
 use kvtier_core::stats::wire::{self, DecodeError, EncodeError};
-use kvtier_core::stats::{Gauge, Payload};
+use kvtier_core::stats::{Gauge, Histogram, InfoSeries, InfoValue, Payload};
 use proptest::prelude::*;
 
 #[path = "stats_strategies.rs"]
@@ -44,6 +47,209 @@ fn a_decoded_catalogue_payload_borrows_its_names() {
     let d = wire::decode(&wire::encode_to_vec(&p)).unwrap();
     let s = &d.series()[0];
     assert!(matches!(s.name_text(), std::borrow::Cow::Borrowed(_)));
+}
+
+/// `decode` and `decode_view` both reject `bytes` with `expected`.
+fn both_reject(bytes: &[u8], expected: DecodeError) {
+    assert_eq!(wire::decode(bytes), Err(expected), "decode of {bytes:x?}");
+    assert_eq!(
+        wire::decode_view(bytes).map(|v| v.len()),
+        Err(expected),
+        "decode_view of {bytes:x?}"
+    );
+}
+
+/// `bytes` with the first occurrence of `from` replaced by `to`.
+fn replaced(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+    let at = bytes
+        .windows(from.len())
+        .position(|w| w == from)
+        .expect("the pattern occurs");
+    [&bytes[..at], to, &bytes[at + from.len()..]].concat()
+}
+
+fn one_histogram(name: &'static str, bounds: &[u64], observations: &[u64]) -> Payload {
+    let mut h = Histogram::new(bounds).unwrap();
+    for o in observations {
+        h.observe(*o);
+    }
+    let mut p = Payload::new();
+    p.merge_histogram(name, &[], &h).unwrap();
+    p
+}
+
+/// The decoder compares a catalogue family's bounds with their precomputed encoding in one
+/// go; bytes that differ from it still go through every check.
+#[test]
+fn catalogue_bounds_that_differ_are_checked_one_by_one() {
+    let p = one_histogram(LOAD_SIZE, &TRANSFER_SIZE_BOUNDS, &[3, 7_000_000]);
+    let bytes = wire::encode_to_vec(&p);
+    assert_eq!(wire::decode(&bytes).unwrap(), p);
+    // 1_000_000 and 5_000_000 are the first two bounds, three bytes each.
+    let first = [0xc0, 0x84, 0x3d];
+    let second = [0xc0, 0x96, 0xb1, 0x02];
+    assert!(bytes.windows(3).any(|w| w == first));
+    // The two swapped: not ascending.
+    let swapped = replaced(
+        &bytes,
+        &[&first[..], &second[..]].concat(),
+        &[&second[..], &first[..]].concat(),
+    );
+    both_reject(&swapped, DecodeError::InvalidHistogram);
+    // The first written over-long (a trailing zero byte).
+    let long = replaced(&bytes, &first, &[0xc0, 0x84, 0xbd, 0x00]);
+    both_reject(&long, DecodeError::NonCanonicalVarint);
+    // Cut inside the bounds.
+    let cut = bytes.windows(3).position(|w| w == first).unwrap() + 2;
+    both_reject(&bytes[..cut], DecodeError::Truncated);
+    // A catalogue name with another valid bound list is a valid payload.
+    let other = one_histogram(LOAD_SIZE, &ALLOCATION_SIZE_BOUNDS, &[5]);
+    let bytes = wire::encode_to_vec(&other);
+    assert_eq!(wire::decode(&bytes).unwrap(), other);
+    assert_eq!(wire::decode_view(&bytes).unwrap().len(), 1);
+}
+
+/// Bucket counts below 0x80 are passed eight at a time; a longer or over-long one among them
+/// is still read and checked.
+#[test]
+fn bucket_counts_are_checked_past_the_eight_byte_run() {
+    // 200 observations of 65536 in the ninth bucket (16384 < 65536 ≤ 65536): a two-byte count
+    // after eight single-byte ones.
+    let mut h = Histogram::new(&ALLOCATION_SIZE_BOUNDS).unwrap();
+    h.observe_n(65_536, 200);
+    let mut p = Payload::new();
+    p.merge_histogram(CPU_ALLOCATION_SIZE, &[], &h).unwrap();
+    let bytes = wire::encode_to_vec(&p);
+    assert_eq!(wire::decode(&bytes).unwrap(), p);
+    let counts = [0, 0, 0, 0, 0, 0, 0, 0, 0xc8, 0x01, 0, 0];
+    assert!(bytes.windows(counts.len()).any(|w| w == counts));
+    // The zero count of the first bucket written over-long, inside the first eight bytes.
+    let long = replaced(
+        &bytes,
+        &counts,
+        &[0x80, 0x00, 0, 0, 0, 0, 0, 0, 0, 0xc8, 0x01, 0, 0],
+    );
+    both_reject(&long, DecodeError::NonCanonicalVarint);
+    // The 200 written over-long, after the first eight.
+    let long = replaced(
+        &bytes,
+        &counts,
+        &[0, 0, 0, 0, 0, 0, 0, 0, 0xc8, 0x81, 0x00, 0, 0],
+    );
+    both_reject(&long, DecodeError::NonCanonicalVarint);
+}
+
+/// Family names are ordered by catalogue position when both are catalogue names and by bytes
+/// otherwise; the two orders agree.
+#[test]
+fn catalogue_and_other_names_are_ordered_by_bytes() {
+    let mut p = Payload::new();
+    for name in [
+        "a",
+        STORES_SKIPPED,
+        "vllm:kv_offload_z",
+        SIMPLE_SAVE_OUTCOMES,
+        "zz",
+    ] {
+        p.increase_counter(name, &[], 1).unwrap();
+    }
+    let bytes = wire::encode_to_vec(&p);
+    assert_eq!(wire::decode(&bytes).unwrap(), p);
+    let view = wire::decode_view(&bytes).unwrap();
+    let names: Vec<&str> = view.series().map(|s| s.name).collect();
+    assert_eq!(
+        names,
+        [
+            "a",
+            STORES_SKIPPED,
+            "vllm:kv_offload_z",
+            SIMPLE_SAVE_OUTCOMES,
+            "zz"
+        ]
+    );
+    // Two adjacent families swapped: a catalogue name and another, then two catalogue names.
+    let family = |name: &str| {
+        let len = u8::try_from(name.len()).unwrap();
+        [&[len][..], name.as_bytes(), &[0, 1, 0, 1]].concat()
+    };
+    let swap = |a: &str, b: &str| {
+        replaced(
+            &bytes,
+            &[family(a), family(b)].concat(),
+            &[family(b), family(a)].concat(),
+        )
+    };
+    both_reject(
+        &swap(STORES_SKIPPED, "vllm:kv_offload_z"),
+        DecodeError::NotSorted,
+    );
+    both_reject(
+        &swap("vllm:kv_offload_z", SIMPLE_SAVE_OUTCOMES),
+        DecodeError::NotSorted,
+    );
+    both_reject(&swap("a", STORES_SKIPPED), DecodeError::NotSorted);
+}
+
+/// Known label texts are found by a hash of their length and last eight bytes: another text
+/// with the same hash is compared in full, and checked as UTF-8.
+#[test]
+fn texts_like_known_ones_are_checked_in_full() {
+    let mut p = Payload::new();
+    p.increase_counter(SIMPLE_SAVE_OUTCOMES, &["skipped_already_cached"], 1)
+        .unwrap();
+    p.increase_counter(SIMPLE_SAVE_OUTCOMES, &["stored"], 2)
+        .unwrap();
+    let bytes = wire::encode_to_vec(&p);
+    let d = wire::decode(&bytes).unwrap();
+    assert_eq!(d, p);
+    assert!(matches!(
+        d.series()[0].labels().as_slice()[0],
+        std::borrow::Cow::Borrowed(_)
+    ));
+    // Same length and last eight bytes, not UTF-8.
+    let bad = replaced(
+        &bytes,
+        b"skipped_already_cached",
+        b"\xffkipped_already_cached",
+    );
+    both_reject(&bad, DecodeError::InvalidUtf8);
+    // Same length, a valid other text: decodes, owned.
+    let other = replaced(&bytes, b"skipped_already_cached", b"Skipped_already_cached");
+    let d = wire::decode(&other).unwrap();
+    assert_eq!(
+        d.series()[0].labels().as_slice()[0],
+        "Skipped_already_cached"
+    );
+    assert!(matches!(
+        d.series()[0].labels().as_slice()[0],
+        std::borrow::Cow::Owned(_)
+    ));
+    // A short known text (its hash is the whole text) with one byte changed.
+    let bad = replaced(&bytes, b"stored", b"stor\xffd");
+    both_reject(&bad, DecodeError::InvalidUtf8);
+}
+
+/// The view checks info series without building them: unsorted or non-UTF-8 keys are still
+/// rejected, exactly as `decode` rejects them.
+#[test]
+fn info_series_are_checked_by_the_view() {
+    let mut p = Payload::new();
+    let info = InfoSeries::new()
+        .with(CPU_CONFIG_INFO_LABELS[0], InfoValue::Int(16_384))
+        .and_then(|s| s.with(CPU_CONFIG_INFO_LABELS[1], InfoValue::Text("x".into())))
+        .unwrap();
+    p.set_info(vec![info]).unwrap();
+    let bytes = wire::encode_to_vec(&p);
+    let d = wire::decode(&bytes).unwrap();
+    assert_eq!(d, p);
+    assert!(wire::decode_view(&bytes).unwrap().has_info());
+    // Keys sorted: "cpu_blocks_per_chunk" < "cpu_num_chunks". Rename the second to sort first.
+    let unsorted = replaced(&bytes, b"cpu_num_chunks", b"cpu_aaa_chunks");
+    both_reject(&unsorted, DecodeError::NotSorted);
+    let bad = replaced(&bytes, b"cpu_num_chunks", b"cpu_num_chunk\xff");
+    both_reject(&bad, DecodeError::InvalidUtf8);
+    let bad_text = replaced(&bytes, &[4, 1, b'x'], &[4, 1, 0xff]);
+    both_reject(&bad_text, DecodeError::InvalidUtf8);
 }
 
 /// The borrowed view and the owned decode agree on `bytes`: both accept it (with the same

@@ -6,13 +6,14 @@
 //! counted in. Times are nanoseconds in the core and seconds on export, so a family measured in
 //! [`Unit::Nanoseconds`] has an export divisor of `1_000_000_000`.
 //!
-//! [`CATALOGUE`] is sorted by name; [`lookup`] finds a family by binary search.
+//! [`CATALOGUE`] is sorted by name; [`lookup`] finds a family by a perfect hash of its name.
 //!
 //! | module | holds |
 //! |---|---|
 //! | this one | [`MetricDef`], [`MetricKind`], [`Unit`] |
 //! | `names` | the family names, histogram bounds, declared label names and known label values |
 //! | `table` | [`CATALOGUE`], [`lookup`], [`all`] |
+//! | `index` | the compile-time perfect hash behind [`lookup`] and the known label texts |
 //! | `check` | [`check_series`] and its [`SeriesMismatch`], [`deprecated_mirror`] |
 //!
 //! ```
@@ -120,10 +121,11 @@ impl MetricDef {
 }
 
 mod check;
+mod index;
 mod names;
 mod table;
 
 pub use check::{SeriesMismatch, check_series, deprecated_mirror};
 pub use names::*;
-pub(crate) use table::lookup_bytes;
+pub(crate) use table::position_bytes;
 pub use table::{CATALOGUE, all, lookup};

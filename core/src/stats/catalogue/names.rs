@@ -1,6 +1,8 @@
 //! The names of the catalogue: family names, histogram bucket bounds, the label names the
 //! families declare, and the label values kvtier's own payloads use.
 
+use super::index::StrIndex;
+
 // ---- B1: the native OffloadingConnector ----
 
 /// Bytes loaded from the offload tier into GPU memory, summed over ranks.
@@ -177,7 +179,7 @@ pub const CACHE_CONFIG_INFO_LABELS: [&str; 37] = [
 
 /// Label values that occur in kvtier's own payloads, so a decoder or an update can borrow them
 /// instead of allocating.
-pub(crate) static KNOWN_LABEL_VALUES: [&str; 18] = [
+const KNOWN_LABEL_VALUES: [&str; 18] = [
     "CPU_to_GPU",
     "GPU_to_CPU",
     "cpu",
@@ -198,15 +200,33 @@ pub(crate) static KNOWN_LABEL_VALUES: [&str; 18] = [
     "None",
 ];
 
-/// The `'static` copy of `value` if it is one of [`KNOWN_LABEL_VALUES`].
+const fn concat<const A: usize, const B: usize, const N: usize>(
+    a: [&'static str; A],
+    b: [&'static str; B],
+) -> [&'static str; N] {
+    assert!(A + B == N);
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < A { a[i] } else { b[i - A] };
+        i += 1;
+    }
+    out
+}
+
+/// The texts a decoder or an update borrows instead of allocating: the known label values and
+/// the info label names of [`CONFIG_INFO`].
+static KNOWN_TEXTS: [&str; 22] = concat(KNOWN_LABEL_VALUES, CPU_CONFIG_INFO_LABELS);
+
+static KNOWN_INDEX: StrIndex<64> = StrIndex::new(&KNOWN_TEXTS);
+
+/// The `'static` copy of `value` if it is one of the known label values or info label names.
 pub(crate) fn known_label(value: &str) -> Option<&'static str> {
     known_label_bytes(value.as_bytes())
 }
 
 /// [`known_label`] on raw bytes.
+#[inline]
 pub(crate) fn known_label_bytes(value: &[u8]) -> Option<&'static str> {
-    KNOWN_LABEL_VALUES
-        .iter()
-        .copied()
-        .find(|k| k.as_bytes() == value)
+    KNOWN_INDEX.find(value).and_then(|i| KNOWN_INDEX.key(i))
 }

@@ -3,6 +3,7 @@
 use super::MetricDef;
 use super::MetricKind;
 use super::Unit;
+use super::index::StrIndex;
 use super::names::*;
 
 /// Whether a family is shown from the start ([`MetricDef::zero_at_start`]).
@@ -44,30 +45,20 @@ const SOURCE: &[&str] = &["source"];
 /// Every family kvtier knows, sorted by name (byte order).
 pub static CATALOGUE: [MetricDef; 31] = DEFS;
 
-/// The last (up to) eight bytes of a name as an integer. With the length, unique across the
-/// catalogue, so a lookup compares integers and confirms one candidate with one string
-/// comparison.
-const fn tail8(b: &[u8]) -> u64 {
-    let mut j = b.len().saturating_sub(8);
-    let mut v = 0u64;
-    while j < b.len() {
-        v = (v << 8) | b[j] as u64;
-        j += 1;
-    }
-    v
-}
-
-const fn tails_of(defs: &[MetricDef; 31]) -> [(usize, u64); 31] {
-    let mut out = [(0usize, 0u64); 31];
+const fn names_of(defs: &[MetricDef; 31]) -> [&'static str; 31] {
+    let mut out = [""; 31];
     let mut i = 0;
     while i < 31 {
-        out[i] = (defs[i].name.len(), tail8(defs[i].name.as_bytes()));
+        out[i] = defs[i].name;
         i += 1;
     }
     out
 }
 
-static TAILS: [(usize, u64); 31] = tails_of(&DEFS);
+static NAMES: [&str; 31] = names_of(&DEFS);
+
+/// The catalogue's names, hashed: a lookup costs one hash and one comparison.
+static INDEX: StrIndex<128> = StrIndex::new(&NAMES);
 
 #[rustfmt::skip]
 const DEFS: [MetricDef; 31] = [
@@ -138,17 +129,15 @@ const DEFS: [MetricDef; 31] = [
 /// Finds a family by its exact name.
 #[must_use]
 pub fn lookup(name: &str) -> Option<&'static MetricDef> {
-    lookup_bytes(name.as_bytes())
+    position_bytes(name.as_bytes()).and_then(|i| CATALOGUE.get(i))
 }
 
-/// [`lookup`] on raw bytes (the wire decoder interns names before validating UTF-8).
-pub(crate) fn lookup_bytes(name: &[u8]) -> Option<&'static MetricDef> {
-    let key = (name.len(), tail8(name));
-    CATALOGUE
-        .iter()
-        .zip(TAILS.iter())
-        .find(|(d, k)| **k == key && d.name.as_bytes() == name)
-        .map(|(d, _)| d)
+/// The position in [`CATALOGUE`] of the family named `name`, from raw bytes (the wire decoder
+/// finds names before validating UTF-8). Positions follow the byte order of the names, so
+/// comparing two positions compares the names.
+#[inline]
+pub(crate) fn position_bytes(name: &[u8]) -> Option<usize> {
+    INDEX.find(name)
 }
 
 /// Every family, in name order.
@@ -165,12 +154,10 @@ mod tests {
         let names: alloc::vec::Vec<&str> = all().map(|d| d.name).collect();
         assert!(names.windows(2).all(|w| w[0] < w[1]), "{names:?}");
         assert_eq!(names.len(), 31);
-        let mut tails: alloc::vec::Vec<(usize, u64)> = TAILS.to_vec();
-        tails.sort_unstable();
-        tails.dedup();
-        assert_eq!(tails.len(), 31, "name tails must be unique");
-        for d in all() {
+        for (i, d) in all().enumerate() {
             assert_eq!(lookup(d.name), Some(d));
+            assert_eq!(position_bytes(d.name.as_bytes()), Some(i));
+            assert_eq!(lookup(&d.name[..d.name.len() - 1]), None);
             assert_eq!(
                 d.kind == MetricKind::Histogram,
                 !d.bounds.is_empty(),

@@ -39,7 +39,14 @@ impl Gauge {
     /// else `None`.
     #[must_use]
     pub fn from_lowest_terms(num: i64, den: u64) -> Option<Self> {
-        (den != 0 && gcd(num.unsigned_abs(), den) == 1).then_some(Gauge { num, den })
+        let lowest = match den {
+            0 => false,
+            1 => true,
+            // Usage fractions have power-of-two pools: a factor in common means `num` is even.
+            d if d.is_power_of_two() => num & 1 == 1,
+            d => gcd(num.unsigned_abs(), d) == 1,
+        };
+        lowest.then_some(Gauge { num, den })
     }
 
     /// `part / whole` as a usage fraction: 0 when `whole` is 0 (as vLLM reports an empty
@@ -86,5 +93,35 @@ impl fmt::Display for Gauge {
         } else {
             write!(f, "{}/{}", self.num, self.den)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lowest_terms_are_what_gcd_says() {
+        let nums = (-70i64..70).chain([i64::MIN, i64::MIN + 1, i64::MAX, 1 << 40, 3 << 40]);
+        let dens = (0u64..70).chain([1 << 14, 1 << 63, 3 << 20, u64::MAX, 65_536 * 3]);
+        for n in nums {
+            for d in dens.clone() {
+                let expected = d != 0 && gcd(n.unsigned_abs(), d) == 1;
+                assert_eq!(
+                    Gauge::from_lowest_terms(n, d).is_some(),
+                    expected,
+                    "{n}/{d}"
+                );
+            }
+        }
+        assert_eq!(
+            Gauge::from_lowest_terms(-37, 16_384),
+            Some(Gauge {
+                num: -37,
+                den: 16_384
+            })
+        );
+        assert_eq!(Gauge::from_lowest_terms(0, 1), Some(Gauge::ZERO));
+        assert_eq!(Gauge::from_lowest_terms(0, 2), None);
     }
 }

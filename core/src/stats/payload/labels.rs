@@ -33,27 +33,10 @@ impl core::error::Error for LabelError {}
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Labels(heapless::Vec<Text, MAX_LABELS>);
 
-pub(crate) fn intern_label(value: &str) -> Text {
+fn intern_label(value: &str) -> Text {
     match catalogue::known_label(value) {
         Some(s) => Cow::Borrowed(s),
         None => Cow::Owned(String::from(value)),
-    }
-}
-
-/// A name from raw bytes: the catalogue's `'static` copy when it is one (no UTF-8 check
-/// needed), else an owned copy of the validated text.
-pub(crate) fn intern_name_bytes(raw: &[u8]) -> Result<Text, core::str::Utf8Error> {
-    match catalogue::lookup_bytes(raw) {
-        Some(d) => Ok(Cow::Borrowed(d.name)),
-        None => core::str::from_utf8(raw).map(|s| Cow::Owned(String::from(s))),
-    }
-}
-
-/// A label value from raw bytes, borrowed when it is a known value.
-pub(crate) fn intern_label_bytes(raw: &[u8]) -> Result<Text, core::str::Utf8Error> {
-    match catalogue::known_label_bytes(raw) {
-        Some(s) => Ok(Cow::Borrowed(s)),
-        None => core::str::from_utf8(raw).map(|s| Cow::Owned(String::from(s))),
     }
 }
 

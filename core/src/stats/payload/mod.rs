@@ -66,7 +66,6 @@ pub use gauge::Gauge;
 pub use info::{InfoError, InfoSeries, InfoValue};
 pub(crate) use labels::check_labels;
 pub use labels::{LabelError, Labels};
-pub(crate) use labels::{intern_label, intern_label_bytes, intern_name_bytes};
 pub use series::{Series, Value};
 
 use super::catalogue::{self, MetricKind};

@@ -1,4 +1,5 @@
-//! `stats::wire`: a compact, versioned, canonical binary encoding of a [`Payload`].
+//! `stats::wire`: a compact, versioned, canonical binary encoding of a
+//! [`Payload`](super::Payload).
 //!
 //! The bytes carry names, kinds, labels, values and info, so a receiver decodes a payload without
 //! knowing the metric catalogue. The encoding is canonical: a payload has exactly one encoding
@@ -46,6 +47,26 @@
 //!   (every strict prefix of a valid encoding gives exactly that); anything else that is not a
 //!   canonical encoding is another variant ([`DecodeError::is_truncated`] tells them apart).
 //! - `decode(&encode(p)) == p` for every payload `p`.
+//! - [`decode_view`] validates exactly as [`decode`] does (same result, same error) and
+//!   allocates nothing; its series are read from the input again when walked.
+//!
+//! # Cost
+//!
+//! Catalogue names and the known label texts are found by a compile-time perfect hash (one
+//! hash, one comparison), the catalogue's histogram bound lists are written and compared as
+//! precomputed bytes, runs of single-byte bucket counts are handled eight at a time, and the
+//! view checks texts as UTF-8 (ASCII a word at a time) instead of interning them. None of this
+//! changes the bytes or what is accepted.
+//!
+//! | module | holds |
+//! |---|---|
+//! | this one | the format, the errors, varint sizes |
+//! | `encode` | [`encode`], [`encode_to_vec`], [`encoded_len`] |
+//! | `reader` | the checked cursor over the input |
+//! | `walk` | the validating walk shared by both decoders |
+//! | `view` | [`decode_view`], [`PayloadView`] and the views it lends |
+//! | `decode` | [`decode`] |
+//! | `fixed` | the precomputed encodings of the catalogue's bound lists |
 //!
 //! ```
 //! use kvtier_core::stats::{Gauge, Payload, catalogue, wire};
@@ -61,19 +82,25 @@
 //! assert!(wire::encode(&p, &mut buf[..3]).is_err());
 //! ```
 
-use alloc::vec::Vec;
 use core::fmt;
 
-use super::MetricKind;
 use super::histogram::MAX_BOUNDS;
 use super::payload::{
-    InfoValue, MAX_INFO_LABELS, MAX_INFO_SERIES, MAX_LABEL_LEN, MAX_LABELS, MAX_NAME_LEN,
-    MAX_SERIES, Payload, Series, Value,
+    MAX_INFO_LABELS, MAX_INFO_SERIES, MAX_LABEL_LEN, MAX_LABELS, MAX_NAME_LEN, MAX_SERIES,
 };
 
 mod decode;
+mod encode;
+mod fixed;
+mod reader;
+mod view;
+mod walk;
 
-pub use decode::{PayloadView, SeriesIter, SeriesView, ValueView, decode, decode_view};
+pub use decode::decode;
+pub use encode::{encode, encode_to_vec, encoded_len};
+#[cfg(test)]
+use reader::Reader;
+pub use view::{PayloadView, SeriesIter, SeriesView, ValueView, decode_view};
 
 /// The format version this module writes and reads.
 pub const VERSION: u8 = 1;
@@ -228,208 +255,11 @@ const fn unzigzag(v: u64) -> i64 {
     (v >> 1).cast_signed() ^ -((v & 1).cast_signed())
 }
 
-fn text_len(s: &str) -> usize {
-    varint_len(s.len() as u64) + s.len()
-}
-
-fn value_len(v: &Value) -> usize {
-    match v {
-        Value::Counter(c) => varint_len(*c),
-        Value::Gauge(g) => varint_len(zigzag(g.numerator())) + varint_len(g.denominator()),
-        Value::Histogram(h) => {
-            varint_len(h.bounds().len() as u64)
-                + h.bounds().iter().map(|b| varint_len(*b)).sum::<usize>()
-                + h.bucket_counts()
-                    .iter()
-                    .map(|c| varint_len(*c))
-                    .sum::<usize>()
-                + varint_len(h.sum())
-        }
-    }
-}
-
-/// The families of a payload: runs of series with the same name.
-fn families(series: &[Series]) -> impl Iterator<Item = &[Series]> {
-    series.chunk_by(|a, b| a.name == b.name)
-}
-
-/// The exact number of bytes [`encode`] writes for `payload`.
-#[must_use]
-pub fn encoded_len(payload: &Payload) -> usize {
-    let mut n = 1 + varint_len(payload.len() as u64) + 1;
-    for fam in families(payload.series()) {
-        if let Some(first) = fam.first() {
-            n += text_len(first.name()) + 1 + varint_len(fam.len() as u64);
-        }
-        for s in fam {
-            n += varint_len(s.labels().len() as u64);
-            n += s.labels().iter().map(text_len).sum::<usize>();
-            n += value_len(s.value());
-        }
-    }
-    if let Some(info) = payload.info() {
-        n += varint_len(info.len() as u64);
-        for series in info {
-            n += varint_len(series.len() as u64);
-            for (k, v) in series.iter() {
-                n += text_len(k) + 1;
-                n += match v {
-                    InfoValue::Int(i) => varint_len(zigzag(*i)),
-                    InfoValue::Text(t) => text_len(t),
-                    InfoValue::None | InfoValue::Bool(_) => 0,
-                };
-            }
-        }
-    }
-    n
-}
-
-// ---------------------------------------------------------------- encode
-
-struct Writer<'a> {
-    buf: &'a mut [u8],
-    pos: usize,
-}
-
-/// The buffer ran out (the caller turns this into [`EncodeError::BufferTooSmall`]).
-struct Full;
-
-impl Writer<'_> {
-    #[inline]
-    fn byte(&mut self, b: u8) -> Result<(), Full> {
-        let slot = self.buf.get_mut(self.pos).ok_or(Full)?;
-        *slot = b;
-        self.pos += 1;
-        Ok(())
-    }
-
-    #[inline]
-    #[expect(clippy::cast_possible_truncation, reason = "masked to 7 bits first")]
-    fn varint(&mut self, mut v: u64) -> Result<(), Full> {
-        while v >= 0x80 {
-            self.byte((v as u8 & 0x7f) | 0x80)?;
-            v >>= 7;
-        }
-        self.byte(v as u8)
-    }
-
-    #[inline]
-    fn bytes(&mut self, b: &[u8]) -> Result<(), Full> {
-        let end = self.pos.checked_add(b.len()).ok_or(Full)?;
-        self.buf
-            .get_mut(self.pos..end)
-            .ok_or(Full)?
-            .copy_from_slice(b);
-        self.pos = end;
-        Ok(())
-    }
-
-    fn text(&mut self, s: &str) -> Result<(), Full> {
-        self.varint(s.len() as u64)?;
-        self.bytes(s.as_bytes())
-    }
-}
-
-const fn kind_byte(k: MetricKind) -> u8 {
-    match k {
-        MetricKind::Counter => 0,
-        MetricKind::Gauge => 1,
-        MetricKind::Histogram => 2,
-    }
-}
-
-fn write_payload(w: &mut Writer<'_>, payload: &Payload) -> Result<(), Full> {
-    w.byte(VERSION)?;
-    w.varint(payload.len() as u64)?;
-    for fam in families(payload.series()) {
-        let Some(first) = fam.first() else { continue };
-        w.text(first.name())?;
-        w.byte(kind_byte(first.kind()))?;
-        w.varint(fam.len() as u64)?;
-        for s in fam {
-            w.varint(s.labels().len() as u64)?;
-            for l in s.labels().iter() {
-                w.text(l)?;
-            }
-            match s.value() {
-                Value::Counter(c) => w.varint(*c)?,
-                Value::Gauge(g) => {
-                    w.varint(zigzag(g.numerator()))?;
-                    w.varint(g.denominator())?;
-                }
-                Value::Histogram(h) => {
-                    w.varint(h.bounds().len() as u64)?;
-                    for b in h.bounds() {
-                        w.varint(*b)?;
-                    }
-                    for c in h.bucket_counts() {
-                        w.varint(*c)?;
-                    }
-                    w.varint(h.sum())?;
-                }
-            }
-        }
-    }
-    match payload.info() {
-        None => w.byte(0),
-        Some(info) => {
-            w.byte(1)?;
-            w.varint(info.len() as u64)?;
-            for series in info {
-                w.varint(series.len() as u64)?;
-                for (k, v) in series.iter() {
-                    w.text(k)?;
-                    match v {
-                        InfoValue::None => w.byte(0)?,
-                        InfoValue::Bool(false) => w.byte(1)?,
-                        InfoValue::Bool(true) => w.byte(2)?,
-                        InfoValue::Int(i) => {
-                            w.byte(3)?;
-                            w.varint(zigzag(*i))?;
-                        }
-                        InfoValue::Text(t) => {
-                            w.byte(4)?;
-                            w.text(t)?;
-                        }
-                    }
-                }
-            }
-            Ok(())
-        }
-    }
-}
-
-/// Encodes `payload` into the front of `buf` and returns the number of bytes written.
-///
-/// # Errors
-/// [`EncodeError::BufferTooSmall`] when `buf` is shorter than [`encoded_len`]; the bytes of `buf`
-/// are unspecified then.
-pub fn encode(payload: &Payload, buf: &mut [u8]) -> Result<usize, EncodeError> {
-    let available = buf.len();
-    let mut w = Writer { buf, pos: 0 };
-    match write_payload(&mut w, payload) {
-        Ok(()) => Ok(w.pos),
-        Err(Full) => Err(EncodeError::BufferTooSmall {
-            needed: encoded_len(payload),
-            available,
-        }),
-    }
-}
-
-/// Encodes `payload` into a new vector of exactly [`encoded_len`] bytes.
-#[must_use]
-pub fn encode_to_vec(payload: &Payload) -> Vec<u8> {
-    let mut out = alloc::vec![0u8; encoded_len(payload)];
-    // The buffer has exactly the needed length, so this cannot fail; keep what was written.
-    let n = encode(payload, &mut out).unwrap_or(0);
-    out.truncate(n);
-    out
-}
-
 #[cfg(test)]
 mod tests {
-    use super::decode::Reader;
+    use super::encode::Writer;
     use super::*;
+    use crate::stats::Payload;
 
     #[test]
     fn varints_are_minimal_and_bounded() {
