@@ -68,10 +68,22 @@ impl EntryIndex {
         }
     }
 
-    /// Forgets every entry.
-    pub(crate) fn clear(&mut self) {
+    /// Forgets the `len` entries it holds (`rehash(j)` gives entry `j`'s hash): a sparse
+    /// table empties the entries' own cells, a dense one is zeroed whole.
+    pub(crate) fn clear(&mut self, len: u32, rehash: impl Fn(u32) -> u64) {
         if self.cells.len() > KEEP_CELLS {
             self.cells = Vec::new();
+        } else if self.cells.len() > 8 * len as usize {
+            let mask = self.cells.len() - 1;
+            for j in 0..len {
+                #[expect(clippy::cast_possible_truncation, reason = "masked to the table")]
+                let mut at = rehash(j) as usize & mask;
+                // Each entry sits at or after its hash's cell, so this finds it.
+                while self.cells[at] != j + 1 {
+                    at = (at + 1) & mask;
+                }
+                self.cells[at] = 0;
+            }
         } else {
             self.cells.fill(0);
         }
@@ -116,8 +128,14 @@ mod tests {
             );
             assert_eq!(found, Some(k as u32));
         }
-        idx.clear();
+        idx.clear(100, |j| hash(keys[j as usize]));
         assert_eq!(idx.allocation_size(), 256 * 4);
+        assert!(idx.cells.iter().all(|&c| c == 0));
+        // A sparse table is emptied entry by entry.
+        for (j, k) in [(0u32, 3u64), (1, 10)] {
+            assert_eq!(idx.find_or_insert(hash(k), j, |_| false, |_| 0), None);
+        }
+        idx.clear(2, |j| hash([3, 10][j as usize]));
         assert!(idx.cells.iter().all(|&c| c == 0));
         assert_eq!(idx.find_or_insert(5, 0, |_| true, |_| 5), None);
     }
@@ -132,7 +150,7 @@ mod tests {
             );
         }
         assert_eq!(idx.cells.len(), 2048);
-        idx.clear();
+        idx.clear(600, u64::from);
         assert_eq!(idx.allocation_size(), 0);
     }
 }

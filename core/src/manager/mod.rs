@@ -173,7 +173,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             info_reported: false,
             alloc_sizes,
             events,
-            requests: Requests::new(cfg.max_requests).map_err(oom)?,
+            requests: Requests::new(cfg.max_requests, cfg.hasher).map_err(oom)?,
             cache_generation: 0,
             call_stamp: 0,
             offer_stamp: 0,

@@ -103,9 +103,16 @@ impl<K: OffloadKey> RequestState<K> {
     }
 
     /// Forgets every key (keeps the allocations for reuse).
-    pub(crate) fn clear(&mut self) {
+    pub(crate) fn clear(&mut self, hasher: FixedState) {
+        let entries = &self.entries;
+        #[expect(
+            clippy::cast_possible_truncation,
+            reason = "keys per request stay far below 2^32"
+        )]
+        self.index.clear(entries.len() as u32, |j| {
+            hasher.hash_one(entries[j as usize].key)
+        });
         self.entries.clear();
-        self.index.clear();
         self.observed.clear();
         self.in_order = true;
         self.rank = RequestRank::default();
@@ -229,6 +236,7 @@ pub(crate) struct Requests<K> {
     states: Vec<RequestState<K>>,
     free: Vec<u32>,
     max: u32,
+    hasher: FixedState,
 }
 
 impl<K: OffloadKey> Requests<K> {
@@ -238,11 +246,12 @@ impl<K: OffloadKey> Requests<K> {
         array_bytes(max, 4)
     }
 
-    pub(crate) fn new(max: u32) -> Result<Self, AllocError> {
+    pub(crate) fn new(max: u32, hasher: FixedState) -> Result<Self, AllocError> {
         Ok(Requests {
             states: Vec::new(),
             free: with_capacity(max as usize)?,
             max,
+            hasher,
         })
     }
 
@@ -262,9 +271,9 @@ impl<K: OffloadKey> Requests<K> {
             }
         };
         let s = &mut self.states[index as usize];
+        // A free state was cleared when it was released (a new one is empty).
         s.live = true;
         s.cache_gen = cache_gen;
-        s.clear();
         Ok(RequestId {
             index,
             generation: s.generation,
@@ -284,10 +293,11 @@ impl<K: OffloadKey> Requests<K> {
 
     /// Frees the slot; the handle goes stale.
     pub(crate) fn release(&mut self, id: RequestId) {
+        let hasher = self.hasher;
         if let Ok(s) = self.get_mut(id) {
             s.live = false;
             s.generation = s.generation.wrapping_add(1);
-            s.clear();
+            s.clear(hasher);
             self.free.push(id.index);
         }
     }
