@@ -1,6 +1,6 @@
 //! [`EntryIndex`]: a request's key → entry index, as small and quick as a per-request map can
 //! be. Open addressing with linear probing over `u32` cells (entry index + 1; 0 is empty),
-//! at most half full, cleared with each request.
+//! at most half full, emptied when its request ends.
 //!
 //! A request offers each key once or a few times and its map is emptied when it ends, so the
 //! index needs no deletion and no tombstones; in exchange for that narrow job it costs a
@@ -10,10 +10,6 @@ use alloc::vec::Vec;
 
 /// The smallest table (cells); tables grow by doubling.
 const MIN_CELLS: usize = 16;
-
-/// A table larger than this is freed, not zeroed, when the request ends (a long request must
-/// not make every later one pay for clearing its table).
-const KEEP_CELLS: usize = 1024;
 
 #[derive(Clone, Debug, Default)]
 pub(crate) struct EntryIndex {
@@ -70,23 +66,34 @@ impl EntryIndex {
 
     /// Forgets the `len` entries it holds (`rehash(j)` gives entry `j`'s hash): a sparse
     /// table empties the entries' own cells, a dense one is zeroed whole.
+    /// The table keeps its size, so a reused index allocates nothing; clearing costs what the
+    /// entries do, not what the largest request before them did.
     pub(crate) fn clear(&mut self, len: u32, rehash: impl Fn(u32) -> u64) {
-        if self.cells.len() > KEEP_CELLS {
-            self.cells = Vec::new();
-        } else if self.cells.len() > 8 * len as usize {
-            let mask = self.cells.len() - 1;
-            for j in 0..len {
-                #[expect(clippy::cast_possible_truncation, reason = "masked to the table")]
-                let mut at = rehash(j) as usize & mask;
-                // Each entry sits at or after its hash's cell, so this finds it.
-                while self.cells[at] != j + 1 {
-                    at = (at + 1) & mask;
-                }
-                self.cells[at] = 0;
-            }
-        } else {
+        let sparse = self.cells.len() > 8 * len as usize;
+        if !(sparse && self.clear_entries(len, rehash)) {
             self.cells.fill(0);
         }
+    }
+
+    /// Empties the cells of entries `0..len`; false (some cells left) if an entry is not where
+    /// its hash says, which only a key whose hash changed can cause.
+    fn clear_entries(&mut self, len: u32, rehash: impl Fn(u32) -> u64) -> bool {
+        let mask = self.cells.len() - 1;
+        for j in 0..len {
+            #[expect(clippy::cast_possible_truncation, reason = "masked to the table")]
+            let mut at = rehash(j) as usize & mask;
+            // Each entry sits at or after its hash's cell, within one lap of the table.
+            let mut steps = 0;
+            while self.cells[at] != j + 1 {
+                steps += 1;
+                if steps > mask {
+                    return false;
+                }
+                at = (at + 1) & mask;
+            }
+            self.cells[at] = 0;
+        }
+        true
     }
 
     /// Bytes of heap held.
@@ -137,11 +144,17 @@ mod tests {
         }
         idx.clear(2, |j| hash([3, 10][j as usize]));
         assert!(idx.cells.iter().all(|&c| c == 0));
+        // A hash that changed since the insert still leaves the table empty.
+        for (j, k) in [(0u32, 3u64), (1, 10)] {
+            assert_eq!(idx.find_or_insert(hash(k), j, |_| false, |_| 0), None);
+        }
+        idx.clear(2, |j| hash(u64::from(j) + 1));
+        assert!(idx.cells.iter().all(|&c| c == 0));
         assert_eq!(idx.find_or_insert(5, 0, |_| true, |_| 5), None);
     }
 
     #[test]
-    fn a_large_table_is_freed_at_clear() {
+    fn a_large_table_is_kept_and_emptied_at_clear() {
         let mut idx = EntryIndex::default();
         for j in 0..600u32 {
             assert_eq!(
@@ -151,6 +164,16 @@ mod tests {
         }
         assert_eq!(idx.cells.len(), 2048);
         idx.clear(600, u64::from);
-        assert_eq!(idx.allocation_size(), 0);
+        assert_eq!(idx.allocation_size(), 2048 * 4);
+        assert!(idx.cells.iter().all(|&c| c == 0));
+        // Three entries in 2,048 cells: emptied one by one.
+        for j in 0..3u32 {
+            assert_eq!(
+                idx.find_or_insert(u64::from(j) * 7, j, |_| false, |_| 0),
+                None
+            );
+        }
+        idx.clear(3, |j| u64::from(j) * 7);
+        assert!(idx.cells.iter().all(|&c| c == 0));
     }
 }

@@ -52,7 +52,6 @@ impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
             .saturating_add(ids)
     }
 
-    /// The id holding `key`, if any.
     /// Makes room in the index for `additional` more keys (capped at the pool's size), so
     /// that the next inserts do not allocate.
     ///
@@ -72,6 +71,7 @@ impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
             .map_err(|_| AllocError)
     }
 
+    /// The id holding `key`, if any.
     #[inline]
     pub(crate) fn find(&self, key: &K) -> Option<u32> {
         let keys = &self.keys;

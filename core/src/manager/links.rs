@@ -161,7 +161,6 @@ impl<P: Copy + Default> Links<P> {
         list.len -= 1;
     }
 
-    /// Moves node `i`, linked in `list`, to its tail.
     /// Moves the linked run `first..=last` of `list` (in list order) to its tail, keeping the
     /// run's order.
     pub(crate) fn move_run_to_tail(&mut self, list: &mut List, first: u32, last: u32) {
@@ -183,6 +182,7 @@ impl<P: Copy + Default> Links<P> {
         list.tail = last;
     }
 
+    /// Moves node `i`, linked in `list`, to its tail.
     #[inline(always)]
     pub(crate) fn move_to_tail(&mut self, list: &mut List, i: u32) {
         if list.tail != i {
