@@ -36,8 +36,15 @@ fuzz_target!(|data: &[u8]| {
             Ok(None) => break,
             Err(e) => {
                 let lines = line_count(body);
-                assert!((1..=lines).contains(&e.line()), "line {} of {lines}: {e}", e.line());
-                assert!(e.to_string().starts_with(&format!("line {}: ", e.line())), "{e}");
+                assert!(
+                    (1..=lines).contains(&e.line()),
+                    "line {} of {lines}: {e}",
+                    e.line()
+                );
+                assert!(
+                    e.to_string().starts_with(&format!("line {}: ", e.line())),
+                    "{e}"
+                );
                 return;
             }
         }
@@ -70,7 +77,9 @@ fuzz_target!(|data: &[u8]| {
     header.requests = Some(reader.requests());
     let mut writer = TraceWriter::new(Vec::new(), &header).expect("writing to a Vec");
     for r in &records {
-        writer.write_record(&r.as_record()).expect("writing a record just read");
+        writer
+            .write_record(&r.as_record())
+            .expect("writing a record just read");
     }
     let bytes = writer.finish().expect("finishing a Vec");
     let mut back = TraceReader::new(bytes.as_slice()).expect("re-reading the header");
