@@ -84,8 +84,9 @@ pub enum ChunkState {
 
 /// vLLM 0.33.0's CPU offloading manager over keys `K` (see the [module docs](self)).
 ///
-/// Memory is fixed at construction; steady-state calls do not allocate (per-request buffers
-/// are reused once warm).
+/// Memory is fixed at construction and steady-state calls do not allocate (per-request buffers
+/// are reused once warm), unless [`ManagerConfig::grow_tables`] lets the key tables grow as
+/// they fill, up to the same bound.
 #[derive(Clone, Debug)]
 pub struct OffloadManager<K: OffloadKey = BlockKey> {
     cfg: ManagerConfig,
