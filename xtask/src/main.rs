@@ -140,6 +140,10 @@ const SUITES: &[(&str, &[&str])] = &[
             "replay_expected",
         ],
     ),
+    (
+        "the vLLM plugin: the Python suite against vLLM 0.33.0's own modules (a venv in target/pyenv; the differential test included)",
+        &["std-adapter/python/tests/run.sh"],
+    ),
 ];
 
 const I686: &str = "i686-unknown-linux-gnu";
