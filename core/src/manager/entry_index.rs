@@ -113,27 +113,22 @@ mod tests {
         // Keys 0..100 hashed to a few values, so probes collide and wrap.
         let hash = |k: u64| (k % 7) * 1_000_003;
         let mut keys: Vec<u64> = Vec::new();
-        for k in 0..100u64 {
-            let new = keys.len() as u32;
-            let found = idx.find_or_insert(
+        // As a request's table is used: `k` is looked up as the entry after `keys`.
+        let find = |idx: &mut EntryIndex, keys: &[u64], k: u64| {
+            idx.find_or_insert(
                 hash(k),
-                new,
+                keys.len() as u32,
                 |j| keys[j as usize] == k,
                 |j| hash(keys[j as usize]),
-            );
-            assert_eq!(found, None, "key {k} is new");
+            )
+        };
+        for k in 0..100u64 {
+            assert_eq!(find(&mut idx, &keys, k), None, "key {k} is new");
             keys.push(k);
         }
         assert_eq!(idx.cells.len(), 256);
         for k in (0..100u64).rev() {
-            let new = keys.len() as u32;
-            let found = idx.find_or_insert(
-                hash(k),
-                new,
-                |j| keys[j as usize] == k,
-                |j| hash(keys[j as usize]),
-            );
-            assert_eq!(found, Some(k as u32));
+            assert_eq!(find(&mut idx, &keys, k), Some(k as u32));
         }
         idx.clear(100, |j| hash(keys[j as usize]));
         assert_eq!(idx.allocation_size(), 256 * 4);
