@@ -373,6 +373,18 @@ pub fn c4_zero_capacity_and_protected_failures_still_sample() {
     // The only idle keys are offered, hence protected.
     assert_eq!(h.ps(&[1, 2, 3]), None);
     assert_eq!(hist(&h.m.take_stats()), Some((2, 3)));
+    // The protection ends with the call: both are idle again, and an offer of one of them
+    // evicts the other.
+    assert_eq!(h.m.inspect().evictable(), 2);
+    assert_eq!(h.ps(&[1, 3]), stored(vec![3], vec![1], vec![2]));
+    assert_eq!(
+        (
+            h.m.inspect().evictable(),
+            h.m.lookup(&k(1)),
+            h.m.lookup(&k(3))
+        ),
+        (1, LookupResult::Hit, LookupResult::HitPending)
+    );
 }
 
 /// C5: the reuse filter skips first offers and counts them in `stores_skipped`.

@@ -162,12 +162,12 @@ fn huge() -> Vec<(ManagerConfig, u64)> {
     tracker.max_requests = 65_536;
     let mut one = ManagerConfig::new(4_000_000_000);
     one.max_requests = 1;
-    // Bytes per chunk (or tracker entry), rounded down: keys, reference counts, stamps, slot
+    // Bytes per chunk (or tracker entry), rounded down: keys, reference counts, slot
     // pool, table and the policy's arrays (a few of them pointer-sized).
     #[cfg(target_pointer_width = "64")]
-    let per = [59, 120, 41, 59];
+    let per = [58, 121, 42, 58];
     #[cfg(not(target_pointer_width = "64"))]
-    let per = [58, 113, 38, 58];
+    let per = [54, 109, 38, 54];
     [lru, arc, tracker, one]
         .into_iter()
         .zip(per)

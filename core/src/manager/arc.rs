@@ -155,15 +155,11 @@ impl<K: OffloadKey> Arc<K> {
         need: u32,
         keys: &[K],
         ref_cnt: &[i32],
-        stamps: &[u32],
-        stamp: u32,
         out: &mut Vec<u32>,
     ) -> bool {
         let start = out.len();
-        let eligible = |s: u32| {
-            ref_cnt.get(s as usize) == Some(&0)
-                && stamps.get(s as usize).copied().unwrap_or(0) != stamp
-        };
+        // Idle and not protected by the store call.
+        let eligible = |s: u32| ref_cnt.get(s as usize) == Some(&0);
         let mut c1 = self.t1.head;
         let mut c2 = self.t2.head;
         let links = &self.links;

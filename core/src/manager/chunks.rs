@@ -1,5 +1,5 @@
 //! The chunk table: which key holds which slot (a [`KeyPool`] whose ids are the slots, in vLLM's
-//! slot order), each chunk's reference count and its eviction-protection stamp.
+//! slot order) and each chunk's reference count.
 
 use super::key_pool::KeyPool;
 use crate::hashing::FixedState;
@@ -10,16 +10,18 @@ use crate::reserve::{AllocError, Lazy};
 pub(crate) const ABSENT: i32 = i32::MIN;
 /// `ref_cnt` of a chunk whose store has not completed (vLLM's −1).
 pub(crate) const PENDING: i32 = -1;
+/// `ref_cnt` of an idle chunk that the store call under way offers: not evictable by that call,
+/// and back to 0 before the call returns.
+pub(crate) const PROTECTED: i32 = -2;
 
 /// Slot-indexed chunk state plus the key → slot index.
 #[derive(Clone, Debug)]
 pub(crate) struct Chunks<K> {
     /// The resident keys; a key's id is its slot.
     pub(crate) pool: KeyPool<K>,
-    /// −1 pending, 0 idle (evictable), k > 0 pinned by k loads, `ABSENT` when free.
+    /// −1 pending, 0 idle (evictable), k > 0 pinned by k loads, `ABSENT` when free
+    /// (`PROTECTED` only inside a store call).
     ref_cnt: Lazy<i32>,
-    /// The store call that last offered the slot's key (eviction protection).
-    stamp: Lazy<u32>,
 }
 
 impl<K: OffloadKey> Chunks<K> {
@@ -28,15 +30,12 @@ impl<K: OffloadKey> Chunks<K> {
         Ok(Chunks {
             pool: KeyPool::new(capacity, hasher, grow)?,
             ref_cnt: Lazy::new(n, ABSENT)?,
-            stamp: Lazy::new(n, 0)?,
         })
     }
 
     /// The bytes [`Chunks::new`] allocates for `capacity` slots.
     pub(crate) fn bytes(capacity: u64) -> u64 {
-        KeyPool::<K>::bytes(capacity)
-            .saturating_add(Lazy::<i32>::bytes(capacity))
-            .saturating_add(Lazy::<u32>::bytes(capacity))
+        KeyPool::<K>::bytes(capacity).saturating_add(Lazy::<i32>::bytes(capacity))
     }
 
     /// The slot holding `key`, if any.
@@ -81,20 +80,25 @@ impl<K: OffloadKey> Chunks<K> {
         self.ref_cnt.set(slot as usize, v);
     }
 
-    /// Protection stamps by slot, as far as written (slots beyond read as 0, never a stamp).
+    /// Marks the idle chunks `slots` (distinct) [`PROTECTED`] from eviction, until
+    /// [`unprotect`](Self::unprotect) with the same slots.
     #[inline]
-    pub(crate) fn stamps(&self) -> &[u32] {
-        self.stamp.written()
+    pub(crate) fn protect(&mut self, slots: &[u32]) {
+        for &s in slots {
+            if self.ref_cnt(s) == 0 {
+                self.set_ref_cnt(s, PROTECTED);
+            }
+        }
     }
 
+    /// Makes the [`PROTECTED`] chunks among `slots` idle again.
     #[inline]
-    pub(crate) fn set_stamp(&mut self, slot: u32, stamp: u32) {
-        self.stamp.set(slot as usize, stamp);
-    }
-
-    /// Forgets every protection stamp (when the call counter wraps).
-    pub(crate) fn clear_stamps(&mut self) {
-        self.stamp.clear();
+    pub(crate) fn unprotect(&mut self, slots: &[u32]) {
+        for &s in slots {
+            if self.ref_cnt(s) == PROTECTED {
+                self.set_ref_cnt(s, 0);
+            }
+        }
     }
 
     /// Gives `key` (not resident) the next free slot, pending; `None` when no slot is free.
@@ -128,6 +132,6 @@ impl<K: OffloadKey> Chunks<K> {
 
     /// Bytes of heap held (for memory accounting).
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.pool.heap_bytes() + self.ref_cnt.heap_bytes() + self.stamp.heap_bytes()
+        self.pool.heap_bytes() + self.ref_cnt.heap_bytes()
     }
 }

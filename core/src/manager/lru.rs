@@ -18,6 +18,7 @@
 
 use alloc::vec::Vec;
 
+use super::chunks::PROTECTED;
 use super::links::{Links, List, NIL};
 use crate::key::OffloadKey;
 use crate::reserve::AllocError;
@@ -276,17 +277,10 @@ impl Lru {
         self.place_in_bucket(node, new, req_index, keys);
     }
 
-    /// Chooses `need` victims in rank order among idle chunks not stamped with `stamp`,
-    /// appending their slots to `out`. All or nothing: on `false` nothing changed (and `out` is
+    /// Chooses `need` victims in rank order among idle chunks (not [`PROTECTED`]), appending
+    /// their slots to `out`. All or nothing: on `false` nothing changed (and `out` is
     /// truncated back).
-    pub(crate) fn evict(
-        &mut self,
-        need: u32,
-        ref_cnt: &[i32],
-        stamps: &[u32],
-        stamp: u32,
-        out: &mut Vec<u32>,
-    ) -> bool {
+    pub(crate) fn evict(&mut self, need: u32, ref_cnt: &[i32], out: &mut Vec<u32>) -> bool {
         let start = out.len();
         let mut at = if self.hint == NIL {
             self.order.head
@@ -296,14 +290,14 @@ impl Lru {
         let mut found = 0;
         let mut first_idle_kept = NIL;
         while at != NIL && found < need {
-            if let Some(s) = self.slot_of(at)
-                && ref_cnt.get(s as usize) == Some(&0)
-            {
-                if stamps.get(s as usize).copied().unwrap_or(0) != stamp {
-                    out.push(s);
-                    found += 1;
-                } else if first_idle_kept == NIL {
-                    first_idle_kept = at;
+            if let Some(s) = self.slot_of(at) {
+                match ref_cnt.get(s as usize) {
+                    Some(0) => {
+                        out.push(s);
+                        found += 1;
+                    }
+                    Some(&PROTECTED) if first_idle_kept == NIL => first_idle_kept = at,
+                    _ => {}
                 }
             }
             at = self.links.next(at);

@@ -104,14 +104,14 @@ pub struct OffloadManager<K: OffloadKey = BlockKey> {
     events: Option<EventQueue<K>>,
     requests: Requests<K>,
     cache_generation: u64,
-    /// Stamps the resident keys of the current store offer (eviction protection).
-    call_stamp: u32,
     /// Stamps request entries offered by the current store call (duplicate detection).
     offer_stamp: u64,
     /// The request entries of the keys of a `prepare_load`.
     s_entry: Vec<u32>,
     /// The keys of the current store offer, classified.
     s_offer: Vec<store::Offered>,
+    /// The idle resident slots of the current store offer (protected while it evicts).
+    s_idle: Vec<u32>,
     s_slot: Vec<u32>,
     s_count: Vec<u32>,
     s_zero: Vec<u32>,
@@ -176,10 +176,10 @@ impl<K: OffloadKey> OffloadManager<K> {
             events,
             requests: Requests::new(cfg.max_requests, cfg.hasher).map_err(oom)?,
             cache_generation: 0,
-            call_stamp: 0,
             offer_stamp: 0,
             s_entry: Vec::new(),
             s_offer: Vec::new(),
+            s_idle: Vec::new(),
             s_slot: Vec::new(),
             s_count: Vec::new(),
             s_zero: Vec::new(),

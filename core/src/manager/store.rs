@@ -108,17 +108,12 @@ impl<K: OffloadKey> OffloadManager<K> {
         let hasher = self.cfg.hasher;
         let st = self.requests.get_mut(req)?;
 
-        // 1. Validate (no key twice in one offer) and classify, protecting every resident
-        //    offered key from this call's eviction. Nothing seen from outside changes before
-        //    the offer is valid: new entries are unseen and the stamps expire with the call.
+        // 1. Validate (no key twice in one offer) and classify. Nothing seen from outside
+        //    changes before the offer is valid: new entries are unseen.
         self.offer_stamp += 1;
         let stamp = self.offer_stamp;
-        self.call_stamp = self.call_stamp.wrapping_add(1);
-        if self.call_stamp == 0 || self.call_stamp == u32::MAX {
-            self.chunks.clear_stamps();
-            self.call_stamp = 1;
-        }
         self.s_offer.clear();
+        self.s_idle.clear();
         let mut candidates = 0usize;
         for (index, key) in keys.iter().enumerate() {
             let e = st.entry(*key, hasher);
@@ -132,13 +127,14 @@ impl<K: OffloadKey> OffloadManager<K> {
                     candidates += 1;
                     (CANDIDATE, links::NIL)
                 }
-                Some(s) => {
-                    self.chunks.set_stamp(s, self.call_stamp);
-                    match self.chunks.ref_cnt(s) >= 0 {
-                        true => (READY, s),
-                        false => (PENDING_KEY, s),
+                Some(s) => match self.chunks.ref_cnt(s) {
+                    0 => {
+                        self.s_idle.push(s);
+                        (READY, s)
                     }
-                }
+                    r if r > 0 => (READY, s),
+                    _ => (PENDING_KEY, s),
+                },
             };
             self.s_offer.push(Offered {
                 entry: e,
@@ -213,7 +209,8 @@ impl<K: OffloadKey> OffloadManager<K> {
             return Ok(());
         }
 
-        // 6. Sample the allocation size, then make room.
+        // 6. Sample the allocation size, then make room. Every idle offered chunk is
+        //    protected from this call's eviction for the time of the choice.
         self.alloc_sizes.observe(candidates as u64);
         let free = self.chunks.pool.free_count() as usize;
         if candidates > free {
@@ -226,28 +223,24 @@ impl<K: OffloadKey> OffloadManager<K> {
                 need,
                 evictable: self.evictable,
             };
-            if need > self.evictable {
-                self.alloc_failures = self.alloc_failures.saturating_add(1);
-                return Err(no_room);
-            }
+            self.chunks.protect(&self.s_idle);
+            #[expect(
+                clippy::cast_possible_truncation,
+                reason = "idle slots are distinct u32s"
+            )]
+            let protected = self.s_idle.len() as u32;
             self.victims.clear();
-            let ok = match &mut self.policy {
-                Policy::Lru(lru) => lru.evict(
-                    need,
-                    self.chunks.ref_cnts(),
-                    self.chunks.stamps(),
-                    self.call_stamp,
-                    &mut self.victims,
-                ),
-                Policy::Arc(arc) => arc.evict(
-                    need,
-                    self.chunks.keys(),
-                    self.chunks.ref_cnts(),
-                    self.chunks.stamps(),
-                    self.call_stamp,
-                    &mut self.victims,
-                ),
-            };
+            let ok = need <= self.evictable.saturating_sub(protected)
+                && match &mut self.policy {
+                    Policy::Lru(lru) => lru.evict(need, self.chunks.ref_cnts(), &mut self.victims),
+                    Policy::Arc(arc) => arc.evict(
+                        need,
+                        self.chunks.keys(),
+                        self.chunks.ref_cnts(),
+                        &mut self.victims,
+                    ),
+                };
+            self.chunks.unprotect(&self.s_idle);
             if !ok {
                 self.alloc_failures = self.alloc_failures.saturating_add(1);
                 return Err(no_room);
