@@ -11,7 +11,13 @@ use core::fmt;
 ///
 /// Hashing feeds one 64-bit word (the hash with the group folded in), so a lookup costs one
 /// mixing round: the block hash is already uniformly distributed.
+///
+/// The key is 12 bytes, aligned to 4 (`repr(C, packed(4))`): the manager's key tables hold
+/// one per resident chunk and two per ARC ghost, and the 4 bytes of padding a 16-byte key
+/// would carry were a tenth of ARC's metadata. Its fields are read and written by value; a
+/// reference to `hash` would be unaligned, which Rust refuses to make.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(C, packed(4))]
 pub struct BlockKey {
     /// The block's hash (for example the low 64 bits of vLLM's chained block hash).
     pub hash: u64,
@@ -56,7 +62,7 @@ impl core::hash::Hash for BlockKey {
 
 impl fmt::Display for BlockKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016x}/{}", self.hash, self.group)
+        write!(f, "{:016x}/{}", { self.hash }, { self.group })
     }
 }
 
@@ -91,6 +97,15 @@ impl OffloadKey for u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_block_key_is_twelve_bytes_without_padding() {
+        assert_eq!(core::mem::size_of::<BlockKey>(), 12);
+        assert_eq!(core::mem::align_of::<BlockKey>(), 4);
+        // Field order is still the order: hash first, then group.
+        assert!(BlockKey::new(1, 0) > BlockKey::new(0, 9));
+        assert!(BlockKey::new(1, 2) < BlockKey::new(1, 3));
+    }
 
     #[test]
     fn from_vllm_bytes_reads_big_endian_modulo_2_64() {
