@@ -165,7 +165,7 @@ fn huge() -> Vec<(ManagerConfig, u64)> {
     // Bytes per chunk (or tracker entry), rounded down: keys, reference counts, slot
     // pool, table and the policy's arrays (the same at 32 and 64 bits: `BlockKey` is 12
     // bytes on both).
-    let per = [54, 109, 38, 54];
+    let per = [54, 99, 38, 54];
     [lru, arc, tracker, one]
         .into_iter()
         .zip(per)

@@ -7,7 +7,7 @@
 
 use alloc::vec::Vec;
 
-use super::key_pool::KeyPool;
+use super::key_table::KeyTable;
 use super::links::{Links, List, NIL};
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
@@ -44,17 +44,14 @@ impl<K: OffloadKey> Arc<K> {
 
     /// The bytes [`Arc::new`] allocates for `n` slots (and `2 · n` ghost nodes).
     pub(crate) fn bytes(n: u64) -> u64 {
-        let ghosts = n.saturating_mul(2);
         Links::<()>::bytes(n)
             .saturating_add(Lazy::<u8>::bytes(n))
-            .saturating_add(KeyPool::<K>::bytes(ghosts))
-            .saturating_add(Links::<()>::bytes(ghosts))
-            .saturating_add(Lazy::<u8>::bytes(ghosts))
+            .saturating_add(Ghosts::<K>::bytes(n))
     }
 
-    /// Makes room for `victims` more ghosts (see [`KeyPool::reserve`]).
+    /// Makes room for `victims` more ghosts (see [`KeyTable::reserve`]).
     pub(crate) fn reserve_ghosts(&mut self, victims: u32) -> Result<(), AllocError> {
-        self.ghosts.pool.reserve(victims)
+        self.ghosts.table.reserve(victims)
     }
 
     /// The adaptive target size of T1.
@@ -67,8 +64,8 @@ impl<K: OffloadKey> Arc<K> {
         (
             self.t1.len,
             self.t2.len,
-            self.ghosts.b1.len,
-            self.ghosts.b2.len,
+            self.ghosts.lists[B1 as usize].len,
+            self.ghosts.lists[B2 as usize].len,
         )
     }
 
@@ -95,17 +92,19 @@ impl<K: OffloadKey> Arc<K> {
             return;
         };
         let cap = f64::from(self.capacity);
-        let (b1, b2) = (f64::from(self.ghosts.b1.len), f64::from(self.ghosts.b2.len));
-        if self.ghosts.which.get(node as usize) == B1 {
+        let g = &mut self.ghosts;
+        let [l1, l2] = &mut g.lists;
+        let (b1, b2) = (f64::from(l1.len), f64::from(l2.len));
+        if Ghosts::<K>::list_of(node) == B1 {
             let delta = py_max_one(b2 / b1);
             let t = self.target + delta;
             self.target = if t <= cap { t } else { cap };
-            self.ghosts.links.move_to_tail(&mut self.ghosts.b1, node);
+            g.links.move_to_tail(l1, node);
         } else {
             let delta = py_max_one(b1 / b2);
             let t = self.target - delta;
             self.target = if t >= 0.0 { t } else { 0.0 };
-            self.ghosts.links.move_to_tail(&mut self.ghosts.b2, node);
+            g.links.move_to_tail(l2, node);
         }
     }
 
@@ -243,7 +242,7 @@ impl<K: OffloadKey> Arc<K> {
 
     /// Passes every key of B1 and B2 to `f`, in no particular order.
     pub(crate) fn for_each_ghost(&self, mut f: impl FnMut(&K)) {
-        self.ghosts.pool.for_each_key(&mut f);
+        self.ghosts.table.for_each_key(&mut f);
     }
 }
 
@@ -253,19 +252,24 @@ fn py_max_one(x: f64) -> f64 {
     if x > 1.0 { x } else { 1.0 }
 }
 
-const B1: u8 = 1;
-const B2: u8 = 2;
+/// The two ghost lists, by the parity of their ids.
+const B1: u32 = 0;
+const B2: u32 = 1;
 
 /// The ghost lists: keys recently evicted from T1 (B1) and T2 (B2), each at most `capacity`
-/// long, in a pool of `2 · capacity` nodes.
+/// long, in a table of `2 · capacity` ids. B1's ids are even and B2's odd, so a ghost's id
+/// says its list: no per-ghost list byte and no id allocator beyond each list's count of
+/// ids ever used and its list of freed ones.
 #[derive(Clone, Debug)]
 struct Ghosts<K> {
-    pool: KeyPool<K>,
+    table: KeyTable<K>,
+    /// B1, B2 and each one's freed ids, threaded through one node table.
     links: Links,
-    /// The list each node is in, one byte per node (in the nodes it would pad each to 12).
-    which: Lazy<u8>,
-    b1: List,
-    b2: List,
+    lists: [List; 2],
+    free: [List; 2],
+    /// How many of each list's ids have ever been used (its next fresh id is
+    /// `2 · fresh[list] + list`).
+    fresh: [u32; 2],
     capacity: u32,
 }
 
@@ -274,75 +278,84 @@ impl<K: OffloadKey> Ghosts<K> {
         // The configuration keeps 2 · capacity below 2^32.
         let n = capacity.checked_mul(2).ok_or(AllocError)?;
         Ok(Ghosts {
-            pool: KeyPool::new(n, hasher, grow)?,
+            table: KeyTable::new(n, hasher, grow)?,
             links: Links::new(n)?,
-            which: Lazy::new(n as usize, NONE)?,
-            b1: List::EMPTY,
-            b2: List::EMPTY,
+            lists: [List::EMPTY; 2],
+            free: [List::EMPTY; 2],
+            fresh: [0; 2],
             capacity,
         })
     }
 
+    /// The bytes [`Ghosts::new`] allocates for `capacity` ghosts per list.
+    fn bytes(capacity: u64) -> u64 {
+        let n = capacity.saturating_mul(2);
+        KeyTable::<K>::bytes(n).saturating_add(Links::<()>::bytes(n))
+    }
+
+    #[inline]
     fn find(&self, key: &K) -> Option<u32> {
-        self.pool.find(key)
+        self.table.find(key)
     }
 
+    /// The list ghost `node` is in.
+    #[inline]
+    const fn list_of(node: u32) -> u32 {
+        node & 1
+    }
+
+    #[inline]
     fn remove(&mut self, key: &K) {
-        if let Some(node) = self.pool.remove_key(key) {
-            self.unlink_node(node);
+        if let Some(node) = self.table.remove_key(key) {
+            self.release(node);
         }
     }
 
-    fn unlink_node(&mut self, node: u32) {
-        match self.which.get(node as usize) {
-            B1 => self.links.unlink(&mut self.b1, node),
-            _ => self.links.unlink(&mut self.b2, node),
-        }
-        self.which.set(node as usize, NONE);
-    }
-
-    fn drop_lru(&mut self, list: u8) {
-        let head = if list == B1 {
-            self.b1.head
-        } else {
-            self.b2.head
-        };
-        if head == NIL {
-            return;
-        }
-        self.pool.remove(head);
-        self.unlink_node(head);
+    /// Takes `node` (just forgotten by the table) out of its list into its list's free ids.
+    #[inline]
+    fn release(&mut self, node: u32) {
+        let l = Self::list_of(node) as usize;
+        self.links.unlink(&mut self.lists[l], node);
+        self.links.push_back(&mut self.free[l], node);
     }
 
     /// Appends `key` (not a ghost yet) at the MRU end of `list`, dropping that list's LRU entry
     /// first when it is full — the same result as vLLM's append-then-trim.
-    fn push(&mut self, list: u8, key: K) {
+    fn push(&mut self, list: u32, key: K) {
         if self.capacity == 0 {
             return;
         }
-        let len = if list == B1 { self.b1.len } else { self.b2.len };
-        if len >= self.capacity {
-            self.drop_lru(list);
+        let l = list as usize;
+        if self.lists[l].len >= self.capacity {
+            let head = self.lists[l].head;
+            self.table.remove(head);
+            self.release(head);
         }
-        let Some(node) = self.pool.insert(key) else {
-            return;
+        let node = match self.free[l].head {
+            NIL => {
+                // Fewer than `capacity` of this list's ids are in use and none is free, so
+                // this one is below 2 · capacity.
+                let id = 2 * self.fresh[l] + list;
+                self.fresh[l] += 1;
+                id
+            }
+            freed => {
+                self.links.unlink(&mut self.free[l], freed);
+                freed
+            }
         };
-        self.which.set(node as usize, list);
-        if list == B1 {
-            self.links.push_back(&mut self.b1, node);
-        } else {
-            self.links.push_back(&mut self.b2, node);
-        }
+        self.table.insert_at(node, key);
+        self.links.push_back(&mut self.lists[l], node);
     }
 
     fn clear(&mut self) {
-        self.pool.clear();
-        self.b1 = List::EMPTY;
-        self.b2 = List::EMPTY;
-        self.which.clear();
+        self.table.clear();
+        self.lists = [List::EMPTY; 2];
+        self.free = [List::EMPTY; 2];
+        self.fresh = [0; 2];
     }
 
     fn heap_bytes(&self) -> usize {
-        self.pool.heap_bytes() + self.links.heap_bytes() + self.which.heap_bytes()
+        self.table.heap_bytes() + self.links.heap_bytes()
     }
 }

@@ -40,6 +40,7 @@ mod error;
 mod events;
 mod inspect;
 mod key_pool;
+mod key_table;
 mod links;
 mod load;
 mod lru;

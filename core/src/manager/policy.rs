@@ -13,10 +13,6 @@ use crate::key::OffloadKey;
 
 /// The eviction policy of one manager.
 #[derive(Clone, Debug)]
-#[expect(
-    clippy::large_enum_variant,
-    reason = "one per manager, never moved in a hot path"
-)]
 pub(crate) enum Policy<K> {
     Lru(Lru),
     Arc(Arc<K>),

@@ -1,0 +1,170 @@
+//! [`KeyTable`]: keys held by `u32` ids the owner chooses, with a key → id index. It is the
+//! lookup half of [`KeyPool`](super::key_pool::KeyPool) (which adds an id allocator) and, on
+//! its own, the table of ARC's ghost keys (whose ids say which ghost list holds them).
+//!
+//! The key array is reserved at construction and written as far as the highest id used, so
+//! only the ids ever used touch memory.
+
+use alloc::vec::Vec;
+use core::hash::BuildHasher;
+use hashbrown::HashTable;
+
+use crate::hashing::FixedState;
+use crate::reserve::{AllocError, array_bytes, put, table, table_bytes, with_capacity};
+
+/// The keys a growing index is first sized for.
+pub(crate) const GROWN_FROM: u32 = 1024;
+
+#[derive(Clone, Debug)]
+pub(crate) struct KeyTable<K> {
+    /// The most ids (the index never holds more).
+    max: u32,
+    /// The key held by each id; meaningful only while the id is in the index.
+    keys: Vec<K>,
+    index: HashTable<u32>,
+    hasher: FixedState,
+}
+
+impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
+    /// A table for ids `0..n`, empty. With `grow`, the index is first sized for at most
+    /// [`GROWN_FROM`] keys and grows through [`reserve`](Self::reserve) instead of being
+    /// allocated whole.
+    pub(crate) fn new(n: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
+        let entries = if grow { n.min(GROWN_FROM) } else { n };
+        Ok(KeyTable {
+            max: n,
+            keys: with_capacity(n as usize)?,
+            index: table(entries as usize)?,
+            hasher,
+        })
+    }
+
+    /// The bytes [`KeyTable::new`] allocates for `n` ids (the index at its largest).
+    pub(crate) fn bytes(n: u64) -> u64 {
+        array_bytes(n, core::mem::size_of::<K>()).saturating_add(table_bytes::<u32>(n))
+    }
+
+    /// Makes room in the index for `additional` more keys (capped at the table's size), so
+    /// that the next inserts do not allocate.
+    ///
+    /// # Errors
+    /// [`AllocError`] when the grown index cannot be allocated; nothing changes then.
+    #[inline]
+    pub(crate) fn reserve(&mut self, additional: u32) -> Result<(), AllocError> {
+        let len = self.index.len();
+        let want = (len + additional as usize).min(self.max as usize) - len.min(self.max as usize);
+        if self.index.capacity() - len >= want {
+            return Ok(());
+        }
+        let keys = &self.keys;
+        let hasher = self.hasher;
+        self.index
+            .try_reserve(want, |&j| hasher.hash_one(keys[j as usize]))
+            .map_err(|_| AllocError)
+    }
+
+    /// The id holding `key`, if any.
+    #[inline]
+    pub(crate) fn find(&self, key: &K) -> Option<u32> {
+        let keys = &self.keys;
+        self.index
+            .find(self.hasher.hash_one(key), |&i| keys[i as usize] == *key)
+            .copied()
+    }
+
+    /// The key of id `id` (held, or once held).
+    #[inline]
+    pub(crate) fn key(&self, id: u32) -> K {
+        self.keys[id as usize]
+    }
+
+    /// The key array, indexed by id (ids never used lie beyond its end).
+    #[inline]
+    pub(crate) fn keys(&self) -> &[K] {
+        &self.keys
+    }
+
+    /// Gives `key` (not held) the id `id` (below the table's size, holding no key).
+    #[inline]
+    pub(crate) fn insert_at(&mut self, id: u32, key: K) {
+        put(&mut self.keys, id as usize, key);
+        let keys = &self.keys;
+        let hasher = self.hasher;
+        self.index.insert_unique(hasher.hash_one(key), id, |&j| {
+            hasher.hash_one(keys[j as usize])
+        });
+    }
+
+    /// Forgets the key of id `id` (which holds one).
+    #[inline]
+    pub(crate) fn remove(&mut self, id: u32) {
+        let h = self.hasher.hash_one(self.keys[id as usize]);
+        if let Ok(e) = self.index.find_entry(h, |&j| j == id) {
+            e.remove();
+        }
+    }
+
+    /// Forgets `key` and returns the id that held it; `None` when `key` is not held.
+    #[inline]
+    pub(crate) fn remove_key(&mut self, key: &K) -> Option<u32> {
+        let keys = &self.keys;
+        let entry = self
+            .index
+            .find_entry(self.hasher.hash_one(key), |&j| keys[j as usize] == *key)
+            .ok()?;
+        Some(entry.remove().0)
+    }
+
+    /// Forgets every key (the key array keeps its contents, unreachable).
+    pub(crate) fn clear(&mut self) {
+        self.index.clear();
+    }
+
+    /// Passes every key held to `f`, in no particular order.
+    pub(crate) fn for_each_key(&self, mut f: impl FnMut(&K)) {
+        for &id in &self.index {
+            f(&self.keys[id as usize]);
+        }
+    }
+
+    /// Keys held.
+    #[inline]
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    /// Bytes of heap held.
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.keys.capacity() * core::mem::size_of::<K>() + self.index.allocation_size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_map_to_the_ids_given_and_back() {
+        let mut t = KeyTable::<u64>::new(4, FixedState::default(), false).unwrap();
+        t.insert_at(3, 30);
+        t.insert_at(0, 10);
+        assert_eq!(
+            (t.find(&30), t.find(&10), t.find(&20)),
+            (Some(3), Some(0), None)
+        );
+        assert_eq!((t.key(3), t.keys().len(), t.len()), (30, 4, 2));
+        t.remove(3);
+        assert_eq!(
+            (t.find(&30), t.remove_key(&10), t.remove_key(&10)),
+            (None, Some(0), None)
+        );
+        t.insert_at(1, 30);
+        assert_eq!(t.find(&30), Some(1));
+        let mut seen = alloc::vec::Vec::new();
+        t.for_each_key(|k| seen.push(*k));
+        assert_eq!(seen, [30]);
+        t.clear();
+        assert_eq!((t.len(), t.find(&30)), (0, None));
+        assert_eq!(t.heap_bytes() as u64, KeyTable::<u64>::bytes(4));
+    }
+}
