@@ -153,7 +153,7 @@ fn a_config_over_the_limit_is_refused_before_allocating() {
 fn huge() -> Vec<(ManagerConfig, u64)> {
     let mut lru = ManagerConfig::new(4_294_901_758);
     lru.max_requests = 65_536;
-    let mut arc = ManagerConfig::new(2_147_450_879);
+    let mut arc = ManagerConfig::new(1_431_655_764);
     arc.policy = PolicyKind::Arc;
     arc.max_requests = 65_536;
     let mut tracker = ManagerConfig::new(1024);
@@ -225,7 +225,7 @@ fn replay_error(extra: &[&str]) -> String {
 fn replay_refuses_huge_capacities_with_the_limit_in_the_message() {
     let commands: [&[&str]; 4] = [
         &["--capacity", "4294901758"],
-        &["--policy", "arc", "--capacity", "2147450879"],
+        &["--policy", "arc", "--capacity", "1431655764"],
         &["--max-tracker-size", "4294967295", "--store-threshold", "2"],
         &[
             "--requests",
@@ -269,8 +269,8 @@ fn lru_overflow_does_not_mention_arc() {
     );
     assert_eq!(
         e.to_string(),
-        "num_chunks (2147483648) is too large for ARC: its 2 · num_chunks ghost entries \
-         exceed the u32 index space"
+        "num_chunks (2147483648) is too large for ARC: its key table of the chunks and 2 · \
+         num_chunks ghost entries exceeds the u32 index space (num_chunks at most 1431655764)"
     );
 }
 

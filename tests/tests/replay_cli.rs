@@ -334,11 +334,12 @@ fn rejected_configurations_name_the_options_and_the_policy() {
         err(&["--max-requests", "0"]),
         "--max-requests must be at least 1"
     );
-    // Under ARC, 2 · capacity must fit: the sum with --max-requests is not the reason.
+    // Under ARC, 3 · capacity must fit: the sum with --max-requests is not the reason.
     assert_eq!(
-        err(&["--capacity", "2200000000", "--policy", "arc"]),
-        "capacity 2200000000 is too large for --policy arc: ARC's ghost lists need 2 · capacity \
-         below 4294967295 (capacity at most 2147483647)"
+        err(&["--capacity", "1500000000", "--policy", "arc"]),
+        "capacity 1500000000 is too large for --policy arc: ARC's key table of the chunks and \
+         their 2 · capacity ghosts needs 3 · capacity below 4294967295 (capacity at most \
+         1431655764)"
     );
     assert_eq!(
         err(&["--capacity", "4294967000"]),

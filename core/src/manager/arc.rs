@@ -4,12 +4,15 @@
 //! The target is an `f64` updated with exactly vLLM's operations in vLLM's order, because it
 //! decides victims and matching vLLM's victims exactly matters more than integer purity (the
 //! one float in the core's decisions; IEEE arithmetic makes it identical on every target).
+//!
+//! The ghost keys live in the chunks' key table, at the ids past the slots (a key is resident
+//! or a ghost, never both, so one index answers for both): the methods that meet ghost keys
+//! take that table.
 
 use alloc::vec::Vec;
 
 use super::key_table::KeyTable;
 use super::links::{Links, List, NIL};
-use crate::hashing::FixedState;
 use crate::key::OffloadKey;
 use crate::reserve::{AllocError, Lazy};
 
@@ -18,40 +21,37 @@ const T1: u8 = 1;
 const T2: u8 = 2;
 
 #[derive(Clone, Debug)]
-pub(crate) struct Arc<K> {
+pub(crate) struct Arc {
     links: Links,
     /// The list each node is in, one byte per node (in the nodes it would pad each to 12).
     which: Lazy<u8>,
     t1: List,
     t2: List,
-    ghosts: Ghosts<K>,
+    ghosts: Ghosts,
     target: f64,
     capacity: u32,
 }
 
-impl<K: OffloadKey> Arc<K> {
-    pub(crate) fn new(n: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
+impl Arc {
+    /// An empty ARC of `n` slots, whose ghosts take the key table's ids `n..3 · n`.
+    pub(crate) fn new(n: u32) -> Result<Self, AllocError> {
         Ok(Arc {
             links: Links::new(n)?,
             which: Lazy::new(n as usize, NONE)?,
             t1: List::EMPTY,
             t2: List::EMPTY,
-            ghosts: Ghosts::new(n, hasher, grow)?,
+            ghosts: Ghosts::new(n)?,
             target: 0.0,
             capacity: n,
         })
     }
 
-    /// The bytes [`Arc::new`] allocates for `n` slots (and `2 · n` ghost nodes).
+    /// The bytes [`Arc::new`] allocates for `n` slots (and `2 · n` ghost nodes; their keys
+    /// are the key table's).
     pub(crate) fn bytes(n: u64) -> u64 {
         Links::<()>::bytes(n)
             .saturating_add(Lazy::<u8>::bytes(n))
-            .saturating_add(Ghosts::<K>::bytes(n))
-    }
-
-    /// Makes room for `victims` more ghosts (see [`KeyTable::reserve`]).
-    pub(crate) fn reserve_ghosts(&mut self, victims: u32) -> Result<(), AllocError> {
-        self.ghosts.table.reserve(victims)
+            .saturating_add(Ghosts::bytes(n))
     }
 
     /// The adaptive target size of T1.
@@ -69,11 +69,11 @@ impl<K: OffloadKey> Arc<K> {
         )
     }
 
-    /// A new chunk goes to the MRU end of T1 and leaves the ghost lists.
-    pub(crate) fn insert(&mut self, slot: u32, key: &K) {
+    /// A new chunk goes to the MRU end of T1 and its key leaves the ghost lists.
+    pub(crate) fn insert<K: OffloadKey>(&mut self, slot: u32, key: &K, table: &mut KeyTable<K>) {
         self.which.set(slot as usize, T1);
         self.links.push_back(&mut self.t1, slot);
-        self.ghosts.remove(key);
+        self.ghosts.remove(table, key);
     }
 
     /// Forgets a chunk without a ghost entry (failed store).
@@ -87,15 +87,26 @@ impl<K: OffloadKey> Arc<K> {
     }
 
     /// Ghost adaptation for a key that is not resident.
-    pub(crate) fn adapt(&mut self, key: &K) {
-        let Some(node) = self.ghosts.find(key) else {
-            return;
-        };
+    pub(crate) fn adapt<K: OffloadKey>(&mut self, key: &K, table: &KeyTable<K>) {
+        if let Some(node) = self.ghosts.find(table, key) {
+            self.adapt_node(node);
+        }
+    }
+
+    /// Ghost adaptation for the ghost at key table id `id` (as
+    /// [`Chunks::find_any`](super::chunks::Chunks::find_any) found it, at or past the slots).
+    pub(crate) fn adapt_ghost(&mut self, id: u32) {
+        if let Some(node) = id.checked_sub(self.ghosts.base) {
+            self.adapt_node(node);
+        }
+    }
+
+    fn adapt_node(&mut self, node: u32) {
         let cap = f64::from(self.capacity);
         let g = &mut self.ghosts;
         let [l1, l2] = &mut g.lists;
         let (b1, b2) = (f64::from(l1.len), f64::from(l2.len));
-        if Ghosts::<K>::list_of(node) == B1 {
+        if Ghosts::list_of(node) == B1 {
             let delta = py_max_one(b2 / b1);
             let t = self.target + delta;
             self.target = if t <= cap { t } else { cap };
@@ -110,7 +121,12 @@ impl<K: OffloadKey> Arc<K> {
 
     /// `touch` of one key (callers walk the keys in reverse). `slot` is the key's slot if
     /// resident, with its readiness.
-    pub(crate) fn touch(&mut self, key: &K, slot: Option<(u32, bool)>) {
+    pub(crate) fn touch<K: OffloadKey>(
+        &mut self,
+        key: &K,
+        slot: Option<(u32, bool)>,
+        table: &KeyTable<K>,
+    ) {
         match slot {
             Some((s, ready)) => match self.which.get(s as usize) {
                 T1 if ready => {
@@ -121,7 +137,7 @@ impl<K: OffloadKey> Arc<K> {
                 T2 => self.links.move_to_tail(&mut self.t2, s),
                 _ => {}
             },
-            None => self.adapt(key),
+            None => self.adapt(key, table),
         }
     }
 
@@ -146,16 +162,10 @@ impl<K: OffloadKey> Arc<K> {
         }
     }
 
-    /// Chooses `need` victims with vLLM's two monotonic scanners, appending `(slot)` to `out`;
-    /// on success moves them to the ghost lists (T1 victims to B1, T2 victims to B2), trimming
-    /// each ghost list to the capacity. All or nothing.
-    pub(crate) fn evict(
-        &mut self,
-        need: u32,
-        keys: &[K],
-        ref_cnt: &[i32],
-        out: &mut Vec<u32>,
-    ) -> bool {
+    /// Chooses `need` victims with vLLM's two monotonic scanners, appending their slots to
+    /// `out` (nothing changes; [`retire`](Self::retire) retires them). All or nothing:
+    /// on `false`, `out` is truncated back.
+    pub(crate) fn evict(&self, need: u32, ref_cnt: &[i32], out: &mut Vec<u32>) -> bool {
         let start = out.len();
         // Idle and not protected by the store call.
         let eligible = |s: u32| ref_cnt.get(s as usize) == Some(&0);
@@ -199,18 +209,24 @@ impl<K: OffloadKey> Arc<K> {
                 }
             }
         }
-        for &s in &out[start..] {
-            let key = keys[s as usize];
+        true
+    }
+
+    /// Moves the resident `victims` (chosen by [`evict`](Self::evict)) to the ghost lists: T1
+    /// victims to B1, T2 victims to B2, each list trimmed to the capacity. Their keys stay
+    /// resident in `table` too until the caller removes the chunks.
+    pub(crate) fn retire<K: OffloadKey>(&mut self, victims: &[u32], table: &mut KeyTable<K>) {
+        for &s in victims {
+            let key = table.key(s);
             if self.which.get(s as usize) == T1 {
                 self.links.unlink(&mut self.t1, s);
-                self.ghosts.push(B1, key);
+                self.ghosts.push(table, B1, key);
             } else {
                 self.links.unlink(&mut self.t2, s);
-                self.ghosts.push(B2, key);
+                self.ghosts.push(table, B2, key);
             }
             self.which.set(s as usize, NONE);
         }
-        true
     }
 
     /// Empties all four lists and resets the target.
@@ -241,8 +257,15 @@ impl<K: OffloadKey> Arc<K> {
     }
 
     /// Passes every key of B1 and B2 to `f`, in no particular order.
-    pub(crate) fn for_each_ghost(&self, mut f: impl FnMut(&K)) {
-        self.ghosts.table.for_each_key(&mut f);
+    pub(crate) fn for_each_ghost<K: OffloadKey>(&self, table: &KeyTable<K>, f: impl FnMut(&K)) {
+        let base = self.ghosts.base;
+        table.for_each_key_in(|i| i >= base, f);
+    }
+
+    /// The ghost keys `table` holds (a walk over the whole index, for invariant checks).
+    pub(crate) fn ghosts_held<K: OffloadKey>(&self, table: &KeyTable<K>) -> usize {
+        let base = self.ghosts.base;
+        table.count_in(|i| i >= base)
     }
 }
 
@@ -257,45 +280,47 @@ const B1: u32 = 0;
 const B2: u32 = 1;
 
 /// The ghost lists: keys recently evicted from T1 (B1) and T2 (B2), each at most `capacity`
-/// long, in a table of `2 · capacity` ids. B1's ids are even and B2's odd, so a ghost's id
-/// says its list: no per-ghost list byte and no id allocator beyond each list's count of
-/// ids ever used and its list of freed ones.
+/// long, on `2 · capacity` nodes. Node `g`'s key is the key table's id `base + g`. B1's nodes
+/// are even and B2's odd, so a ghost's node says its list: no per-ghost list byte and no id
+/// allocator beyond each list's count of nodes ever used and its list of freed ones.
 #[derive(Clone, Debug)]
-struct Ghosts<K> {
-    table: KeyTable<K>,
-    /// B1, B2 and each one's freed ids, threaded through one node table.
+struct Ghosts {
+    /// B1, B2 and each one's freed nodes, threaded through one node table.
     links: Links,
     lists: [List; 2],
     free: [List; 2],
-    /// How many of each list's ids have ever been used (its next fresh id is
+    /// How many of each list's nodes have ever been used (its next fresh node is
     /// `2 · fresh[list] + list`).
     fresh: [u32; 2],
     capacity: u32,
+    /// The key table id of node 0 (the number of slots).
+    base: u32,
 }
 
-impl<K: OffloadKey> Ghosts<K> {
-    fn new(capacity: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
-        // The configuration keeps 2 · capacity below 2^32.
+impl Ghosts {
+    fn new(capacity: u32) -> Result<Self, AllocError> {
+        // The configuration keeps 3 · capacity below 2^32.
         let n = capacity.checked_mul(2).ok_or(AllocError)?;
         Ok(Ghosts {
-            table: KeyTable::new(n, hasher, grow)?,
             links: Links::new(n)?,
             lists: [List::EMPTY; 2],
             free: [List::EMPTY; 2],
             fresh: [0; 2],
             capacity,
+            base: capacity,
         })
     }
 
     /// The bytes [`Ghosts::new`] allocates for `capacity` ghosts per list.
     fn bytes(capacity: u64) -> u64 {
-        let n = capacity.saturating_mul(2);
-        KeyTable::<K>::bytes(n).saturating_add(Links::<()>::bytes(n))
+        Links::<()>::bytes(capacity.saturating_mul(2))
     }
 
+    /// The ghost node holding `key`, if any.
     #[inline]
-    fn find(&self, key: &K) -> Option<u32> {
-        self.table.find(key)
+    fn find<K: OffloadKey>(&self, table: &KeyTable<K>, key: &K) -> Option<u32> {
+        let base = self.base;
+        table.find_in(key, |i| i >= base).map(|i| i - base)
     }
 
     /// The list ghost `node` is in.
@@ -305,13 +330,14 @@ impl<K: OffloadKey> Ghosts<K> {
     }
 
     #[inline]
-    fn remove(&mut self, key: &K) {
-        if let Some(node) = self.table.remove_key(key) {
-            self.release(node);
+    fn remove<K: OffloadKey>(&mut self, table: &mut KeyTable<K>, key: &K) {
+        let base = self.base;
+        if let Some(id) = table.remove_key_in(key, |i| i >= base) {
+            self.release(id - base);
         }
     }
 
-    /// Takes `node` (just forgotten by the table) out of its list into its list's free ids.
+    /// Takes `node` (its key just forgotten) out of its list into its list's free nodes.
     #[inline]
     fn release(&mut self, node: u32) {
         let l = Self::list_of(node) as usize;
@@ -321,41 +347,41 @@ impl<K: OffloadKey> Ghosts<K> {
 
     /// Appends `key` (not a ghost yet) at the MRU end of `list`, dropping that list's LRU entry
     /// first when it is full — the same result as vLLM's append-then-trim.
-    fn push(&mut self, list: u32, key: K) {
+    fn push<K: OffloadKey>(&mut self, table: &mut KeyTable<K>, list: u32, key: K) {
         if self.capacity == 0 {
             return;
         }
         let l = list as usize;
         if self.lists[l].len >= self.capacity {
             let head = self.lists[l].head;
-            self.table.remove(head);
+            table.remove(self.base + head);
             self.release(head);
         }
         let node = match self.free[l].head {
             NIL => {
-                // Fewer than `capacity` of this list's ids are in use and none is free, so
+                // Fewer than `capacity` of this list's nodes are in use and none is free, so
                 // this one is below 2 · capacity.
-                let id = 2 * self.fresh[l] + list;
+                let node = 2 * self.fresh[l] + list;
                 self.fresh[l] += 1;
-                id
+                node
             }
             freed => {
                 self.links.unlink(&mut self.free[l], freed);
                 freed
             }
         };
-        self.table.insert_at(node, key);
+        table.insert_at(self.base + node, key);
         self.links.push_back(&mut self.lists[l], node);
     }
 
+    /// Empties both lists (the key table forgets their keys with the chunks).
     fn clear(&mut self) {
-        self.table.clear();
         self.lists = [List::EMPTY; 2];
         self.free = [List::EMPTY; 2];
         self.fresh = [0; 2];
     }
 
     fn heap_bytes(&self) -> usize {
-        self.table.heap_bytes() + self.links.heap_bytes()
+        self.links.heap_bytes()
     }
 }

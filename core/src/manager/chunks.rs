@@ -17,7 +17,8 @@ pub(crate) const PROTECTED: i32 = -2;
 /// Slot-indexed chunk state plus the key → slot index.
 #[derive(Clone, Debug)]
 pub(crate) struct Chunks<K> {
-    /// The resident keys; a key's id is its slot.
+    /// The resident keys; a key's id is its slot. Under ARC its table also holds the ghost
+    /// keys, at the ids past the slots.
     pub(crate) pool: KeyPool<K>,
     /// −1 pending, 0 idle (evictable), k > 0 pinned by k loads, `ABSENT` when free
     /// (`PROTECTED` only inside a store call).
@@ -25,23 +26,36 @@ pub(crate) struct Chunks<K> {
 }
 
 impl<K: OffloadKey> Chunks<K> {
-    pub(crate) fn new(capacity: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
+    /// `capacity` slots, all free, in a key table with room for `ghosts` more keys.
+    pub(crate) fn new(
+        capacity: u32,
+        ghosts: u32,
+        hasher: FixedState,
+        grow: bool,
+    ) -> Result<Self, AllocError> {
         let n = capacity as usize;
         Ok(Chunks {
-            pool: KeyPool::new(capacity, hasher, grow)?,
+            pool: KeyPool::new(capacity, ghosts, hasher, grow)?,
             ref_cnt: Lazy::new(n, ABSENT)?,
         })
     }
 
-    /// The bytes [`Chunks::new`] allocates for `capacity` slots.
-    pub(crate) fn bytes(capacity: u64) -> u64 {
-        KeyPool::<K>::bytes(capacity).saturating_add(Lazy::<i32>::bytes(capacity))
+    /// The bytes [`Chunks::new`] allocates for `capacity` slots and `ghosts` ghost keys.
+    pub(crate) fn bytes(capacity: u64, ghosts: u64) -> u64 {
+        KeyPool::<K>::bytes(capacity, ghosts).saturating_add(Lazy::<i32>::bytes(capacity))
     }
 
     /// The slot holding `key`, if any.
     #[inline]
     pub(crate) fn find(&self, key: &K) -> Option<u32> {
         self.pool.find(key)
+    }
+
+    /// The key table id holding `key`, if any: its slot when resident (below the capacity),
+    /// else its ARC ghost's id.
+    #[inline]
+    pub(crate) fn find_any(&self, key: &K) -> Option<u32> {
+        self.pool.table().find_in(key, |_| true)
     }
 
     /// The slot of `key`, trying the hint `slot` first (a slot that still holds `key`).

@@ -144,8 +144,8 @@ impl ManagerConfig {
                 max_requests: self.max_requests,
             });
         }
-        // ARC's ghost pool holds 2 · num_chunks nodes.
-        if self.policy == PolicyKind::Arc && u64::from(self.num_chunks) * 2 >= u64::from(u32::MAX) {
+        // ARC's key table holds the chunks and 2 · num_chunks ghosts, by u32 ids.
+        if self.policy == PolicyKind::Arc && u64::from(self.num_chunks) * 3 >= u64::from(u32::MAX) {
             return Err(ConfigError::ArcTooLarge {
                 num_chunks: self.num_chunks,
             });
@@ -177,7 +177,8 @@ pub enum ConfigError {
         /// The configured request limit.
         max_requests: u32,
     },
-    /// ARC keeps `2 · num_chunks` ghost nodes, which must fit the u32 index space.
+    /// ARC keeps `2 · num_chunks` ghost keys in the chunks' key table, whose
+    /// `3 · num_chunks` ids must fit the u32 index space (`num_chunks` at most 1,431,655,764).
     ArcTooLarge {
         /// The configured slot count.
         num_chunks: u32,
@@ -214,8 +215,9 @@ impl fmt::Display for ConfigError {
             ),
             ConfigError::ArcTooLarge { num_chunks } => write!(
                 f,
-                "num_chunks ({num_chunks}) is too large for ARC: its 2 · num_chunks ghost \
-                 entries exceed the u32 index space"
+                "num_chunks ({num_chunks}) is too large for ARC: its key table of the chunks \
+                 and 2 · num_chunks ghost entries exceeds the u32 index space (num_chunks at \
+                 most 1431655764)"
             ),
         }
     }

@@ -186,6 +186,12 @@ impl<K: OffloadKey> Inspect<'_, K> {
         if in_policy != self.m.chunks.len() {
             return Err("the policy does not hold exactly the resident chunks");
         }
+        if let Policy::Arc(a) = &self.m.policy {
+            let (_, _, b1, b2) = a.sizes();
+            if a.ghosts_held(self.m.chunks.pool.table()) != (b1 + b2) as usize {
+                return Err("the key table does not hold exactly the ghost lists' keys");
+            }
+        }
         Ok(())
     }
 }

@@ -1,6 +1,8 @@
 //! [`KeyPool`]: a bounded set of keys, each held by a `u32` id from a fixed pool: a
 //! [`KeyTable`] (the key → id index) whose ids a [`SlotPool`] hands out. The chunk table (ids
-//! are slots) and the reuse tracker are each one pool plus their own per-id state.
+//! are slots) and the reuse tracker are each one pool plus their own per-id state. The table
+//! may hold `extra` ids past the pool's, which the pool's own lookups do not see (the chunk
+//! table lends them to ARC's ghosts, see [`table_mut`](KeyPool::table_mut)).
 //!
 //! Ids come from a [`SlotPool`]: never-used ids first, ascending, then freed ids, last freed
 //! first. The key array is written in that ascending order, so only the ids ever used touch
@@ -16,24 +18,46 @@ use super::key_table::KeyTable;
 pub(crate) struct KeyPool<K> {
     table: KeyTable<K>,
     ids: SlotPool,
+    /// The pool's own ids are `0..size`.
+    size: u32,
 }
 
 impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
-    /// A pool of `n` ids, all free. With `grow`, the index is first sized for at most
-    /// [`GROWN_FROM`](super::key_table::GROWN_FROM) keys and grows through [`reserve`](Self::reserve) instead of being
-    /// allocated whole.
-    pub(crate) fn new(n: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
+    /// A pool of `n` ids, all free, in a table of `n + extra` ids. With `grow`, the index is
+    /// first sized for at most [`GROWN_FROM`](super::key_table::GROWN_FROM) keys and grows
+    /// through [`reserve`](Self::reserve) instead of being allocated whole.
+    pub(crate) fn new(
+        n: u32,
+        extra: u32,
+        hasher: FixedState,
+        grow: bool,
+    ) -> Result<Self, AllocError> {
+        let all = n.checked_add(extra).ok_or(AllocError)?;
         Ok(KeyPool {
-            table: KeyTable::new(n, hasher, grow)?,
+            table: KeyTable::new(all, hasher, grow)?,
             ids: SlotPool::try_new(n)?,
+            size: n,
         })
     }
 
-    /// The bytes [`KeyPool::new`] allocates for `n` ids.
-    pub(crate) fn bytes(n: u64) -> u64 {
+    /// The bytes [`KeyPool::new`] allocates for `n` ids and `extra` more in the table.
+    pub(crate) fn bytes(n: u64, extra: u64) -> u64 {
         // The slot pool: a u32 free stack and one bit per id in u64 words.
         let ids = array_bytes(n, 4).saturating_add(array_bytes(n.div_ceil(64), 8));
-        KeyTable::<K>::bytes(n).saturating_add(ids)
+        KeyTable::<K>::bytes(n.saturating_add(extra)).saturating_add(ids)
+    }
+
+    /// The table, whose ids from the pool's size `n` on are the lender's to use (the pool
+    /// hands out, finds and walks only its own).
+    #[inline]
+    pub(crate) fn table_mut(&mut self) -> &mut KeyTable<K> {
+        &mut self.table
+    }
+
+    /// The table (see [`table_mut`](Self::table_mut)).
+    #[inline]
+    pub(crate) fn table(&self) -> &KeyTable<K> {
+        &self.table
     }
 
     /// Makes room in the index for `additional` more keys (see [`KeyTable::reserve`]).
@@ -48,7 +72,8 @@ impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
     /// The id holding `key`, if any.
     #[inline]
     pub(crate) fn find(&self, key: &K) -> Option<u32> {
-        self.table.find(key)
+        let size = self.size;
+        self.table.find_in(key, |i| i < size)
     }
 
     /// The key of allocated id `id`.
@@ -91,7 +116,8 @@ impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
 
     /// Passes every key held to `f`, in no particular order.
     pub(crate) fn for_each_key(&self, f: impl FnMut(&K)) {
-        self.table.for_each_key(f);
+        let size = self.size;
+        self.table.for_each_key_in(|i| i < size, f);
     }
 
     /// Keys held.
@@ -106,9 +132,11 @@ impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
         self.ids.free_count()
     }
 
-    /// Keys in the index (equals [`len`](Self::len) unless the pool is corrupt).
+    /// The pool's keys in the index (equals [`len`](Self::len) unless the pool is corrupt; a
+    /// walk over the whole index).
     pub(crate) fn indexed(&self) -> usize {
-        self.table.len()
+        let size = self.size;
+        self.table.count_in(|i| i < size)
     }
 
     /// Bytes of heap held.
@@ -123,7 +151,7 @@ mod tests {
 
     #[test]
     fn ids_ascend_then_reuse_last_freed_and_keys_map_back() {
-        let mut p = KeyPool::<u64>::new(3, FixedState::default(), false).unwrap();
+        let mut p = KeyPool::<u64>::new(3, 0, FixedState::default(), false).unwrap();
         assert_eq!([p.insert(10), p.insert(11)], [Some(0), Some(1)]);
         assert_eq!(p.keys().len(), 2);
         p.remove(0);
@@ -143,6 +171,6 @@ mod tests {
         );
         p.clear();
         assert_eq!((p.len(), p.find(&12), p.insert(15)), (0, None, Some(0)));
-        assert_eq!(p.heap_bytes() as u64, KeyPool::<u64>::bytes(3));
+        assert_eq!(p.heap_bytes() as u64, KeyPool::<u64>::bytes(3, 0));
     }
 }

@@ -1,6 +1,8 @@
 //! [`KeyTable`]: keys held by `u32` ids the owner chooses, with a key → id index. It is the
-//! lookup half of [`KeyPool`](super::key_pool::KeyPool) (which adds an id allocator) and, on
-//! its own, the table of ARC's ghost keys (whose ids say which ghost list holds them).
+//! lookup half of [`KeyPool`](super::key_pool::KeyPool), which adds an id allocator for the
+//! ids below its size. Ids above it are another owner's: the chunk table's holds ARC's ghost
+//! keys there, so that one index answers for resident and ghost keys alike (a key is never
+//! both), and the lookups that care say which ids they mean.
 //!
 //! The key array is reserved at construction and written as far as the highest id used, so
 //! only the ids ever used touch memory.
@@ -63,12 +65,14 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
             .map_err(|_| AllocError)
     }
 
-    /// The id holding `key`, if any.
+    /// The id among those `ids` accepts that holds `key`, if any.
     #[inline]
-    pub(crate) fn find(&self, key: &K) -> Option<u32> {
+    pub(crate) fn find_in(&self, key: &K, ids: impl Fn(u32) -> bool) -> Option<u32> {
         let keys = &self.keys;
         self.index
-            .find(self.hasher.hash_one(key), |&i| keys[i as usize] == *key)
+            .find(self.hasher.hash_one(key), |&i| {
+                ids(i) && keys[i as usize] == *key
+            })
             .copied()
     }
 
@@ -85,7 +89,6 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
     }
 
     /// Gives `key` (not held) the id `id` (below the table's size, holding no key).
-    #[inline]
     pub(crate) fn insert_at(&mut self, id: u32, key: K) {
         put(&mut self.keys, id as usize, key);
         let keys = &self.keys;
@@ -96,7 +99,6 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
     }
 
     /// Forgets the key of id `id` (which holds one).
-    #[inline]
     pub(crate) fn remove(&mut self, id: u32) {
         let h = self.hasher.hash_one(self.keys[id as usize]);
         if let Ok(e) = self.index.find_entry(h, |&j| j == id) {
@@ -104,13 +106,15 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
         }
     }
 
-    /// Forgets `key` and returns the id that held it; `None` when `key` is not held.
-    #[inline]
-    pub(crate) fn remove_key(&mut self, key: &K) -> Option<u32> {
+    /// Forgets `key` held by an id that `ids` accepts and returns that id; `None` when no
+    /// such id holds it.
+    pub(crate) fn remove_key_in(&mut self, key: &K, ids: impl Fn(u32) -> bool) -> Option<u32> {
         let keys = &self.keys;
         let entry = self
             .index
-            .find_entry(self.hasher.hash_one(key), |&j| keys[j as usize] == *key)
+            .find_entry(self.hasher.hash_one(key), |&j| {
+                ids(j) && keys[j as usize] == *key
+            })
             .ok()?;
         Some(entry.remove().0)
     }
@@ -120,17 +124,18 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
         self.index.clear();
     }
 
-    /// Passes every key held to `f`, in no particular order.
-    pub(crate) fn for_each_key(&self, mut f: impl FnMut(&K)) {
+    /// Passes every key held by an id that `ids` accepts to `f`, in no particular order.
+    pub(crate) fn for_each_key_in(&self, ids: impl Fn(u32) -> bool, mut f: impl FnMut(&K)) {
         for &id in &self.index {
-            f(&self.keys[id as usize]);
+            if ids(id) {
+                f(&self.keys[id as usize]);
+            }
         }
     }
 
-    /// Keys held.
-    #[inline]
-    pub(crate) fn len(&self) -> usize {
-        self.index.len()
+    /// Keys held by ids that `ids` accepts (a walk over the whole index).
+    pub(crate) fn count_in(&self, ids: impl Fn(u32) -> bool) -> usize {
+        self.index.iter().filter(|&&id| ids(id)).count()
     }
 
     /// Bytes of heap held.
@@ -145,26 +150,60 @@ mod tests {
 
     #[test]
     fn keys_map_to_the_ids_given_and_back() {
+        let all = |_| true;
         let mut t = KeyTable::<u64>::new(4, FixedState::default(), false).unwrap();
         t.insert_at(3, 30);
         t.insert_at(0, 10);
         assert_eq!(
-            (t.find(&30), t.find(&10), t.find(&20)),
+            (
+                t.find_in(&30, all),
+                t.find_in(&10, all),
+                t.find_in(&20, all)
+            ),
             (Some(3), Some(0), None)
         );
-        assert_eq!((t.key(3), t.keys().len(), t.len()), (30, 4, 2));
+        assert_eq!((t.key(3), t.keys().len(), t.count_in(all)), (30, 4, 2));
         t.remove(3);
         assert_eq!(
-            (t.find(&30), t.remove_key(&10), t.remove_key(&10)),
+            (
+                t.find_in(&30, all),
+                t.remove_key_in(&10, all),
+                t.remove_key_in(&10, all)
+            ),
             (None, Some(0), None)
         );
         t.insert_at(1, 30);
-        assert_eq!(t.find(&30), Some(1));
+        assert_eq!(t.find_in(&30, all), Some(1));
         let mut seen = alloc::vec::Vec::new();
-        t.for_each_key(|k| seen.push(*k));
+        t.for_each_key_in(all, |k| seen.push(*k));
         assert_eq!(seen, [30]);
         t.clear();
-        assert_eq!((t.len(), t.find(&30)), (0, None));
+        assert_eq!((t.count_in(all), t.find_in(&30, all)), (0, None));
         assert_eq!(t.heap_bytes() as u64, KeyTable::<u64>::bytes(4));
+    }
+
+    #[test]
+    fn lookups_see_only_the_ids_they_name() {
+        // One key held twice, by a low and a high id (as a victim is while it becomes a
+        // ghost): each side finds, removes and walks its own.
+        let (low, high) = (|i: u32| i < 2, |i: u32| i >= 2);
+        let mut t = KeyTable::<u64>::new(4, FixedState::default(), false).unwrap();
+        t.insert_at(1, 7);
+        t.insert_at(3, 7);
+        t.insert_at(2, 8);
+        assert_eq!(
+            (t.find_in(&7, low), t.find_in(&7, high)),
+            (Some(1), Some(3))
+        );
+        assert_eq!(
+            (t.find_in(&8, low), t.count_in(low), t.count_in(high)),
+            (None, 1, 2)
+        );
+        let mut seen = alloc::vec::Vec::new();
+        t.for_each_key_in(high, |k| seen.push(*k));
+        seen.sort_unstable();
+        assert_eq!(seen, [7, 8]);
+        assert_eq!(t.remove_key_in(&7, high), Some(3));
+        assert_eq!((t.find_in(&7, high), t.find_in(&7, low)), (None, Some(1)));
     }
 }

@@ -257,7 +257,8 @@ impl<K: OffloadKey> OffloadManager<K> {
                     }
                 }
                 Policy::Arc(arc) => {
-                    arc.touch(key, slot.map(|s| (s, self.chunks.ref_cnt(s) >= 0)));
+                    let ready = slot.map(|s| (s, self.chunks.ref_cnt(s) >= 0));
+                    arc.touch(key, ready, self.chunks.pool.table());
                 }
             }
         }

@@ -92,7 +92,7 @@ pub enum ChunkState {
 pub struct OffloadManager<K: OffloadKey = BlockKey> {
     cfg: ManagerConfig,
     chunks: Chunks<K>,
-    policy: Policy<K>,
+    policy: Policy,
     evictable: u32,
     write_pending: u32,
     tracker: Option<Tracker<K>>,
@@ -124,6 +124,15 @@ pub struct OffloadManager<K: OffloadKey = BlockKey> {
     victims: Vec<u32>,
 }
 
+/// The ghost keys the chunks' key table holds room for: ARC's two ghost lists of up to
+/// `num_chunks` keys each (the configuration keeps `3 · num_chunks` below 2^32).
+fn ghost_keys(policy: PolicyKind, num_chunks: u32) -> u32 {
+    match policy {
+        PolicyKind::Lru => 0,
+        PolicyKind::Arc => num_chunks.saturating_mul(2),
+    }
+}
+
 impl<K: OffloadKey> OffloadManager<K> {
     /// Builds a manager; all of its memory is allocated here.
     ///
@@ -148,7 +157,7 @@ impl<K: OffloadKey> OffloadManager<K> {
         let n = cfg.num_chunks;
         let policy = match cfg.policy {
             PolicyKind::Lru => Policy::Lru(Lru::new(n, cfg.max_requests).map_err(oom)?),
-            PolicyKind::Arc => Policy::Arc(Arc::new(n, cfg.hasher, cfg.grow_tables).map_err(oom)?),
+            PolicyKind::Arc => Policy::Arc(Arc::new(n).map_err(oom)?),
         };
         let tracker = match cfg.filter_enabled() {
             true => {
@@ -165,7 +174,8 @@ impl<K: OffloadKey> OffloadManager<K> {
         let alloc_sizes =
             Histogram::new(&crate::stats::catalogue::ALLOCATION_SIZE_BOUNDS).unwrap_or_default();
         Ok(OffloadManager {
-            chunks: Chunks::new(n, cfg.hasher, cfg.grow_tables).map_err(oom)?,
+            chunks: Chunks::new(n, ghost_keys(cfg.policy, n), cfg.hasher, cfg.grow_tables)
+                .map_err(oom)?,
             policy,
             evictable: 0,
             write_pending: 0,
@@ -203,7 +213,7 @@ impl<K: OffloadKey> OffloadManager<K> {
         let requests = u64::from(cfg.max_requests);
         let policy = match cfg.policy {
             PolicyKind::Lru => Lru::bytes(n, requests),
-            PolicyKind::Arc => Arc::<K>::bytes(n),
+            PolicyKind::Arc => Arc::bytes(n),
         };
         let tracker = match cfg.filter_enabled() {
             true => Tracker::<K>::bytes(u64::from(cfg.max_tracker_size)),
@@ -213,7 +223,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             true => EventQueue::<K>::bytes(u64::from(cfg.max_event_keys)),
             false => 0,
         };
-        Chunks::<K>::bytes(n)
+        Chunks::<K>::bytes(n, u64::from(ghost_keys(cfg.policy, cfg.num_chunks)))
             .saturating_add(policy)
             .saturating_add(tracker)
             .saturating_add(events)
@@ -396,7 +406,7 @@ impl<K: OffloadKey> OffloadManager<K> {
     pub fn for_each_held_key(&self, mut f: impl FnMut(&K)) {
         self.chunks.for_each_key(&mut f);
         if let Policy::Arc(a) = &self.policy {
-            a.for_each_ghost(&mut f);
+            a.for_each_ghost(self.chunks.pool.table(), &mut f);
         }
         if let Some(t) = &self.tracker {
             t.for_each_key(&mut f);

@@ -13,9 +13,9 @@ use crate::key::OffloadKey;
 
 /// The eviction policy of one manager.
 #[derive(Clone, Debug)]
-pub(crate) enum Policy<K> {
+pub(crate) enum Policy {
     Lru(Lru),
-    Arc(Arc<K>),
+    Arc(Arc),
 }
 
 /// Checks an optional positions slice against the keys.
@@ -64,7 +64,7 @@ impl Access {
         e: u32,
         reused: bool,
         slot: u32,
-        policy: &mut Policy<K>,
+        policy: &mut Policy,
         chunks: &Chunks<K>,
     ) {
         let new = st.observe(e);

@@ -17,11 +17,13 @@ const PENDING_KEY: u8 = 2;
 const SKIPPED: u8 = 3;
 
 /// One offered key as `prepare_store` classified it: its request entry, its slot when
-/// resident (`NIL` when absent) and its class.
+/// resident (`NIL` when absent), its key table id when it is an ARC ghost (`NIL` otherwise)
+/// and its class.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Offered {
     entry: u32,
     slot: u32,
+    ghost: u32,
     class: u8,
 }
 
@@ -114,6 +116,7 @@ impl<K: OffloadKey> OffloadManager<K> {
         let stamp = self.offer_stamp;
         self.s_offer.clear();
         self.s_idle.clear();
+        let n = self.cfg.num_chunks;
         let mut candidates = 0usize;
         for (index, key) in keys.iter().enumerate() {
             let e = st.entry(*key, hasher);
@@ -122,42 +125,40 @@ impl<K: OffloadKey> OffloadManager<K> {
                 return Err(StoreError::DuplicateKey { index });
             }
             entry.offer = stamp;
-            let (class, slot) = match self.chunks.find(key) {
-                None => {
-                    candidates += 1;
-                    (CANDIDATE, links::NIL)
-                }
-                Some(s) => match self.chunks.ref_cnt(s) {
+            // One probe finds a resident key or an ARC ghost.
+            let (class, slot, ghost) = match self.chunks.find_any(key) {
+                Some(s) if s < n => match self.chunks.ref_cnt(s) {
                     0 => {
                         self.s_idle.push(s);
-                        (READY, s)
+                        (READY, s, links::NIL)
                     }
-                    r if r > 0 => (READY, s),
-                    _ => (PENDING_KEY, s),
+                    r if r > 0 => (READY, s, links::NIL),
+                    _ => (PENDING_KEY, s, links::NIL),
                 },
+                found => {
+                    candidates += 1;
+                    (CANDIDATE, links::NIL, found.unwrap_or(links::NIL))
+                }
             };
             self.s_offer.push(Offered {
                 entry: e,
                 slot,
+                ghost,
                 class,
             });
         }
 
         // Room in growing key tables for what this offer can add: candidates (each at most
-        // one victim, whose key becomes a ghost) and the tracker's new keys. (Whole tables
-        // always have room.)
+        // one victim, whose key becomes an ARC ghost in the same table) and the tracker's new
+        // keys. (Whole tables always have room.)
         if self.cfg.grow_tables {
             let cap = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
             let (adds, offered) = (cap(candidates), cap(keys.len()));
-            let ghosts = |policy: &mut Policy<K>| match policy {
-                Policy::Arc(arc) => arc.reserve_ghosts(adds),
-                Policy::Lru(_) => Ok(()),
+            let adds = match self.policy {
+                Policy::Arc(_) => adds.saturating_mul(2),
+                Policy::Lru(_) => adds,
             };
-            let grown = self
-                .chunks
-                .pool
-                .reserve(adds)
-                .and_then(|()| ghosts(&mut self.policy));
+            let grown = self.chunks.pool.reserve(adds);
             let grown =
                 grown.and_then(|()| self.tracker.as_mut().map_or(Ok(()), |t| t.reserve(offered)));
             grown.map_err(|_| StoreError::OutOfMemory)?;
@@ -182,9 +183,12 @@ impl<K: OffloadKey> OffloadManager<K> {
 
         // 3. Store misses this request has not reported yet (ARC adapts on ghost hits).
         if let Policy::Arc(arc) = &mut self.policy {
-            for (o, key) in self.s_offer.iter().zip(keys).rev() {
-                if o.class == CANDIDATE && st.entries[o.entry as usize].flags & STORE_MISS == 0 {
-                    arc.adapt(key);
+            for o in self.s_offer.iter().rev() {
+                if o.class == CANDIDATE
+                    && o.ghost != links::NIL
+                    && st.entries[o.entry as usize].flags & STORE_MISS == 0
+                {
+                    arc.adapt_ghost(o.ghost);
                 }
             }
         }
@@ -233,12 +237,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             let ok = need <= self.evictable.saturating_sub(protected)
                 && match &mut self.policy {
                     Policy::Lru(lru) => lru.evict(need, self.chunks.ref_cnts(), &mut self.victims),
-                    Policy::Arc(arc) => arc.evict(
-                        need,
-                        self.chunks.keys(),
-                        self.chunks.ref_cnts(),
-                        &mut self.victims,
-                    ),
+                    Policy::Arc(arc) => arc.evict(need, self.chunks.ref_cnts(), &mut self.victims),
                 };
             self.chunks.unprotect(&self.s_idle);
             if !ok {
@@ -246,6 +245,9 @@ impl<K: OffloadKey> OffloadManager<K> {
                 return Err(no_room);
             }
             self.evictable -= need;
+            if let Policy::Arc(arc) = &mut self.policy {
+                arc.retire(&self.victims, self.chunks.pool.table_mut());
+            }
             for &v in &self.victims {
                 plan.evicted.push(self.chunks.key(v));
                 self.chunks.remove(v);
@@ -270,7 +272,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             let pos = entry.pos;
             match &mut self.policy {
                 Policy::Lru(lru) => lru.insert(slot, pos, &mut st.rank, ri, self.chunks.keys()),
-                Policy::Arc(arc) => arc.insert(slot, key),
+                Policy::Arc(arc) => arc.insert(slot, key, self.chunks.pool.table_mut()),
             }
             plan.keys.push(*key);
             plan.slots.push(slot);

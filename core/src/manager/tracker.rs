@@ -21,7 +21,7 @@ pub(crate) struct Tracker<K> {
 impl<K: OffloadKey> Tracker<K> {
     pub(crate) fn new(max: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
         Ok(Tracker {
-            pool: KeyPool::new(max, hasher, grow)?,
+            pool: KeyPool::new(max, 0, hasher, grow)?,
             links: Links::new(max)?,
             lru: List::EMPTY,
             max,
@@ -30,7 +30,7 @@ impl<K: OffloadKey> Tracker<K> {
 
     /// The bytes [`Tracker::new`] allocates for `max` entries.
     pub(crate) fn bytes(max: u64) -> u64 {
-        KeyPool::<K>::bytes(max).saturating_add(Links::<u32>::bytes(max))
+        KeyPool::<K>::bytes(max, 0).saturating_add(Links::<u32>::bytes(max))
     }
 
     fn find(&self, key: &K) -> Option<u32> {

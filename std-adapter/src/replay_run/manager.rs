@@ -121,8 +121,9 @@ impl fmt::Display for ManagerError {
             ManagerError::ZeroMaxRequests => f.write_str("--max-requests must be at least 1"),
             ManagerError::ArcTooLarge { capacity } => write!(
                 f,
-                "capacity {capacity} is too large for --policy arc: ARC's ghost lists need \
-                 2 · capacity below 4294967295 (capacity at most 2147483647)"
+                "capacity {capacity} is too large for --policy arc: ARC's key table of the \
+                 chunks and their 2 · capacity ghosts needs 3 · capacity below 4294967295 \
+                 (capacity at most 1431655764)"
             ),
             ManagerError::TooLarge {
                 capacity,
