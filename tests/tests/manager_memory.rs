@@ -258,6 +258,16 @@ fn lru_overflow_does_not_mention_arc() {
         e.to_string(),
         "num_chunks (4294967285) plus max_requests (100) exceeds the u32 index space"
     );
+    // The largest ARC is 1,431,655,764 chunks (`huge()` builds it, to run out of memory);
+    // one more is refused by the configuration.
+    let mut cfg = ManagerConfig::new(1_431_655_765);
+    cfg.policy = PolicyKind::Arc;
+    assert_eq!(
+        OffloadManager::<BlockKey>::new(cfg).unwrap_err(),
+        ConfigError::ArcTooLarge {
+            num_chunks: 1_431_655_765
+        }
+    );
     let mut cfg = ManagerConfig::new(1 << 31);
     cfg.policy = PolicyKind::Arc;
     let e = OffloadManager::<BlockKey>::new(cfg).unwrap_err();
