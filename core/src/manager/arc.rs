@@ -96,7 +96,7 @@ impl Arc {
     /// Ghost adaptation for the ghost at key table id `id` (as
     /// [`Chunks::find_any`](super::chunks::Chunks::find_any) found it, at or past the slots).
     pub(crate) fn adapt_ghost(&mut self, id: u32) {
-        if let Some(node) = id.checked_sub(self.ghosts.base) {
+        if let Some(node) = id.checked_sub(self.ghosts.capacity) {
             self.adapt_node(node);
         }
     }
@@ -258,13 +258,13 @@ impl Arc {
 
     /// Passes every key of B1 and B2 to `f`, in no particular order.
     pub(crate) fn for_each_ghost<K: OffloadKey>(&self, table: &KeyTable<K>, f: impl FnMut(&K)) {
-        let base = self.ghosts.base;
+        let base = self.ghosts.capacity;
         table.for_each_key_in(|i| i >= base, f);
     }
 
     /// The ghost keys `table` holds (a walk over the whole index, for invariant checks).
     pub(crate) fn ghosts_held<K: OffloadKey>(&self, table: &KeyTable<K>) -> usize {
-        let base = self.ghosts.base;
+        let base = self.ghosts.capacity;
         table.count_in(|i| i >= base)
     }
 }
@@ -280,7 +280,7 @@ const B1: u32 = 0;
 const B2: u32 = 1;
 
 /// The ghost lists: keys recently evicted from T1 (B1) and T2 (B2), each at most `capacity`
-/// long, on `2 · capacity` nodes. Node `g`'s key is the key table's id `base + g`. B1's nodes
+/// long, on `2 · capacity` nodes whose keys follow the slots' in the key table. B1's nodes
 /// are even and B2's odd, so a ghost's node says its list: no per-ghost list byte and no id
 /// allocator beyond each list's count of nodes ever used and its list of freed ones.
 #[derive(Clone, Debug)]
@@ -292,9 +292,8 @@ struct Ghosts {
     /// How many of each list's nodes have ever been used (its next fresh node is
     /// `2 · fresh[list] + list`).
     fresh: [u32; 2],
+    /// Also the number of slots, so node `g`'s key is the key table's id `capacity + g`.
     capacity: u32,
-    /// The key table id of node 0 (the number of slots).
-    base: u32,
 }
 
 impl Ghosts {
@@ -307,7 +306,6 @@ impl Ghosts {
             free: [List::EMPTY; 2],
             fresh: [0; 2],
             capacity,
-            base: capacity,
         })
     }
 
@@ -319,7 +317,7 @@ impl Ghosts {
     /// The ghost node holding `key`, if any.
     #[inline]
     fn find<K: OffloadKey>(&self, table: &KeyTable<K>, key: &K) -> Option<u32> {
-        let base = self.base;
+        let base = self.capacity;
         table.find_in(key, |i| i >= base).map(|i| i - base)
     }
 
@@ -331,7 +329,7 @@ impl Ghosts {
 
     #[inline]
     fn remove<K: OffloadKey>(&mut self, table: &mut KeyTable<K>, key: &K) {
-        let base = self.base;
+        let base = self.capacity;
         if let Some(id) = table.remove_key_in(key, |i| i >= base) {
             self.release(id - base);
         }
@@ -354,7 +352,7 @@ impl Ghosts {
         let l = list as usize;
         if self.lists[l].len >= self.capacity {
             let head = self.lists[l].head;
-            table.remove(self.base + head);
+            table.remove(self.capacity + head);
             self.release(head);
         }
         let node = match self.free[l].head {
@@ -370,7 +368,7 @@ impl Ghosts {
                 freed
             }
         };
-        table.insert_at(self.base + node, key);
+        table.insert_at(self.capacity + node, key);
         self.links.push_back(&mut self.lists[l], node);
     }
 

@@ -116,7 +116,7 @@ impl<K: OffloadKey> OffloadManager<K> {
         let stamp = self.offer_stamp;
         self.s_offer.clear();
         self.s_idle.clear();
-        let n = self.cfg.num_chunks;
+        let num_chunks = self.cfg.num_chunks;
         let mut candidates = 0usize;
         for (index, key) in keys.iter().enumerate() {
             let e = st.entry(*key, hasher);
@@ -127,7 +127,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             entry.offer = stamp;
             // One probe finds a resident key or an ARC ghost.
             let (class, slot, ghost) = match self.chunks.find_any(key) {
-                Some(s) if s < n => match self.chunks.ref_cnt(s) {
+                Some(s) if s < num_chunks => match self.chunks.ref_cnt(s) {
                     0 => {
                         self.s_idle.push(s);
                         (READY, s, links::NIL)
