@@ -89,6 +89,7 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
     }
 
     /// Gives `key` (not held) the id `id` (below the table's size, holding no key).
+    #[inline]
     pub(crate) fn insert_at(&mut self, id: u32, key: K) {
         put(&mut self.keys, id as usize, key);
         let keys = &self.keys;
@@ -99,6 +100,7 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
     }
 
     /// Forgets the key of id `id` (which holds one).
+    #[inline]
     pub(crate) fn remove(&mut self, id: u32) {
         let h = self.hasher.hash_one(self.keys[id as usize]);
         if let Ok(e) = self.index.find_entry(h, |&j| j == id) {
@@ -108,6 +110,7 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
 
     /// Forgets `key` held by an id that `ids` accepts and returns that id; `None` when no
     /// such id holds it.
+    #[inline]
     pub(crate) fn remove_key_in(&mut self, key: &K, ids: impl Fn(u32) -> bool) -> Option<u32> {
         let keys = &self.keys;
         let entry = self
