@@ -262,6 +262,17 @@ impl Arc {
         table.for_each_key_in(|i| i >= base, f);
     }
 
+    /// The key table ids of every ghost, B1's then B2's.
+    pub(crate) fn ghost_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        let g = &self.ghosts;
+        g.lists.iter().flat_map(move |l| {
+            core::iter::successors(Some(l.head).filter(|&n| n != NIL), move |&n| {
+                Some(g.links.next(n)).filter(|&m| m != NIL)
+            })
+            .map(move |n| g.capacity + n)
+        })
+    }
+
     /// The ghost keys `table` holds (a walk over the whole index, for invariant checks).
     pub(crate) fn ghosts_held<K: OffloadKey>(&self, table: &KeyTable<K>) -> usize {
         let base = self.ghosts.capacity;

@@ -60,13 +60,23 @@ impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
         &self.table
     }
 
-    /// Makes room in the index for `additional` more keys (see [`KeyTable::reserve`]).
+    /// Makes room in the index for `inserts` more insertions (see [`KeyTable::make_room`]);
+    /// `extra` lists the lender's ids past the pool's that hold keys.
     ///
     /// # Errors
     /// [`AllocError`] when the grown index cannot be allocated; nothing changes then.
     #[inline]
-    pub(crate) fn reserve(&mut self, additional: u32) -> Result<(), AllocError> {
-        self.table.reserve(additional)
+    pub(crate) fn make_room<I: Iterator<Item = u32>>(
+        &mut self,
+        inserts: u32,
+        extra: impl FnOnce() -> I,
+    ) -> Result<(), AllocError> {
+        let ids = &self.ids;
+        self.table.make_room(inserts, || {
+            (0..self.size)
+                .filter(|&i| ids.is_allocated(i))
+                .chain(extra())
+        })
     }
 
     /// The id holding `key`, if any.

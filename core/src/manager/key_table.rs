@@ -46,18 +46,57 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
         array_bytes(n, core::mem::size_of::<K>()).saturating_add(table_bytes::<u32>(n))
     }
 
-    /// Makes room in the index for `additional` more keys (capped at the table's size), so
-    /// that the next inserts do not allocate.
+    /// Makes room in the index for `inserts` more insertions, so that they do not allocate.
+    /// `live` lists the ids that hold keys, for a rebuild.
+    ///
+    /// Removed keys leave tombstones, which use up a hash table's room; once it is gone,
+    /// hashbrown doubles a table more than half full at the next insertion. An index at its
+    /// full size (the one [`bytes`](Self::bytes) counts) is therefore rebuilt in place from
+    /// `live` instead: no allocation, the same lookups. A smaller one (growing, see
+    /// [`new`](Self::new)) grows. Only an index whose full size leaves fewer than `inserts`
+    /// ids of room past all of its keys grows beyond it.
     ///
     /// # Errors
     /// [`AllocError`] when the grown index cannot be allocated; nothing changes then.
     #[inline]
-    pub(crate) fn reserve(&mut self, additional: u32) -> Result<(), AllocError> {
-        let len = self.index.len();
-        let want = (len + additional as usize).min(self.max as usize) - len.min(self.max as usize);
-        if self.index.capacity() - len >= want {
+    pub(crate) fn make_room<I: Iterator<Item = u32>>(
+        &mut self,
+        inserts: u32,
+        live: impl FnOnce() -> I,
+    ) -> Result<(), AllocError> {
+        if self.index.capacity() - self.index.len() >= inserts as usize {
             return Ok(());
         }
+        self.make_room_slow(inserts, live)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn make_room_slow<I: Iterator<Item = u32>>(
+        &mut self,
+        inserts: u32,
+        live: impl FnOnce() -> I,
+    ) -> Result<(), AllocError> {
+        let inserts = inserts as usize;
+        let full = self.index.allocation_size() as u64 >= table_bytes::<u32>(u64::from(self.max));
+        let want = if full {
+            let (keys, hasher) = (&self.keys, self.hasher);
+            self.index.clear();
+            for id in live() {
+                let h = hasher.hash_one(keys[id as usize]);
+                self.index
+                    .insert_unique(h, id, |&j| hasher.hash_one(keys[j as usize]));
+            }
+            if self.index.capacity() - self.index.len() >= inserts {
+                return Ok(());
+            }
+            inserts
+        } else {
+            // Growing: toward the full size, which holds every id (a doubling from below it
+            // stays within it).
+            let (len, max) = (self.index.len(), self.max as usize);
+            inserts.min(max.saturating_sub(len))
+        };
         let keys = &self.keys;
         let hasher = self.hasher;
         self.index

@@ -148,19 +148,24 @@ impl<K: OffloadKey> OffloadManager<K> {
             });
         }
 
-        // Room in growing key tables for what this offer can add: candidates (each at most
-        // one victim, whose key becomes an ARC ghost in the same table) and the tracker's new
-        // keys. (Whole tables always have room.)
-        if self.cfg.grow_tables {
+        // Room in the key tables for the insertions this offer can make: candidates (each at
+        // most one victim, whose key becomes an ARC ghost in the same table) and the
+        // tracker's new keys. A growing table grows; a whole one worn by removals is rebuilt
+        // in place (see `KeyTable::make_room`).
+        {
             let cap = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
             let (adds, offered) = (cap(candidates), cap(keys.len()));
-            let adds = match self.policy {
-                Policy::Arc(_) => adds.saturating_mul(2),
-                Policy::Lru(_) => adds,
+            let (adds, arc) = match &self.policy {
+                Policy::Arc(arc) => (adds.saturating_mul(2), Some(arc)),
+                Policy::Lru(_) => (adds, None),
             };
-            let grown = self.chunks.pool.reserve(adds);
-            let grown =
-                grown.and_then(|()| self.tracker.as_mut().map_or(Ok(()), |t| t.reserve(offered)));
+            let ghosts = || arc.into_iter().flat_map(|a| a.ghost_ids());
+            let grown = self.chunks.pool.make_room(adds, ghosts);
+            let grown = grown.and_then(|()| {
+                self.tracker
+                    .as_mut()
+                    .map_or(Ok(()), |t| t.make_room(offered))
+            });
             grown.map_err(|_| StoreError::OutOfMemory)?;
         }
 

@@ -37,15 +37,15 @@ impl<K: OffloadKey> Tracker<K> {
         self.pool.find(key)
     }
 
-    /// Records one offer of distinct `keys` (tracked ones move to the MRU end, count + 1, and
-    /// cannot be dropped by this offer; untracked ones enter with count 1, dropping the LRU
-    /// entry when full, or are not tracked when every entry is protected); writes each key's count after the offer into
-    /// `counts_out` (0 for a key that could not be tracked).
-    /// Makes room for the keys of one offer of `n` keys (see [`KeyPool::reserve`]).
-    pub(crate) fn reserve(&mut self, n: u32) -> Result<(), AllocError> {
-        self.pool.reserve(n)
+    /// Makes room for the keys of one offer of `n` keys (see [`KeyPool::make_room`]).
+    pub(crate) fn make_room(&mut self, n: u32) -> Result<(), AllocError> {
+        self.pool.make_room(n, core::iter::empty)
     }
 
+    /// Records one offer of distinct `keys` (tracked ones move to the MRU end, count + 1, and
+    /// cannot be dropped by this offer; untracked ones enter with count 1, dropping the LRU
+    /// entry when full, or are not tracked when every entry is protected); writes each key's
+    /// count after the offer into `counts_out` (0 for a key that could not be tracked).
     pub(crate) fn record(&mut self, keys: &[K], counts_out: &mut Vec<u32>) {
         counts_out.clear();
         let mut protected = 0u32;
