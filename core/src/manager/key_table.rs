@@ -53,8 +53,10 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
     /// hashbrown doubles a table more than half full at the next insertion. An index at its
     /// full size (the one [`bytes`](Self::bytes) counts) is therefore rebuilt in place from
     /// `live` instead: no allocation, the same lookups. A smaller one (growing, see
-    /// [`new`](Self::new)) grows. Only an index whose full size leaves fewer than `inserts`
-    /// ids of room past all of its keys grows beyond it.
+    /// [`new`](Self::new)) grows toward the full size. The room of a full index is then what
+    /// its size leaves past its keys; an offer that inserts more than that can still make
+    /// hashbrown double it, once (the keys never outnumber the ids, so the doubled index is
+    /// at most half full and hashbrown rebuilds it in place from then on).
     ///
     /// # Errors
     /// [`AllocError`] when the grown index cannot be allocated; nothing changes then.
@@ -77,28 +79,20 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
         inserts: u32,
         live: impl FnOnce() -> I,
     ) -> Result<(), AllocError> {
-        let inserts = inserts as usize;
-        let full = self.index.allocation_size() as u64 >= table_bytes::<u32>(u64::from(self.max));
-        let want = if full {
-            let (keys, hasher) = (&self.keys, self.hasher);
+        let (keys, hasher) = (&self.keys, self.hasher);
+        if self.index.allocation_size() as u64 >= table_bytes::<u32>(u64::from(self.max)) {
             self.index.clear();
             for id in live() {
                 let h = hasher.hash_one(keys[id as usize]);
                 self.index
                     .insert_unique(h, id, |&j| hasher.hash_one(keys[j as usize]));
             }
-            if self.index.capacity() - self.index.len() >= inserts {
-                return Ok(());
-            }
-            inserts
-        } else {
-            // Growing: toward the full size, which holds every id (a doubling from below it
-            // stays within it).
-            let (len, max) = (self.index.len(), self.max as usize);
-            inserts.min(max.saturating_sub(len))
-        };
-        let keys = &self.keys;
-        let hasher = self.hasher;
+            return Ok(());
+        }
+        // Growing: toward the full size, which holds every id (a doubling from below it stays
+        // within it).
+        let (len, max) = (self.index.len(), self.max as usize);
+        let want = (inserts as usize).min(max.saturating_sub(len));
         self.index
             .try_reserve(want, |&j| hasher.hash_one(keys[j as usize]))
             .map_err(|_| AllocError)
