@@ -69,11 +69,21 @@ impl Arc {
         )
     }
 
-    /// A new chunk goes to the MRU end of T1 and its key leaves the ghost lists.
-    pub(crate) fn insert<K: OffloadKey>(&mut self, slot: u32, key: &K, table: &mut KeyTable<K>) {
+    /// A new chunk goes to the MRU end of T1 and its key leaves the ghost lists. `ghost`: the
+    /// key may be a ghost (it was one when the offer was classified); a key that was not one
+    /// cannot have become one since (only resident victims do), so its lists are not searched.
+    pub(crate) fn insert<K: OffloadKey>(
+        &mut self,
+        slot: u32,
+        key: &K,
+        ghost: bool,
+        table: &mut KeyTable<K>,
+    ) {
         self.which.set(slot as usize, T1);
         self.links.push_back(&mut self.t1, slot);
-        self.ghosts.remove(table, key);
+        if ghost {
+            self.ghosts.remove(table, key);
+        }
     }
 
     /// Forgets a chunk without a ghost entry (failed store).

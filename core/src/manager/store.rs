@@ -277,7 +277,10 @@ impl<K: OffloadKey> OffloadManager<K> {
             let pos = entry.pos;
             match &mut self.policy {
                 Policy::Lru(lru) => lru.insert(slot, pos, &mut st.rank, ri, self.chunks.keys()),
-                Policy::Arc(arc) => arc.insert(slot, key, self.chunks.pool.table_mut()),
+                Policy::Arc(arc) => {
+                    let ghost = o.ghost != links::NIL;
+                    arc.insert(slot, key, ghost, self.chunks.pool.table_mut());
+                }
             }
             plan.keys.push(*key);
             plan.slots.push(slot);
