@@ -51,11 +51,17 @@ impl<K: OffloadKey> Chunks<K> {
         self.pool.find(key)
     }
 
-    /// The key table id holding `key`, if any: its slot when resident (below the capacity),
-    /// else its ARC ghost's id.
+    /// The key table id holding `key`, whose [`hash`](Self::hash) is `h`, if any: its slot
+    /// when resident (below the capacity), else its ARC ghost's id.
     #[inline]
-    pub(crate) fn find_any(&self, key: &K) -> Option<u32> {
-        self.pool.table().find_in(key, |_| true)
+    pub(crate) fn find_any_hashed(&self, key: &K, h: u64) -> Option<u32> {
+        self.pool.table().find_in_hashed(key, h, |_| true)
+    }
+
+    /// The hash the index files `key` under (the manager's hasher).
+    #[inline]
+    pub(crate) fn hash(&self, key: &K) -> u64 {
+        self.pool.table().hash(key)
     }
 
     /// The slot of `key`, trying the hint `slot` first (a slot that still holds `key`).
@@ -115,9 +121,11 @@ impl<K: OffloadKey> Chunks<K> {
         }
     }
 
-    /// Gives `key` (not resident) the next free slot, pending; `None` when no slot is free.
-    pub(crate) fn insert(&mut self, key: K) -> Option<u32> {
-        let slot = self.pool.insert(key)?;
+    /// Gives `key` (not resident), whose [`hash`](Self::hash) is `h`, the next free slot,
+    /// pending; `None` when no slot is free.
+    #[inline]
+    pub(crate) fn insert_hashed(&mut self, key: K, h: u64) -> Option<u32> {
+        let slot = self.pool.insert_hashed(key, h)?;
         self.ref_cnt.set(slot as usize, PENDING);
         Some(slot)
     }

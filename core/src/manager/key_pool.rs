@@ -106,8 +106,14 @@ impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
 
     /// Gives `key` (not held yet) an id; `None` when every id is in use.
     pub(crate) fn insert(&mut self, key: K) -> Option<u32> {
+        self.insert_hashed(key, self.table.hash(&key))
+    }
+
+    /// [`insert`](Self::insert) for a key whose hash `h` ([`KeyTable::hash`]) the caller has.
+    #[inline]
+    pub(crate) fn insert_hashed(&mut self, key: K, h: u64) -> Option<u32> {
         let id = self.ids.alloc().ok()?;
-        self.table.insert_at(id, key);
+        self.table.insert_at_hashed(id, key, h);
         Some(id)
     }
 

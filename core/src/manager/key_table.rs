@@ -98,14 +98,24 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
             .map_err(|_| AllocError)
     }
 
+    /// The hash the index files `key` under.
+    #[inline]
+    pub(crate) fn hash(&self, key: &K) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
     /// The id among those `ids` accepts that holds `key`, if any.
     #[inline]
     pub(crate) fn find_in(&self, key: &K, ids: impl Fn(u32) -> bool) -> Option<u32> {
+        self.find_in_hashed(key, self.hash(key), ids)
+    }
+
+    /// [`find_in`](Self::find_in) for a key whose [`hash`](Self::hash) `h` the caller has.
+    #[inline]
+    pub(crate) fn find_in_hashed(&self, key: &K, h: u64, ids: impl Fn(u32) -> bool) -> Option<u32> {
         let keys = &self.keys;
         self.index
-            .find(self.hasher.hash_one(key), |&i| {
-                ids(i) && keys[i as usize] == *key
-            })
+            .find(h, |&i| ids(i) && keys[i as usize] == *key)
             .copied()
     }
 
@@ -124,12 +134,17 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
     /// Gives `key` (not held) the id `id` (below the table's size, holding no key).
     #[inline]
     pub(crate) fn insert_at(&mut self, id: u32, key: K) {
+        self.insert_at_hashed(id, key, self.hash(&key));
+    }
+
+    /// [`insert_at`](Self::insert_at) for a key whose [`hash`](Self::hash) `h` the caller has.
+    #[inline]
+    pub(crate) fn insert_at_hashed(&mut self, id: u32, key: K, h: u64) {
         put(&mut self.keys, id as usize, key);
         let keys = &self.keys;
         let hasher = self.hasher;
-        self.index.insert_unique(hasher.hash_one(key), id, |&j| {
-            hasher.hash_one(keys[j as usize])
-        });
+        self.index
+            .insert_unique(h, id, |&j| hasher.hash_one(keys[j as usize]));
     }
 
     /// Forgets the key of id `id` (which holds one).

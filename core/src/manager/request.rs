@@ -133,6 +133,12 @@ impl<K: OffloadKey> RequestState<K> {
     /// The entry index of `key`, creating an unseen entry if needed (one probe of the index
     /// either way).
     pub(crate) fn entry(&mut self, key: K, hasher: FixedState) -> u32 {
+        self.entry_hashed(key, hasher.hash_one(key), hasher)
+    }
+
+    /// [`entry`](Self::entry) for a key whose hash `h` (by `hasher`) the caller has.
+    #[inline]
+    pub(crate) fn entry_hashed(&mut self, key: K, h: u64, hasher: FixedState) -> u32 {
         #[expect(
             clippy::cast_possible_truncation,
             reason = "keys per request stay far below 2^32"
@@ -140,7 +146,7 @@ impl<K: OffloadKey> RequestState<K> {
         let i = self.entries.len() as u32;
         let entries = &self.entries;
         if let Some(e) = self.index.find_or_insert(
-            hasher.hash_one(key),
+            h,
             i,
             |j| entries[j as usize].key == key,
             |j| hasher.hash_one(entries[j as usize].key),

@@ -25,6 +25,8 @@ pub(crate) struct Offered {
     slot: u32,
     ghost: u32,
     class: u8,
+    /// The key's hash (the manager's hasher): one per key and call.
+    hash: u64,
 }
 
 /// What [`OffloadManager::prepare_store`] decided, written into a buffer the caller owns and
@@ -119,14 +121,15 @@ impl<K: OffloadKey> OffloadManager<K> {
         let num_chunks = self.cfg.num_chunks;
         let mut candidates = 0usize;
         for (index, key) in keys.iter().enumerate() {
-            let e = st.entry(*key, hasher);
+            let hash = self.chunks.hash(key);
+            let e = st.entry_hashed(*key, hash, hasher);
             let entry = &mut st.entries[e as usize];
             if entry.offer == stamp {
                 return Err(StoreError::DuplicateKey { index });
             }
             entry.offer = stamp;
             // One probe finds a resident key or an ARC ghost.
-            let (class, slot, ghost) = match self.chunks.find_any(key) {
+            let (class, slot, ghost) = match self.chunks.find_any_hashed(key, hash) {
                 Some(s) if s < num_chunks => match self.chunks.ref_cnt(s) {
                     0 => {
                         self.s_idle.push(s);
@@ -145,6 +148,7 @@ impl<K: OffloadKey> OffloadManager<K> {
                 slot,
                 ghost,
                 class,
+                hash,
             });
         }
 
@@ -268,7 +272,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             if o.class != CANDIDATE {
                 continue;
             }
-            let Some(slot) = self.chunks.insert(*key) else {
+            let Some(slot) = self.chunks.insert_hashed(*key, o.hash) else {
                 break;
             };
             let entry = &mut st.entries[o.entry as usize];
