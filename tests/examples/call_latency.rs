@@ -15,6 +15,7 @@ use std::time::Instant;
 
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind, StoreOutcome, StorePlan};
+use kvtier_tests::xorshift::xorshift;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -25,13 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     cfg.policy = policy;
     let mut m = OffloadManager::<BlockKey>::new(cfg)?;
     let mut plan = StorePlan::new();
-    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut next = move || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
+    let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
     let space = 3 * u64::from(chunks.max(1));
     let mut keys = Vec::with_capacity(16);
     let mut times = Vec::with_capacity(offers);

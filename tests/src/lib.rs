@@ -15,6 +15,7 @@ pub mod scenarios;
 pub mod stats_model;
 pub mod store;
 pub mod trace_order;
+pub mod xorshift;
 
 /// The repository README's Rust examples, compiled and run as doctests so they cannot rot
 /// (here rather than in a published crate, whose package does not hold the repository README).

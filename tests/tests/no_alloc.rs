@@ -14,6 +14,7 @@ use kvtier_core::BlockKey;
 use kvtier_core::manager::{
     ManagerConfig, OffloadManager, PolicyKind, StoreError, StoreOutcome, StorePlan,
 };
+use kvtier_tests::xorshift::xorshift;
 
 struct Counting;
 
@@ -137,13 +138,7 @@ fn churn_never_grows_the_key_indexes() {
             }
             let mut m = OffloadManager::<BlockKey>::new(cfg).unwrap();
             let mut plan = StorePlan::new();
-            let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
-            let mut next = move || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                x
-            };
+            let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
             let mut keys = Vec::with_capacity(8);
             let mut run = |m: &mut OffloadManager<BlockKey>, cycles: u32| {
                 for i in 0..cycles {
