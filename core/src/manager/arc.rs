@@ -104,7 +104,8 @@ impl Arc {
     }
 
     /// Ghost adaptation for the ghost at key table id `id` (as
-    /// [`Chunks::find_any_hashed`](super::chunks::Chunks::find_any_hashed) found it, at or past the slots).
+    /// [`Chunks::find_any_hashed`](super::chunks::Chunks::find_any_hashed) found it, at or past
+    /// the slots).
     pub(crate) fn adapt_ghost(&mut self, id: u32) {
         if let Some(node) = id.checked_sub(self.ghosts.capacity) {
             self.adapt_node(node);

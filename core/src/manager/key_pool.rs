@@ -25,7 +25,7 @@ pub(crate) struct KeyPool<K> {
 impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
     /// A pool of `n` ids, all free, in a table of `n + extra` ids. With `grow`, the index is
     /// first sized for at most [`GROWN_FROM`](super::key_table::GROWN_FROM) keys and grows
-    /// through [`reserve`](Self::reserve) instead of being allocated whole.
+    /// through [`make_room`](Self::make_room) instead of being allocated whole.
     pub(crate) fn new(
         n: u32,
         extra: u32,

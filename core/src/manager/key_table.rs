@@ -29,7 +29,7 @@ pub(crate) struct KeyTable<K> {
 
 impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
     /// A table for ids `0..n`, empty. With `grow`, the index is first sized for at most
-    /// [`GROWN_FROM`] keys and grows through [`reserve`](Self::reserve) instead of being
+    /// [`GROWN_FROM`] keys and grows through [`make_room`](Self::make_room) instead of being
     /// allocated whole.
     pub(crate) fn new(n: u32, hasher: FixedState, grow: bool) -> Result<Self, AllocError> {
         let entries = if grow { n.min(GROWN_FROM) } else { n };
