@@ -197,8 +197,10 @@ impl Manager {
         req_context: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.release_orphans();
-        let req = self.request(py, req_context, true)?;
+        // The arguments are read before the request state is made, so that a bad argument
+        // leaves no state behind.
         let with_pos = self.collect(keys, Some(req_context), Unknown::Absent)?;
+        let req = self.request(py, req_context, true)?;
         let pos = with_pos.then_some(self.positions.as_slice());
         let slots = match self.m.prepare_load(req, &self.scratch, pos) {
             Ok(s) => s,
@@ -244,8 +246,8 @@ impl Manager {
             let m = &self.m;
             self.keys.sweep(|f| m.for_each_held_key(f));
         }
-        let req = self.request(py, req_context, true)?;
         let with_pos = self.collect(keys, Some(req_context), Unknown::Intern)?;
+        let req = self.request(py, req_context, true)?;
         let pos = with_pos.then_some(self.positions.as_slice());
         match self
             .m

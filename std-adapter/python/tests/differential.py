@@ -10,7 +10,7 @@ vLLM's manager asserts ends the sequence once both raised the same exception typ
 vLLM has then half-applied the call.
 
 Not generated, because kvtier deliberately differs there (README "Known differences", each
-checked in ``test_known_differences.py``): a store offer naming a key twice, a call where only
+checked in ``test_plugin.py``): a store offer naming a key twice, a call where only
 some keys have an end-token position, a store or load for a request after its
 ``on_request_finished`` in the same cache generation.
 """
