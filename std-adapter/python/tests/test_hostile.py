@@ -117,9 +117,9 @@ def _hostile(rng: random.Random, m: KvtierOffloadingManager, ctx: ReqContext, ke
         bad_ctx = rng.choice([None, 7, object(), "ctx"])
         args = (bad_ctx,) if method.startswith("on_") else (keys, bad_ctx)
     elif shape == "bad positions":
-        # Every key has a position, one of them not an integer in 0..2^64.
+        # Every key has a position, one of them not an integer in 0..2^63.
         method = rng.choice(["prepare_store", "prepare_load"])
-        bad = rng.choice([-1, 2**64 + 5, 1.5, "16", None, b"16"])
+        bad = rng.choice([-1, 2**63, 2**64 + 5, 1.5, "16", None, b"16"])
         args = (keys, _positions_ctx(keys, rng.randrange(len(keys)), bad))
     elif shape == "bad state":
         # A context whose scratch dict is not a dict; or, for a call that reads positions,

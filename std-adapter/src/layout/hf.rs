@@ -18,7 +18,7 @@
 //!   `kv_lora_rank + qk_rope_head_dim`, `head_size_v = 0`.
 //!
 //! The cache dtype is what vLLM 0.33.0 picks with its `auto` defaults (see
-//! [`auto_kv_dtype`](super::auto_kv_dtype): a float32 config gives a bfloat16 cache), unless
+//! [`auto_kv_dtype`]: a float32 config gives a bfloat16 cache), unless
 //! `--dtype` says otherwise.
 //!
 //! Refused with an error naming the field and the model type: models with Mamba /

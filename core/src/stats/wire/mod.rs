@@ -4,7 +4,7 @@
 //! The bytes carry names, kinds, labels, values and info, so a receiver decodes a payload without
 //! knowing the metric catalogue. The encoding is canonical: a payload has exactly one encoding
 //! (series and info labels in sorted order, minimal varints, gauges in lowest terms), and
-//! [`decode`] accepts nothing else: no trailing bytes, no over-long varints, no duplicate or
+//! [`decode`](fn@decode) accepts nothing else: no trailing bytes, no over-long varints, no duplicate or
 //! unsorted keys. Hard limits (those of [`payload`](super::payload)) bound every count and
 //! length, so hostile input cannot make the decoder allocate more than
 //! [`MAX_SERIES`] series and [`MAX_INFO_SERIES`] × [`MAX_INFO_LABELS`] info labels.
@@ -40,14 +40,14 @@
 //!
 //! # Contract
 //!
-//! - [`encode`] never panics; it writes [`encoded_len`] bytes when `buf.len() >=
+//! - [`encode`](fn@encode) never panics; it writes [`encoded_len`] bytes when `buf.len() >=
 //!   encoded_len(payload)` and returns [`EncodeError::BufferTooSmall`] otherwise.
 //!   Every payload fits in [`MAX_ENCODED_LEN`] bytes.
-//! - [`decode`] never panics on any input. Input that ends early is [`DecodeError::Truncated`]
+//! - [`decode`](fn@decode) never panics on any input. Input that ends early is [`DecodeError::Truncated`]
 //!   (every strict prefix of a valid encoding gives exactly that); anything else that is not a
 //!   canonical encoding is another variant ([`DecodeError::is_truncated`] tells them apart).
 //! - `decode(&encode(p)) == p` for every payload `p`.
-//! - [`decode_view`] validates exactly as [`decode`] does (same result, same error) and
+//! - [`decode_view`] validates exactly as [`decode`](fn@decode) does (same result, same error) and
 //!   allocates nothing; its series are read from the input again when walked.
 //!
 //! # Cost
@@ -61,11 +61,11 @@
 //! | module | holds |
 //! |---|---|
 //! | this one | the format, the errors, varint sizes |
-//! | `encode` | [`encode`], [`encode_to_vec`], [`encoded_len`] |
+//! | `encode` | [`encode`](fn@encode), [`encode_to_vec`], [`encoded_len`] |
 //! | `reader` | the checked cursor over the input |
 //! | `walk` | the validating walk shared by both decoders |
 //! | `view` | [`decode_view`], [`PayloadView`] and the views it lends |
-//! | `decode` | [`decode`] |
+//! | `decode` | [`decode`](fn@decode) |
 //! | `fixed` | the precomputed encodings of the catalogue's bound lists |
 //!
 //! ```
@@ -119,7 +119,7 @@ const MAX_INFO_BYTES: usize = MAX_VARINT
 pub const MAX_ENCODED_LEN: usize =
     1 + MAX_VARINT + MAX_SERIES * MAX_SERIES_BYTES + 1 + MAX_INFO_BYTES;
 
-/// Why [`encode`] failed.
+/// Why [`encode`](fn@encode) failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum EncodeError {
     /// The buffer is shorter than the encoding.
@@ -163,7 +163,7 @@ pub enum Limit {
     InfoLabels,
 }
 
-/// Why [`decode`] rejected its input.
+/// Why [`decode`](fn@decode) rejected its input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DecodeError {
     /// The input ended before the payload did (more bytes might complete it).

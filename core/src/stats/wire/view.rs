@@ -103,7 +103,7 @@ pub struct SeriesView<'a> {
     pub value: ValueView<'a>,
 }
 
-/// A payload decoded in place: validated exactly as [`decode`](super::decode) validates
+/// A payload decoded in place: validated exactly as [`decode`](fn@super::decode) validates
 /// (canonical, within the limits), lending its names and labels from the input instead of
 /// copying them. Making a view allocates nothing: the series are read again, one at a time,
 /// when [`series`](Self::series) walks them, and the info series are checked, not built.
@@ -188,7 +188,7 @@ impl<'a> Iterator for SeriesIter<'a> {
 /// Validates `bytes` as one canonical payload and returns a view that lends from it.
 ///
 /// # Errors
-/// As [`decode`](super::decode).
+/// As [`decode`](fn@super::decode).
 pub fn decode_view(bytes: &[u8]) -> Result<PayloadView<'_>, DecodeError> {
     let mut walker = Walker::new(bytes)?;
     let len = walker.left();

@@ -1,6 +1,6 @@
 //! [`Walker`]: the validating walk over the bytes, then the info section and the end.
 //!
-//! [`decode`](super::decode) and the view's series take it one series at a time
+//! [`decode`](fn@super::decode) and the view's series take it one series at a time
 //! ([`Walker::next_series`]: names and known label texts interned, values kept);
 //! [`decode_view`](super::decode_view) checks every series in one loop
 //! ([`Walker::check_series`]: nothing kept, texts only checked as UTF-8). Both read each field
