@@ -505,11 +505,19 @@ impl Manager {
             self.scratch.push(k);
             if let Some(d) = &positions {
                 match d.get_item(&obj)? {
-                    Some(p) => self.positions.push(p.extract::<u64>().map_err(|_| {
-                        PyValueError::new_err(format!(
-                            "end-token position {p} of a key is not an integer in 0..2^63"
-                        ))
-                    })?),
+                    // The manager's own bound, checked here so that a bad position fails the
+                    // call before anything is made for it.
+                    Some(p) => self.positions.push(
+                        p.extract::<u64>()
+                            .ok()
+                            .filter(|&v| i64::try_from(v).is_ok())
+                            .ok_or_else(|| {
+                                PyValueError::new_err(format!(
+                                    "end-token position {p} of a key is not an integer in \
+                                     0..2^63"
+                                ))
+                            })?,
+                    ),
                     None => missing += 1,
                 }
             }

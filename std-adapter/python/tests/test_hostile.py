@@ -24,9 +24,10 @@ from kvtier.vllm import KvtierOffloadingManager
 
 SEQUENCES = int(os.environ.get("KVTIER_HOSTILE_SEQUENCES", "1000"))
 
-# What a bad call may raise: Python's own errors for bad values and types, or the error a
-# caller's iterable raised.
-ALLOWED = (TypeError, ValueError, AssertionError, AttributeError, OverflowError, KeyError)
+# What a bad call may raise: Python's own errors for bad values and types, the error a
+# caller's object raised, or (for a call made from inside another call on the same manager)
+# the RuntimeError of a manager already in use.
+ALLOWED = (TypeError, ValueError, AssertionError, AttributeError, OverflowError, RuntimeError)
 
 
 class Boom(Exception):
@@ -36,6 +37,31 @@ class Boom(Exception):
 class HashRaises(bytes):
     def __hash__(self):
         raise Boom("hash")
+
+
+class Reenters:
+    """Calls back into the manager under test from inside a call (a key's ``__hash__``, a
+    position's ``__index__``): the manager is busy, so the inner call fails, and so does the
+    outer one."""
+
+    manager: KvtierOffloadingManager | None = None
+
+    @classmethod
+    def poke(cls):
+        assert cls.manager is not None
+        cls.manager.lookup(b"x" * 20, ReqContext(req_id="inner"))
+
+
+class HashReenters(bytes):
+    def __hash__(self):
+        Reenters.poke()
+        return bytes.__hash__(self)
+
+
+class IndexReenters:
+    def __index__(self):
+        Reenters.poke()
+        return 16
 
 
 def _raising(keys):
@@ -95,8 +121,9 @@ def _hostile(rng: random.Random, m: KvtierOffloadingManager, ctx: ReqContext, ke
     keys = list(keys)
     bad_key = rng.choice(
         [None, 5, 2.5, "a str", bytearray(b"abcd"), memoryview(b"abcd"), [b"x"], object(),
-         HashRaises(b"h" * 20)]
+         HashRaises(b"h" * 20), HashReenters(b"r" * 20)]
     )
+    Reenters.manager = m
     at = rng.randint(0, len(keys))
     mixed = keys[:at] + [bad_key] + keys[at:]
     with_keys = ["prepare_store", "prepare_load", "complete_load", "complete_store", "touch"]
@@ -119,7 +146,7 @@ def _hostile(rng: random.Random, m: KvtierOffloadingManager, ctx: ReqContext, ke
     elif shape == "bad positions":
         # Every key has a position, one of them not an integer in 0..2^63.
         method = rng.choice(["prepare_store", "prepare_load"])
-        bad = rng.choice([-1, 2**63, 2**64 + 5, 1.5, "16", None, b"16"])
+        bad = rng.choice([-1, 2**63, 2**64 + 5, 1.5, "16", None, b"16", IndexReenters()])
         args = (keys, _positions_ctx(keys, rng.randrange(len(keys)), bad))
     elif shape == "bad state":
         # A context whose scratch dict is not a dict; or, for a call that reads positions,
