@@ -5,6 +5,11 @@
 //! lives on the `ReqContext` (a [`RequestState`] in its `_state` scratch dict, as vLLM's own
 //! manager keeps its state there); a context dropped without `on_request_finished` releases
 //! its request slot at the manager's next call.
+//!
+//! A call reads and checks all its arguments (keys, context, positions) before it touches the
+//! manager or the request's state, so a bad argument raises with nothing changed. A call the
+//! manager refuses (where vLLM's manager asserts) changes nothing either, except that a context
+//! seen for the first time keeps the request state made for it, as vLLM's keeps its own.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

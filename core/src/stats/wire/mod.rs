@@ -4,9 +4,9 @@
 //! The bytes carry names, kinds, labels, values and info, so a receiver decodes a payload without
 //! knowing the metric catalogue. The encoding is canonical: a payload has exactly one encoding
 //! (series and info labels in sorted order, minimal varints, gauges in lowest terms), and
-//! [`decode`](fn@decode) accepts nothing else: no trailing bytes, no over-long varints, no duplicate or
-//! unsorted keys. Hard limits (those of [`payload`](super::payload)) bound every count and
-//! length, so hostile input cannot make the decoder allocate more than
+//! [`decode`](fn@decode) accepts nothing else: no trailing bytes, no over-long varints, no
+//! duplicate or unsorted keys. Hard limits (those of [`payload`](super::payload)) bound every
+//! count and length, so hostile input cannot make the decoder allocate more than
 //! [`MAX_SERIES`] series and [`MAX_INFO_SERIES`] × [`MAX_INFO_LABELS`] info labels.
 //!
 //! # Format, version 1
@@ -43,12 +43,13 @@
 //! - [`encode`](fn@encode) never panics; it writes [`encoded_len`] bytes when `buf.len() >=
 //!   encoded_len(payload)` and returns [`EncodeError::BufferTooSmall`] otherwise.
 //!   Every payload fits in [`MAX_ENCODED_LEN`] bytes.
-//! - [`decode`](fn@decode) never panics on any input. Input that ends early is [`DecodeError::Truncated`]
-//!   (every strict prefix of a valid encoding gives exactly that); anything else that is not a
-//!   canonical encoding is another variant ([`DecodeError::is_truncated`] tells them apart).
+//! - [`decode`](fn@decode) never panics on any input. Input that ends early is
+//!   [`DecodeError::Truncated`] (every strict prefix of a valid encoding gives exactly that);
+//!   anything else that is not a canonical encoding is another variant
+//!   ([`DecodeError::is_truncated`] tells them apart).
 //! - `decode(&encode(p)) == p` for every payload `p`.
-//! - [`decode_view`] validates exactly as [`decode`](fn@decode) does (same result, same error) and
-//!   allocates nothing; its series are read from the input again when walked.
+//! - [`decode_view`] validates exactly as [`decode`](fn@decode) does (same result, same
+//!   error) and allocates nothing; its series are read from the input again when walked.
 //!
 //! # Cost
 //!
