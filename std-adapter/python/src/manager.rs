@@ -510,6 +510,8 @@ impl Manager {
             self.scratch.push(k);
             if let Some(d) = &positions {
                 match d.get_item(&obj)? {
+                    // vLLM reads the map with `dict.get` and takes None for no position.
+                    Some(p) if p.is_none() => missing += 1,
                     // The manager's own bound, checked here so that a bad position fails the
                     // call before anything is made for it.
                     Some(p) => self.positions.push(

@@ -240,6 +240,32 @@ def test_known_difference_every_key_of_a_call_needs_a_position_or_none():
         m.prepare_store(keys, ctx)
 
 
+def test_a_position_of_none_is_no_position_as_in_vllm():
+    # vLLM reads positions with dict.get, so a key whose position is None has none. Positions
+    # given in reverse of the key order change which keys go first; None must not.
+    def run(m, positions):
+        evicted = []
+        for r in range(4):
+            ctx = ReqContext(req_id=str(r))
+            keys = [key(10 * r + i) for i in range(3)]
+            for k, p in zip(keys, positions):
+                ctx.set_offload_key_position(k, p)
+            m.on_new_request(ctx)
+            evicted.append(store(m, keys, ctx).evicted_keys)
+            m.on_request_finished(ctx)
+        return evicted
+
+    for policy in ("lru", "arc"):
+        vllm = run(CPUOffloadingManager(num_chunks=4, cache_policy=policy), [None] * 3)
+        reversed_ = run(CPUOffloadingManager(num_chunks=4, cache_policy=policy), [48, 32, 16])
+        assert vllm != reversed_
+        for positions in ([None] * 3, []):
+            m = KvtierOffloadingManager(num_chunks=4, cache_policy=policy)
+            assert run(m, positions) == vllm, (policy, positions)
+        m = KvtierOffloadingManager(num_chunks=4, cache_policy=policy)
+        assert run(m, [48, 32, 16]) == reversed_
+
+
 def test_known_difference_no_store_after_on_request_finished_in_one_generation():
     def run(m):
         ctx = ReqContext(req_id="a")
