@@ -4,11 +4,13 @@ Rust panic, never a crash) and changes nothing.
 Two kvtier managers built alike run the same random protocol, each with its own request
 contexts; between its calls one of them also receives bad calls: keys that are not bytes,
 key lists that are not iterable or raise half-way, contexts of the wrong shape, positions
-that are not integers in 0..2^63, bytes subclasses whose ``__hash__`` raises, and more.
-Every bad call must raise one of the exceptions a Python caller handles (``TypeError``,
-``ValueError``, ``AssertionError``, ``AttributeError``, ``OverflowError``, or the iterable's
-own error), and afterwards the two managers must keep answering alike, call for call: had a
-bad call changed the manager, their lookups, chunk ids, victims, events or stats would part.
+that are not integers in 0..2^63, bytes subclasses whose ``__hash__`` raises, callbacks into
+the busy manager, and more. Every bad call must raise one of the exceptions a Python caller
+handles (``TypeError``, ``ValueError``, ``AssertionError``, ``AttributeError``,
+``OverflowError``, ``RuntimeError`` for a manager called from inside its own call, or the
+error of the caller's own object), and afterwards the two managers must keep answering alike,
+call for call: had a bad call changed the manager, their lookups, chunk ids, victims, events,
+stats or live requests would part.
 """
 
 from __future__ import annotations
