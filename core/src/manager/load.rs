@@ -282,20 +282,18 @@ impl<K: OffloadKey> OffloadManager<K> {
     /// within the call), [`CompleteLoadError::NotPresent`] for slot `u32::MAX` (no slot);
     /// nothing changes then.
     pub fn complete_load_slots(&mut self, slots: &[u32]) -> Result<(), CompleteLoadError> {
-        self.s_slot.clear();
         self.s_zero.clear();
         for (index, &s) in slots.iter().enumerate() {
             if s == NIL {
-                self.undo_unpins();
+                self.undo_unpins(&slots[..index]);
                 return Err(CompleteLoadError::NotPresent { index });
             }
             let r = self.chunks.ref_cnt(s);
             if r <= 0 {
-                self.undo_unpins();
+                self.undo_unpins(&slots[..index]);
                 return Err(CompleteLoadError::NotPinned { index });
             }
             self.chunks.set_ref_cnt(s, r - 1);
-            self.s_slot.push(s);
             // A chunk reaches 0 at most once per call: a further unpin of it fails above.
             if r == 1 {
                 self.s_zero.push(s);
@@ -310,11 +308,11 @@ impl<K: OffloadKey> OffloadManager<K> {
         Ok(())
     }
 
-    fn undo_unpins(&mut self) {
-        for &s in &self.s_slot {
+    /// Gives back the pins that `complete_load_slots` took from `done` before it failed.
+    fn undo_unpins(&mut self, done: &[u32]) {
+        for &s in done {
             let r = self.chunks.ref_cnt(s);
             self.chunks.set_ref_cnt(s, r + 1);
         }
-        self.s_slot.clear();
     }
 }

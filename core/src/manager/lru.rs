@@ -149,11 +149,15 @@ impl Lru {
     #[inline(always)]
     fn place_in_bucket<K: OffloadKey>(&mut self, node: u32, rank: Rank, anchor: u32, keys: &[K]) {
         self.links.set_data(node, rank);
-        let key = keys[(node - self.base) as usize];
         let mut at = self.links.next(anchor);
         while let Some(s) = self.slot_of(at).filter(|_| at != NIL) {
             let r = self.links.data(at);
-            if r.major != rank.major || (r.minor, keys[s as usize]) >= (rank.minor, key) {
+            // The key breaks a tie only, so it is read only then.
+            if r.major != rank.major
+                || r.minor > rank.minor
+                || (r.minor == rank.minor
+                    && keys.get(s as usize) >= keys.get((node - self.base) as usize))
+            {
                 break;
             }
             at = self.links.next(at);

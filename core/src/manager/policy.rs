@@ -76,7 +76,7 @@ impl Access {
             entry.flags |= REUSED;
         }
         if new && let Policy::Lru(lru) = policy {
-            let pos = entry.pos;
+            let pos = entry.pos();
             let major = match self.major {
                 Some(m) => m,
                 None => *self
@@ -103,11 +103,11 @@ pub(crate) fn order_keys<'a, K: OffloadKey>(
     scratch.extend_from_slice(&st.observed);
     let order = &mut scratch[..];
     let es = &st.entries;
-    if order.iter().all(|&i| es[i as usize].pos.is_some()) {
+    if order.iter().all(|&i| es[i as usize].pos().is_some()) {
         // (position, group, observation order).
         order.sort_unstable_by_key(|&i| {
             let e = &es[i as usize];
-            (e.pos, e.key.group(), e.seq)
+            (e.pos(), e.key.group(), e.seq)
         });
         return scratch;
     }
@@ -121,8 +121,8 @@ pub(crate) fn order_keys<'a, K: OffloadKey>(
             end += 1;
         }
         let run = &mut order[start..end];
-        if run.iter().all(|&i| es[i as usize].pos.is_some()) {
-            run.sort_unstable_by_key(|&i| (es[i as usize].pos, es[i as usize].seq));
+        if run.iter().all(|&i| es[i as usize].pos().is_some()) {
+            run.sort_unstable_by_key(|&i| (es[i as usize].pos(), es[i as usize].seq));
         }
         start = end;
     }

@@ -59,10 +59,14 @@ pub(crate) const REUSED: u8 = 4;
 /// The key was reported to the policy as a store miss for this request.
 pub(crate) const STORE_MISS: u8 = 8;
 
+/// [`Entry`]'s position when it has none.
+const NO_POS: u64 = u64::MAX;
+
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Entry<K> {
     pub(crate) key: K,
-    pub(crate) pos: Option<u64>,
+    /// The end-token position, [`NO_POS`] for none (positions are at most `i64::MAX`).
+    pos: u64,
     /// Observation order among seen keys.
     pub(crate) seq: u32,
     pub(crate) flags: u8,
@@ -71,6 +75,14 @@ pub(crate) struct Entry<K> {
     /// The slot the key was last seen in (a hint: valid only while that slot still holds
     /// the key; `u32::MAX` when unknown).
     pub(crate) slot: u32,
+}
+
+impl<K> Entry<K> {
+    /// The end-token position, if the request gave one.
+    #[inline(always)]
+    pub(crate) fn pos(&self) -> Option<u64> {
+        (self.pos != NO_POS).then_some(self.pos)
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -85,6 +97,9 @@ pub(crate) struct RequestState<K> {
     /// Whether every seen entry has a position and `observed` is already in the order a
     /// finished request commits: (position, group, observation order).
     pub(crate) in_order: bool,
+    /// `(position, group)` of the last entry observed while `in_order` holds (`(0, 0)`, which
+    /// orders before every key, while none is): a new entry is in order if it is not below.
+    last_seen: (u64, u32),
     pub(crate) rank: RequestRank,
 }
 
@@ -98,6 +113,7 @@ impl<K: OffloadKey> RequestState<K> {
             index: EntryIndex::default(),
             observed: Vec::new(),
             in_order: true,
+            last_seen: (0, 0),
             rank: RequestRank::default(),
         }
     }
@@ -115,6 +131,7 @@ impl<K: OffloadKey> RequestState<K> {
         self.entries.clear();
         self.observed.clear();
         self.in_order = true;
+        self.last_seen = (0, 0);
         self.rank = RequestRank::default();
     }
 
@@ -127,6 +144,7 @@ impl<K: OffloadKey> RequestState<K> {
         }
         self.observed.clear();
         self.in_order = true;
+        self.last_seen = (0, 0);
         self.rank = RequestRank::default();
     }
 
@@ -155,7 +173,7 @@ impl<K: OffloadKey> RequestState<K> {
         }
         self.entries.push(Entry {
             key,
-            pos: None,
+            pos: NO_POS,
             seq: u32::MAX,
             flags: 0,
             offer: 0,
@@ -164,16 +182,17 @@ impl<K: OffloadKey> RequestState<K> {
         i
     }
 
-    /// Sets entry `i`'s end-token position. Moving a seen entry may break the commit order
-    /// of `observed`, so it is no longer trusted to be in order.
+    /// Sets entry `i`'s end-token position, one that `check_positions` accepted (at most
+    /// `i64::MAX`, so never [`NO_POS`]). Moving a seen entry may break the commit order of
+    /// `observed`, so it is no longer trusted to be in order.
     #[inline(always)]
     pub(crate) fn set_pos(&mut self, i: u32, pos: u64) {
         let e = &mut self.entries[i as usize];
-        if e.pos != Some(pos) {
+        if e.pos != pos {
             if e.flags & SEEN != 0 {
                 self.in_order = false;
             }
-            e.pos = Some(pos);
+            e.pos = pos;
         }
     }
 
@@ -185,12 +204,10 @@ impl<K: OffloadKey> RequestState<K> {
             return false;
         }
         if self.in_order {
-            let at = (e.pos, e.key.group());
-            self.in_order = at.0.is_some()
-                && self.observed.last().is_none_or(|&l| {
-                    let last = &self.entries[l as usize];
-                    (last.pos, last.key.group()) <= at
-                });
+            match e.pos().map(|p| (p, e.key.group())) {
+                Some(at) if self.last_seen <= at => self.last_seen = at,
+                _ => self.in_order = false,
+            }
         }
         #[expect(
             clippy::cast_possible_truncation,

@@ -278,7 +278,7 @@ impl<K: OffloadKey> OffloadManager<K> {
             let entry = &mut st.entries[o.entry as usize];
             entry.flags |= INSERTED;
             entry.slot = slot;
-            let pos = entry.pos;
+            let pos = entry.pos();
             match &mut self.policy {
                 Policy::Lru(lru) => lru.insert(slot, pos, &mut st.rank, ri, self.chunks.keys()),
                 Policy::Arc(arc) => {
