@@ -109,7 +109,11 @@ impl<K: OffloadKey> Inspect<'_, K> {
     #[must_use]
     pub fn eviction_order(self) -> Vec<K> {
         match &self.m.policy {
-            Policy::Lru(l) => l.order().map(|s| self.m.chunks.key(s)).collect(),
+            Policy::Lru(l) => l
+                .order(self.m.chunks.keys())
+                .into_iter()
+                .map(|s| self.m.chunks.key(s))
+                .collect(),
             Policy::Arc(a) => {
                 let (t1, t2) = a.lists();
                 t1.into_iter()
@@ -177,7 +181,7 @@ impl<K: OffloadKey> Inspect<'_, K> {
             return Err("evictable does not count the idle chunks");
         }
         let in_policy = match &self.m.policy {
-            Policy::Lru(l) => l.order().count(),
+            Policy::Lru(l) => l.order(self.m.chunks.keys()).len(),
             Policy::Arc(a) => {
                 let (t1, t2) = a.lists();
                 t1.len() + t2.len()

@@ -9,19 +9,29 @@
 //! vLLM keeps the evictable chunks in a lazily rebuilt binary heap. kvtier keeps *all* resident
 //! chunks in one intrusive list sorted by rank, with an anchor node per live request marking
 //! where that request's major value sits (nodes `0..max_requests` are the anchors, node
-//! `max_requests + slot` is a slot's; each node carries its rank next to its links). Every rank change is then O(1): a fresh rank is the
-//! largest rank there is (append at the tail), and a request rank is placed right after its
-//! anchor, walking only past the request's own chunks that rank lower — none when blocks arrive
-//! head to tail, which is how a scheduler offers them. Eviction walks from the head and takes
-//! the first idle (`ref_cnt == 0`), unprotected chunks: exactly the heap's pop order
+//! `max_requests + slot` is a slot's; each node carries its rank next to its links). Every rank
+//! change is then O(1): a fresh rank is the largest rank there is (append at the tail), and a
+//! request rank is placed right after its anchor, walking only past the request's own chunks
+//! that rank lower — none when blocks arrive head to tail, which is how a scheduler offers
+//! them. Eviction walks from the head (from the scan hint, past which no idle chunk sits) and
+//! takes the first idle (`ref_cnt == 0`), unprotected chunks: exactly the heap's pop order
 //! restricted to evictable chunks, so the victims are vLLM's.
+//!
+//! A request's access to a chunk usually does not move it. When the request's anchor lies past
+//! the scan hint, the chunk takes its new rank where it is and is *displaced*: it remembers
+//! the anchor, and the request lists it. Scans pass displaced chunks by; a scan that meets an
+//! anchor first places that request's displaced chunks into its bucket, so they are met at
+//! their ranks; a finishing request refreshes them (moving them to the tail, which it would
+//! do anyway), a dropped one places them. A loaded prefix therefore moves once per request
+//! (at its end) instead of twice. [`Lru::order`] merges the displaced chunks back in.
 
 use alloc::vec::Vec;
 
 use super::chunks::PROTECTED;
 use super::links::{Links, List, NIL};
+use super::request::Requests;
 use crate::key::OffloadKey;
-use crate::reserve::AllocError;
+use crate::reserve::{AllocError, Lazy};
 
 /// The rank state of a request, kept in the request's own state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -47,9 +57,13 @@ pub(crate) struct Lru {
     base: u32,
     next_rank: u64,
     generation: u64,
-    /// Where eviction scans start (a node): every node before it is pinned, pending or an
-    /// anchor (NIL: scan from the head). Keeps eviction from re-walking the in-flight chunks.
+    /// Where eviction scans start (a node): every node before it is pinned, pending, an anchor
+    /// or displaced (NIL: scan from the head). Keeps eviction from re-walking the in-flight
+    /// chunks. Never a displaced node itself.
     hint: u32,
+    /// By slot: the anchor of the request bucket a *displaced* chunk belongs in, `NIL` for a
+    /// chunk that sits where its rank says. See [`on_access`](Self::on_access).
+    anchor_of: Lazy<u32>,
 }
 
 impl Lru {
@@ -62,6 +76,7 @@ impl Lru {
             next_rank: 0,
             generation: 0,
             hint: NIL,
+            anchor_of: Lazy::new(n as usize, NIL)?,
         })
     }
 
@@ -82,8 +97,24 @@ impl Lru {
     fn unlink(&mut self, i: u32) {
         if self.hint == i {
             self.hint = self.links.prev(i);
+            self.settle_hint();
         }
         self.links.unlink(&mut self.order, i);
+    }
+
+    /// Whether `node` is a displaced chunk (anchors never are).
+    #[inline(always)]
+    fn displaced(&self, node: u32) -> bool {
+        self.slot_of(node)
+            .is_some_and(|s| self.anchor_of.get(s as usize) != NIL)
+    }
+
+    /// Moves the hint back past displaced nodes (a scan starting earlier only walks more).
+    #[inline]
+    fn settle_hint(&mut self) {
+        while self.hint != NIL && self.displaced(self.hint) {
+            self.hint = self.links.prev(self.hint);
+        }
     }
 
     /// `rank(a) < rank(b)` for linked nodes (anchors sort before their request's chunks; ties
@@ -104,6 +135,10 @@ impl Lru {
     #[inline]
     pub(crate) fn on_evictable<K: OffloadKey>(&mut self, slot: u32, keys: &[K]) {
         let node = self.node(slot);
+        // A displaced chunk's bucket lies past the hint: a scan meets it at its anchor.
+        if self.anchor_of.get(slot as usize) != NIL {
+            return;
+        }
         if self.hint != NIL && self.ranks_before(node, self.hint, keys) {
             self.hint = node;
         }
@@ -136,12 +171,37 @@ impl Lru {
         major
     }
 
-    /// Unlinks a finished or dropped request's anchor.
-    pub(crate) fn release_request(&mut self, rank: &mut RequestRank, req_index: u32) {
+    /// Unlinks a finished or dropped request's anchor. `displaced` is the request's list of
+    /// chunks displaced into its bucket (emptied here): a finished request has just refreshed
+    /// every one of them, a dropped one has them placed first.
+    pub(crate) fn release_request<K: OffloadKey>(
+        &mut self,
+        rank: &mut RequestRank,
+        req_index: u32,
+        displaced: &mut Vec<u32>,
+        keys: &[K],
+    ) {
         if rank.major != 0 && rank.generation == self.generation {
+            self.place_displaced(req_index, displaced, keys);
             self.unlink(req_index);
         }
+        displaced.clear();
         *rank = RequestRank::default();
+    }
+
+    /// Places the chunks of `list` still displaced into `anchor`'s bucket, emptying `list`.
+    fn place_displaced<K: OffloadKey>(&mut self, anchor: u32, list: &mut Vec<u32>, keys: &[K]) {
+        for &slot in list.iter() {
+            if self.anchor_of.get(slot as usize) != anchor {
+                continue; // refreshed, removed, or displaced into a later request since
+            }
+            self.anchor_of.set(slot as usize, NIL);
+            let node = self.node(slot);
+            let rank = self.links.data(node);
+            self.unlink(node);
+            self.place_in_bucket(node, rank, anchor, keys);
+        }
+        list.clear();
     }
 
     /// Places unlinked `node` with rank `rank` right after the request's anchor, past the
@@ -151,6 +211,10 @@ impl Lru {
         self.links.set_data(node, rank);
         let mut at = self.links.next(anchor);
         while let Some(s) = self.slot_of(at).filter(|_| at != NIL) {
+            if self.anchor_of.get(s as usize) != NIL {
+                at = self.links.next(at); // it sits elsewhere in rank order
+                continue;
+            }
             let r = self.links.data(at);
             // The key breaks a tie only, so it is read only then.
             if r.major != rank.major
@@ -194,6 +258,7 @@ impl Lru {
 
     /// Forgets a chunk (failed store or eviction).
     pub(crate) fn remove(&mut self, slot: u32) {
+        self.anchor_of.set(slot as usize, NIL);
         self.unlink(self.node(slot));
     }
 
@@ -203,6 +268,7 @@ impl Lru {
         let node = self.node(slot);
         let major = self.fresh_major();
         self.links.set_data(node, Rank { major, minor: 0 });
+        self.anchor_of.set(slot as usize, NIL);
         if self.order.tail != node {
             self.unlink(node);
             self.links.push_back(&mut self.order, node);
@@ -243,6 +309,7 @@ impl Lru {
         loop {
             let major = self.fresh_major();
             self.links.set_data(at, Rank { major, minor: 0 });
+            self.anchor_of.set((at - self.base) as usize, NIL);
             if self.hint == at && moved {
                 self.hint = before;
             }
@@ -252,6 +319,7 @@ impl Lru {
             at = self.links.next(at);
         }
         self.links.move_run_to_tail(&mut self.order, first, last);
+        self.settle_hint();
     }
 
     pub(crate) fn begin_access(&mut self, rank: &mut RequestRank, req_index: u32) -> u64 {
@@ -268,6 +336,7 @@ impl Lru {
         request_major: u64,
         req_index: u32,
         keys: &[K],
+        displaced: &mut Vec<u32>,
     ) {
         let node = self.node(slot);
         let new = Rank {
@@ -277,14 +346,38 @@ impl Lru {
         if self.links.data(node) >= new {
             return;
         }
+        // The request's bucket lies past the hint (its anchor's major is larger than the
+        // hint's): the chunk may stay where it is, displaced, until a scan meets the anchor,
+        // the request finishes (which refreshes it) or is dropped (which places it).
+        if self.hint != NIL && node != self.hint && request_major > self.links.data(self.hint).major
+        {
+            self.links.set_data(node, new);
+            if self.anchor_of.get(slot as usize) != req_index {
+                self.anchor_of.set(slot as usize, req_index);
+                displaced.push(slot);
+            }
+            return;
+        }
+        self.anchor_of.set(slot as usize, NIL);
         self.unlink(node);
         self.place_in_bucket(node, new, req_index, keys);
     }
 
     /// Chooses `need` victims in rank order among idle chunks (not [`PROTECTED`]), appending
-    /// their slots to `out`. All or nothing: on `false` nothing changed (and `out` is
-    /// truncated back).
-    pub(crate) fn evict(&mut self, need: u32, ref_cnt: &[i32], out: &mut Vec<u32>) -> bool {
+    /// their slots to `out`. All or nothing: on `false` no rank and no victim changed (`out`
+    /// is truncated back; displaced chunks the scan met may have been placed).
+    ///
+    /// A scan that meets a request's anchor first places the chunks displaced into its
+    /// bucket (`requests` holds each request's list), so that they are met in rank order; a
+    /// displaced chunk met anywhere else is passed by.
+    pub(crate) fn evict<K: OffloadKey>(
+        &mut self,
+        need: u32,
+        ref_cnt: &[i32],
+        out: &mut Vec<u32>,
+        requests: &mut Requests<K>,
+        keys: &[K],
+    ) -> bool {
         let start = out.len();
         let mut at = if self.hint == NIL {
             self.order.head
@@ -294,14 +387,25 @@ impl Lru {
         let mut found = 0;
         let mut first_idle_kept = NIL;
         while at != NIL && found < need {
-            if let Some(s) = self.slot_of(at) {
-                match ref_cnt.get(s as usize) {
-                    Some(0) => {
+            match self.slot_of(at) {
+                Some(s) => match ref_cnt.get(s as usize) {
+                    Some(0) if self.anchor_of.get(s as usize) == NIL => {
                         out.push(s);
                         found += 1;
                     }
-                    Some(&PROTECTED) if first_idle_kept == NIL => first_idle_kept = at,
+                    Some(&PROTECTED)
+                        if first_idle_kept == NIL && self.anchor_of.get(s as usize) == NIL =>
+                    {
+                        first_idle_kept = at;
+                    }
                     _ => {}
+                },
+                None => {
+                    if let Some(list) = requests.displaced_mut(at)
+                        && !list.is_empty()
+                    {
+                        self.place_displaced(at, list, keys);
+                    }
                 }
             }
             at = self.links.next(at);
@@ -325,6 +429,7 @@ impl Lru {
         } else {
             new_hint
         };
+        self.settle_hint();
         true
     }
 
@@ -332,32 +437,54 @@ impl Lru {
     pub(crate) fn clear(&mut self) {
         self.order = List::EMPTY;
         self.hint = NIL;
+        self.anchor_of.clear();
         self.next_rank = 0;
         self.generation += 1;
     }
 
-    /// Resident chunks in eviction order, head first (for tests and invariant checks).
-    pub(crate) fn order(&self) -> impl Iterator<Item = u32> + '_ {
+    /// Resident chunks in eviction order, head first (for tests and invariant checks): the
+    /// placed chunks as linked, with the displaced ones merged in at their ranks.
+    pub(crate) fn order<K: OffloadKey>(&self, keys: &[K]) -> Vec<u32> {
+        let key = |s: u32| keys.get(s as usize);
+        let by_rank = |a: u32, b: u32| {
+            (self.links.data(self.node(a)), key(a)).cmp(&(self.links.data(self.node(b)), key(b)))
+        };
+        let (mut placed, mut displaced) = (Vec::new(), Vec::new());
         let mut at = self.order.head;
-        core::iter::from_fn(move || {
-            while at != NIL {
-                let cur = at;
-                at = self.links.next(cur);
-                if let Some(s) = self.slot_of(cur) {
-                    return Some(s);
+        while at != NIL {
+            if let Some(s) = self.slot_of(at) {
+                if self.anchor_of.get(s as usize) == NIL {
+                    placed.push(s);
+                } else {
+                    displaced.push(s);
                 }
             }
-            None
-        })
+            at = self.links.next(at);
+        }
+        displaced.sort_unstable_by(|&a, &b| by_rank(a, b));
+        let mut out = Vec::with_capacity(placed.len() + displaced.len());
+        let (mut i, mut j) = (0, 0);
+        while i < placed.len() || j < displaced.len() {
+            let take_placed = j == displaced.len()
+                || (i < placed.len() && by_rank(placed[i], displaced[j]).is_le());
+            if take_placed {
+                out.push(placed[i]);
+                i += 1;
+            } else {
+                out.push(displaced[j]);
+                j += 1;
+            }
+        }
+        out
     }
 
     /// The bytes [`Lru::new`] allocates.
     pub(crate) fn bytes(n: u64, max_requests: u64) -> u64 {
-        Links::<Rank>::bytes(n.saturating_add(max_requests))
+        Links::<Rank>::bytes(n.saturating_add(max_requests)).saturating_add(Lazy::<u32>::bytes(n))
     }
 
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.links.heap_bytes()
+        self.links.heap_bytes() + self.anchor_of.heap_bytes()
     }
 }
 

@@ -84,7 +84,14 @@ impl Access {
                     .insert(lru.begin_access(&mut st.rank, self.req_index)),
             };
             if let (Some(p), true) = (pos, slot != links::NIL) {
-                lru.on_access(slot, p, major, self.req_index, chunks.keys());
+                lru.on_access(
+                    slot,
+                    p,
+                    major,
+                    self.req_index,
+                    chunks.keys(),
+                    &mut st.displaced,
+                );
             }
         }
     }

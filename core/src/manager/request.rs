@@ -101,6 +101,9 @@ pub(crate) struct RequestState<K> {
     /// orders before every key, while none is): a new entry is in order if it is not below.
     last_seen: (u64, u32),
     pub(crate) rank: RequestRank,
+    /// Chunks the LRU left displaced on this request's accesses (see `Lru::on_access`); some
+    /// may have been placed, refreshed or displaced again since.
+    pub(crate) displaced: Vec<u32>,
 }
 
 impl<K: OffloadKey> RequestState<K> {
@@ -115,6 +118,7 @@ impl<K: OffloadKey> RequestState<K> {
             in_order: true,
             last_seen: (0, 0),
             rank: RequestRank::default(),
+            displaced: Vec::new(),
         }
     }
 
@@ -133,6 +137,7 @@ impl<K: OffloadKey> RequestState<K> {
         self.in_order = true;
         self.last_seen = (0, 0);
         self.rank = RequestRank::default();
+        self.displaced.clear();
     }
 
     /// Forgets what the request observed (a cache reset) but keeps the end-token positions,
@@ -146,6 +151,7 @@ impl<K: OffloadKey> RequestState<K> {
         self.in_order = true;
         self.last_seen = (0, 0);
         self.rank = RequestRank::default();
+        self.displaced.clear();
     }
 
     /// The entry index of `key`, creating an unseen entry if needed (one probe of the index
@@ -314,6 +320,13 @@ impl<K: OffloadKey> Requests<K> {
         id.index
     }
 
+    /// The list of chunks displaced on the accesses of the request in slot `index`.
+    pub(crate) fn displaced_mut(&mut self, index: u32) -> Option<&mut Vec<u32>> {
+        self.states
+            .get_mut(index as usize)
+            .map(|s| &mut s.displaced)
+    }
+
     /// Frees the slot; the handle goes stale.
     pub(crate) fn release(&mut self, id: RequestId) {
         let hasher = self.hasher;
@@ -332,7 +345,7 @@ impl<K: OffloadKey> Requests<K> {
             .iter()
             .map(|s| {
                 s.entries.capacity() * core::mem::size_of::<Entry<K>>()
-                    + s.observed.capacity() * 4
+                    + (s.observed.capacity() + s.displaced.capacity()) * 4
                     + s.index.allocation_size()
             })
             .sum();

@@ -245,7 +245,13 @@ impl<K: OffloadKey> OffloadManager<K> {
             self.victims.clear();
             let ok = need <= self.evictable.saturating_sub(protected)
                 && match &mut self.policy {
-                    Policy::Lru(lru) => lru.evict(need, self.chunks.ref_cnts(), &mut self.victims),
+                    Policy::Lru(lru) => lru.evict(
+                        need,
+                        self.chunks.ref_cnts(),
+                        &mut self.victims,
+                        &mut self.requests,
+                        self.chunks.keys(),
+                    ),
                     Policy::Arc(arc) => arc.evict(need, self.chunks.ref_cnts(), &mut self.victims),
                 };
             self.chunks.unprotect(&self.s_idle);
