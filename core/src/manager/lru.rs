@@ -19,11 +19,13 @@
 //!
 //! A request's access to a chunk usually does not move it. When the request's anchor lies past
 //! the scan hint, the chunk takes its new rank where it is and is *displaced*: it remembers
-//! the anchor, and the request lists it. Scans pass displaced chunks by; a scan that meets an
+//! the anchor, and the request lists it. A chunk the request stores is linked displaced too,
+//! next to the request's previous displaced chunk (no walk from the anchor). Scans pass displaced chunks by; a scan that meets an
 //! anchor first places that request's displaced chunks into its bucket, so they are met at
 //! their ranks; a finishing request refreshes them (moving them to the tail, which it would
 //! do anyway), a dropped one places them. A loaded prefix therefore moves once per request
-//! (at its end) instead of twice. [`Lru::order`] merges the displaced chunks back in.
+//! (at its end) instead of twice, and a request's chunks tend to lie in the order its end
+//! refreshes them, as one run. [`Lru::order`] merges the displaced chunks back in.
 
 use alloc::vec::Vec;
 
@@ -237,6 +239,7 @@ impl Lru {
         rank: &mut RequestRank,
         req_index: u32,
         keys: &[K],
+        displaced: &mut Vec<u32>,
     ) {
         let node = self.node(slot);
         match position {
@@ -251,9 +254,32 @@ impl Lru {
                     major,
                     minor: neg_position(p),
                 };
-                self.place_in_bucket(node, r, req_index, keys);
+                if !self.may_displace(major) {
+                    self.place_in_bucket(node, r, req_index, keys);
+                    return;
+                }
+                // Displaced from the start: linked just before the request's last displaced
+                // chunk if it still is one (a scheduler offers a request's blocks head to tail,
+                // so its chunks line up tail first, as its end refreshes them: one run), else
+                // at the tail.
+                // (The list may name this very slot from an earlier chunk: not linked now.)
+                let before = displaced
+                    .last()
+                    .filter(|&&d| d != slot && self.anchor_of.get(d as usize) == req_index)
+                    .map_or(NIL, |&d| self.node(d));
+                self.links.set_data(node, r);
+                self.anchor_of.set(slot as usize, req_index);
+                self.links.insert_before(&mut self.order, before, node);
+                displaced.push(slot);
             }
         }
+    }
+
+    /// Whether a chunk given a rank of request major `major` may stay displaced: the request's
+    /// anchor lies past the scan hint (anchors sort by major, before their chunks).
+    #[inline(always)]
+    fn may_displace(&self, major: u64) -> bool {
+        self.hint != NIL && major > self.links.data(self.hint).major
     }
 
     /// Forgets a chunk (failed store or eviction).
@@ -349,8 +375,7 @@ impl Lru {
         // The request's bucket lies past the hint (its anchor's major is larger than the
         // hint's): the chunk may stay where it is, displaced, until a scan meets the anchor,
         // the request finishes (which refreshes it) or is dropped (which places it).
-        if self.hint != NIL && node != self.hint && request_major > self.links.data(self.hint).major
-        {
+        if node != self.hint && self.may_displace(request_major) {
             self.links.set_data(node, new);
             if self.anchor_of.get(slot as usize) != req_index {
                 self.anchor_of.set(slot as usize, req_index);
@@ -451,7 +476,10 @@ impl Lru {
         };
         let (mut placed, mut displaced) = (Vec::new(), Vec::new());
         let mut at = self.order.head;
-        while at != NIL {
+        // At most the linked count: a broken list then shows as a wrong count, not a hang.
+        let mut left = self.order.len;
+        while at != NIL && left > 0 {
+            left -= 1;
             if let Some(s) = self.slot_of(at) {
                 if self.anchor_of.get(s as usize) == NIL {
                     placed.push(s);

@@ -286,7 +286,14 @@ impl<K: OffloadKey> OffloadManager<K> {
             entry.slot = slot;
             let pos = entry.pos();
             match &mut self.policy {
-                Policy::Lru(lru) => lru.insert(slot, pos, &mut st.rank, ri, self.chunks.keys()),
+                Policy::Lru(lru) => lru.insert(
+                    slot,
+                    pos,
+                    &mut st.rank,
+                    ri,
+                    self.chunks.keys(),
+                    &mut st.displaced,
+                ),
                 Policy::Arc(arc) => {
                     let ghost = o.ghost != links::NIL;
                     arc.insert(slot, key, ghost, self.chunks.pool.table_mut());
