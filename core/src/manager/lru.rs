@@ -231,7 +231,8 @@ impl Lru {
         self.links.insert_before(&mut self.order, at, node);
     }
 
-    /// A newly stored chunk: request rank when it has a position, else a fresh rank.
+    /// A newly stored chunk: request rank when it has a position (displaced if it may be, and
+    /// listed in `displaced`, the request's list), else a fresh rank.
     pub(crate) fn insert<K: OffloadKey>(
         &mut self,
         slot: u32,
@@ -353,7 +354,8 @@ impl Lru {
     }
 
     /// A request's first access to resident `slot` at `position`: raise its rank to
-    /// `(request_major, −position)` if that is larger.
+    /// `(request_major, −position)` if that is larger, leaving the chunk displaced (and listed
+    /// in `displaced`, the request's list) if it may be.
     #[inline(always)]
     pub(crate) fn on_access<K: OffloadKey>(
         &mut self,

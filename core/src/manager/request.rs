@@ -101,8 +101,8 @@ pub(crate) struct RequestState<K> {
     /// orders before every key, while none is): a new entry is in order if it is not below.
     last_seen: (u64, u32),
     pub(crate) rank: RequestRank,
-    /// Chunks the LRU left displaced on this request's accesses (see `Lru::on_access`); some
-    /// may have been placed, refreshed or displaced again since.
+    /// Chunks the LRU left displaced on this request's accesses and stores (see the `lru`
+    /// module); some may have been placed, refreshed, removed or displaced again since.
     pub(crate) displaced: Vec<u32>,
 }
 
