@@ -18,14 +18,15 @@
 //! restricted to evictable chunks, so the victims are vLLM's.
 //!
 //! A request's access to a chunk usually does not move it. When the request's anchor lies past
-//! the scan hint, the chunk takes its new rank where it is and is *displaced*: it remembers
-//! the anchor, and the request lists it. A chunk the request stores is linked displaced too,
-//! next to the request's previous displaced chunk (no walk from the anchor). Scans pass displaced chunks by; a scan that meets an
-//! anchor first places that request's displaced chunks into its bucket, so they are met at
-//! their ranks; a finishing request refreshes them (moving them to the tail, which it would
-//! do anyway), a dropped one places them. A loaded prefix therefore moves once per request
-//! (at its end) instead of twice, and a request's chunks tend to lie in the order its end
-//! refreshes them, as one run. [`Lru::order`] merges the displaced chunks back in.
+//! the scan hint, the chunk takes its new rank where it is and is *displaced*: it remembers the
+//! anchor, and the request lists it. A chunk the request stores is linked displaced too, next
+//! to the request's previous displaced chunk (no walk from the anchor). Scans pass displaced
+//! chunks by; a scan that meets an anchor first places that request's displaced chunks into its
+//! bucket, so they are met at their ranks; a finishing request refreshes them (moving them to
+//! the tail, which it would do anyway), a dropped one places them. A loaded prefix therefore
+//! moves once per request (at its end) instead of twice, and a request's chunks tend to lie in
+//! the order its end refreshes them, as one run. [`Lru::order`] merges the displaced chunks
+//! back in.
 
 use alloc::vec::Vec;
 
