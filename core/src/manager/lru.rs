@@ -105,11 +105,16 @@ impl Lru {
         self.links.unlink(&mut self.order, i);
     }
 
+    /// Whether `slot`'s chunk is displaced.
+    #[inline(always)]
+    fn is_displaced(&self, slot: u32) -> bool {
+        self.anchor_of.get(slot as usize) != NIL
+    }
+
     /// Whether `node` is a displaced chunk (anchors never are).
     #[inline(always)]
     fn displaced(&self, node: u32) -> bool {
-        self.slot_of(node)
-            .is_some_and(|s| self.anchor_of.get(s as usize) != NIL)
+        self.slot_of(node).is_some_and(|s| self.is_displaced(s))
     }
 
     /// Moves the hint back past displaced nodes (a scan starting earlier only walks more).
@@ -139,7 +144,7 @@ impl Lru {
     pub(crate) fn on_evictable<K: OffloadKey>(&mut self, slot: u32, keys: &[K]) {
         let node = self.node(slot);
         // A displaced chunk's bucket lies past the hint: a scan meets it at its anchor.
-        if self.anchor_of.get(slot as usize) != NIL {
+        if self.is_displaced(slot) {
             return;
         }
         if self.hint != NIL && self.ranks_before(node, self.hint, keys) {
@@ -155,7 +160,7 @@ impl Lru {
     /// The request's major value, allocating it (and linking its anchor at the tail) if the
     /// request has none in this generation.
     fn request_major(&mut self, rank: &mut RequestRank, req_index: u32) -> u64 {
-        if rank.major != 0 && rank.generation == self.generation {
+        if self.anchor_linked(rank) {
             return rank.major;
         }
         let major = self.fresh_major();
@@ -174,21 +179,51 @@ impl Lru {
         major
     }
 
-    /// Unlinks a finished or dropped request's anchor. `displaced` is the request's list of
-    /// chunks displaced into its bucket (emptied here): a finished request has just refreshed
-    /// every one of them, a dropped one has them placed first.
-    pub(crate) fn release_request<K: OffloadKey>(
+    /// Unlinks a finished request's anchor and empties `displaced`, its list of displaced
+    /// chunks: its end has just refreshed every chunk of its own, so none is displaced into
+    /// its bucket any more.
+    pub(crate) fn finish_request(
+        &mut self,
+        rank: &mut RequestRank,
+        req_index: u32,
+        displaced: &mut Vec<u32>,
+    ) {
+        debug_assert!(
+            displaced
+                .iter()
+                .all(|&s| self.anchor_of.get(s as usize) != req_index),
+            "a finished request left a chunk displaced"
+        );
+        displaced.clear();
+        self.release_anchor(rank, req_index);
+    }
+
+    /// Unlinks a dropped request's anchor, first placing the chunks still displaced into its
+    /// bucket (`displaced`, its list, is emptied).
+    pub(crate) fn drop_request<K: OffloadKey>(
         &mut self,
         rank: &mut RequestRank,
         req_index: u32,
         displaced: &mut Vec<u32>,
         keys: &[K],
     ) {
-        if rank.major != 0 && rank.generation == self.generation {
+        if self.anchor_linked(rank) {
             self.place_displaced(req_index, displaced, keys);
-            self.unlink(req_index);
         }
         displaced.clear();
+        self.release_anchor(rank, req_index);
+    }
+
+    /// Whether the request's anchor is linked (it has a major in this generation).
+    fn anchor_linked(&self, rank: &RequestRank) -> bool {
+        rank.major != 0 && rank.generation == self.generation
+    }
+
+    /// Unlinks the request's anchor if linked and forgets its rank.
+    fn release_anchor(&mut self, rank: &mut RequestRank, req_index: u32) {
+        if self.anchor_linked(rank) {
+            self.unlink(req_index);
+        }
         *rank = RequestRank::default();
     }
 
@@ -214,7 +249,7 @@ impl Lru {
         self.links.set_data(node, rank);
         let mut at = self.links.next(anchor);
         while let Some(s) = self.slot_of(at).filter(|_| at != NIL) {
-            if self.anchor_of.get(s as usize) != NIL {
+            if self.is_displaced(s) {
                 at = self.links.next(at); // it sits elsewhere in rank order
                 continue;
             }
@@ -263,11 +298,11 @@ impl Lru {
                 // Displaced from the start: linked just before the request's last displaced
                 // chunk if it still is one (a scheduler offers a request's blocks head to tail,
                 // so its chunks line up tail first, as its end refreshes them: one run), else
-                // at the tail.
-                // (The list may name this very slot from an earlier chunk: not linked now.)
+                // at the tail. Chosen before this slot is marked: the list may name the slot
+                // from an earlier chunk, and the slot itself is not linked yet.
                 let before = displaced
                     .last()
-                    .filter(|&&d| d != slot && self.anchor_of.get(d as usize) == req_index)
+                    .filter(|&&d| self.anchor_of.get(d as usize) == req_index)
                     .map_or(NIL, |&d| self.node(d));
                 self.links.set_data(node, r);
                 self.anchor_of.set(slot as usize, req_index);
@@ -417,13 +452,11 @@ impl Lru {
         while at != NIL && found < need {
             match self.slot_of(at) {
                 Some(s) => match ref_cnt.get(s as usize) {
-                    Some(0) if self.anchor_of.get(s as usize) == NIL => {
+                    Some(0) if !self.is_displaced(s) => {
                         out.push(s);
                         found += 1;
                     }
-                    Some(&PROTECTED)
-                        if first_idle_kept == NIL && self.anchor_of.get(s as usize) == NIL =>
-                    {
+                    Some(&PROTECTED) if first_idle_kept == NIL && !self.is_displaced(s) => {
                         first_idle_kept = at;
                     }
                     _ => {}
@@ -484,7 +517,7 @@ impl Lru {
         while at != NIL && left > 0 {
             left -= 1;
             if let Some(s) = self.slot_of(at) {
-                if self.anchor_of.get(s as usize) == NIL {
+                if !self.is_displaced(s) {
                     placed.push(s);
                 } else {
                     displaced.push(s);

@@ -265,7 +265,7 @@ impl<K: OffloadKey> OffloadManager<K> {
                         let entry = &st.entries[e as usize];
                         chunks.find_hinted(&entry.key, entry.slot)
                     }));
-                    lru.release_request(&mut st.rank, ri, &mut st.displaced, chunks.keys());
+                    lru.finish_request(&mut st.rank, ri, &mut st.displaced);
                 }
                 Policy::Arc(arc) => {
                     for &e in order.iter().rev() {
@@ -292,7 +292,7 @@ impl<K: OffloadKey> OffloadManager<K> {
         let ri = Requests::<K>::index(req);
         let st = self.requests.get_mut(req)?;
         if let Policy::Lru(lru) = &mut self.policy {
-            lru.release_request(&mut st.rank, ri, &mut st.displaced, self.chunks.keys());
+            lru.drop_request(&mut st.rank, ri, &mut st.displaced, self.chunks.keys());
         }
         self.requests.release(req);
         Ok(())
