@@ -224,18 +224,20 @@ impl Arc {
     }
 
     /// Moves the resident `victims` (chosen by [`evict`](Self::evict)) to the ghost lists: T1
-    /// victims to B1, T2 victims to B2, each list trimmed to the capacity. Their keys stay
-    /// resident in `table` too until the caller removes the chunks.
+    /// victims to B1, T2 victims to B2, each list trimmed to the capacity. Each victim's index
+    /// entry in `table` is handed to its ghost ([`KeyTable::relabel`]), so no victim slot is
+    /// filed in `table` afterwards: the caller frees the slots without removing their keys
+    /// ([`Chunks::release`](super::chunks::Chunks::release)).
     pub(crate) fn retire<K: OffloadKey>(&mut self, victims: &[u32], table: &mut KeyTable<K>) {
         for &s in victims {
-            let key = table.key(s);
-            if self.which.get(s as usize) == T1 {
+            let list = if self.which.get(s as usize) == T1 {
                 self.links.unlink(&mut self.t1, s);
-                self.ghosts.push(table, B1, key);
+                B1
             } else {
                 self.links.unlink(&mut self.t2, s);
-                self.ghosts.push(table, B2, key);
-            }
+                B2
+            };
+            self.ghosts.push(table, list, s);
             self.which.set(s as usize, NONE);
         }
     }
@@ -365,10 +367,13 @@ impl Ghosts {
         self.links.push_back(&mut self.free[l], node);
     }
 
-    /// Appends `key` (not a ghost yet) at the MRU end of `list`, dropping that list's LRU entry
-    /// first when it is full — the same result as vLLM's append-then-trim.
-    fn push<K: OffloadKey>(&mut self, table: &mut KeyTable<K>, list: u32, key: K) {
+    /// Appends the key of resident `slot` at the MRU end of `list`, dropping that list's LRU
+    /// entry first when it is full — the same result as vLLM's append-then-trim. The slot's
+    /// index entry becomes the ghost's (with no ghost room, as no slot is resident either, the
+    /// entry is dropped).
+    fn push<K: OffloadKey>(&mut self, table: &mut KeyTable<K>, list: u32, slot: u32) {
         if self.capacity == 0 {
+            table.remove(slot);
             return;
         }
         let l = list as usize;
@@ -390,7 +395,7 @@ impl Ghosts {
                 freed
             }
         };
-        table.insert_at(self.capacity + node, key);
+        table.relabel(slot, self.capacity + node);
         self.links.push_back(&mut self.lists[l], node);
     }
 

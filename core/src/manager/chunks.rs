@@ -136,6 +136,14 @@ impl<K: OffloadKey> Chunks<K> {
         self.ref_cnt.set(slot as usize, ABSENT);
     }
 
+    /// Returns `slot` to the pool when its key's index entry has already been given to
+    /// another id ([`KeyTable::relabel`](super::key_table::KeyTable::relabel): an ARC victim's
+    /// entry becomes its ghost's).
+    pub(crate) fn release(&mut self, slot: u32) {
+        self.pool.release(slot);
+        self.ref_cnt.set(slot as usize, ABSENT);
+    }
+
     /// Forgets every chunk; slot ids restart at 0.
     pub(crate) fn clear(&mut self) {
         self.pool.clear();

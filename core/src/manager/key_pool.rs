@@ -124,6 +124,13 @@ impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
         let _ = self.ids.free(id);
     }
 
+    /// Frees allocated id `id` whose key the table no longer files under it (see
+    /// [`KeyTable::relabel`]).
+    pub(crate) fn release(&mut self, id: u32) {
+        // The id is allocated (the caller's chunk held it), so freeing cannot fail.
+        let _ = self.ids.free(id);
+    }
+
     /// Forgets every key; ids restart at 0.
     pub(crate) fn clear(&mut self) {
         self.table.clear();

@@ -132,7 +132,7 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
     }
 
     /// Gives `key` (not held) the id `id` (below the table's size, holding no key).
-    #[inline]
+    #[cfg(test)]
     pub(crate) fn insert_at(&mut self, id: u32, key: K) {
         self.insert_at_hashed(id, key, self.hash(&key));
     }
@@ -145,6 +145,24 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
         let hasher = self.hasher;
         self.index
             .insert_unique(h, id, |&j| hasher.hash_one(keys[j as usize]));
+    }
+
+    /// Files the key of id `from` (which holds one) under id `to` instead, writing it at `to`
+    /// in the key array: one probe, and the index entry is rewritten in place, so no tombstone
+    /// is left and no room is used (an ARC victim becoming a ghost). `false`, and nothing
+    /// changed, when `from` holds no key.
+    #[inline]
+    pub(crate) fn relabel(&mut self, from: u32, to: u32) -> bool {
+        let key = self.keys[from as usize];
+        let h = self.hasher.hash_one(key);
+        match self.index.find_mut(h, |&j| j == from) {
+            Some(id) => {
+                *id = to;
+                put(&mut self.keys, to as usize, key);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Forgets the key of id `id` (which holds one).
@@ -235,8 +253,8 @@ mod tests {
 
     #[test]
     fn lookups_see_only_the_ids_they_name() {
-        // One key held twice, by a low and a high id (as a victim is while it becomes a
-        // ghost): each side finds, removes and walks its own.
+        // One key held twice, by a low and a high id (as a chunk's key is for a moment while
+        // its ARC ghost is dropped): each side finds, removes and walks its own.
         let (low, high) = (|i: u32| i < 2, |i: u32| i >= 2);
         let mut t = KeyTable::<u64>::new(4, FixedState::default(), false).unwrap();
         t.insert_at(1, 7);
@@ -256,5 +274,24 @@ mod tests {
         assert_eq!(seen, [7, 8]);
         assert_eq!(t.remove_key_in(&7, high), Some(3));
         assert_eq!((t.find_in(&7, high), t.find_in(&7, low)), (None, Some(1)));
+    }
+
+    #[test]
+    fn a_relabelled_key_moves_to_its_new_id_in_one_entry() {
+        let (low, high, all) = (|i: u32| i < 2, |i: u32| i >= 2, |_| true);
+        let mut t = KeyTable::<u64>::new(4, FixedState::default(), false).unwrap();
+        t.insert_at(1, 7);
+        t.insert_at(0, 8);
+        assert!(t.relabel(1, 3));
+        assert_eq!(
+            (t.find_in(&7, high), t.find_in(&7, low), t.key(3)),
+            (Some(3), None, 7)
+        );
+        assert_eq!((t.count_in(all), t.find_in(&8, low)), (2, Some(0)));
+        // Id 1 holds no key any more: nothing to move, nothing changes.
+        assert!(!t.relabel(1, 2));
+        assert_eq!((t.count_in(all), t.find_in(&7, all)), (2, Some(3)));
+        t.remove(3);
+        assert_eq!((t.find_in(&7, all), t.count_in(all)), (None, 1));
     }
 }

@@ -152,16 +152,16 @@ impl<K: OffloadKey> OffloadManager<K> {
             });
         }
 
-        // Room in the key tables for the insertions this offer can make: candidates (each at
-        // most one victim, whose key becomes an ARC ghost in the same table) and the
-        // tracker's new keys. A growing table grows; a whole one worn by removals is rebuilt
-        // in place (see `KeyTable::make_room`).
+        // Room in the key tables for the insertions this offer can make: candidates (a
+        // victim's key becoming an ARC ghost keeps its index entry) and the tracker's new
+        // keys. A growing table grows; a whole one worn by removals is rebuilt in place (see
+        // `KeyTable::make_room`).
         {
             let cap = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
             let (adds, offered) = (cap(candidates), cap(keys.len()));
-            let (adds, arc) = match &self.policy {
-                Policy::Arc(arc) => (adds.saturating_mul(2), Some(arc)),
-                Policy::Lru(_) => (adds, None),
+            let arc = match &self.policy {
+                Policy::Arc(arc) => Some(arc),
+                Policy::Lru(_) => None,
             };
             let ghosts = || arc.into_iter().flat_map(|a| a.ghost_ids());
             let grown = self.chunks.pool.make_room(adds, ghosts);
@@ -260,12 +260,21 @@ impl<K: OffloadKey> OffloadManager<K> {
                 return Err(no_room);
             }
             self.evictable -= need;
-            if let Policy::Arc(arc) = &mut self.policy {
-                arc.retire(&self.victims, self.chunks.pool.table_mut());
-            }
-            for &v in &self.victims {
-                plan.evicted.push(self.chunks.key(v));
-                self.chunks.remove(v);
+            match &mut self.policy {
+                // The victims' index entries become their ghosts': the slots are only freed.
+                Policy::Arc(arc) => {
+                    arc.retire(&self.victims, self.chunks.pool.table_mut());
+                    for &v in &self.victims {
+                        plan.evicted.push(self.chunks.key(v));
+                        self.chunks.release(v);
+                    }
+                }
+                Policy::Lru(_) => {
+                    for &v in &self.victims {
+                        plan.evicted.push(self.chunks.key(v));
+                        self.chunks.remove(v);
+                    }
+                }
             }
             if let Some(ev) = &mut self.events {
                 ev.push(EventKind::Removed, plan.evicted.iter().copied());
