@@ -70,18 +70,25 @@ impl Arc {
     }
 
     /// A new chunk goes to the MRU end of T1 and its key leaves the ghost lists. `ghost`: the
-    /// key may be a ghost (it was one when the offer was classified); a key that was not one
-    /// cannot have become one since (only resident victims do), so its lists are not searched.
+    /// key table id of the key's ghost when the offer was classified (`NIL`: it was none; a
+    /// key that was not one cannot have become one since, as only resident victims do);
+    /// `adopted`: the slot took over that ghost's index entry
+    /// ([`Chunks::insert_from_ghost`](super::chunks::Chunks::insert_from_ghost)), so only its
+    /// node is left to free. A ghost not adopted was trimmed since, unless its id no longer
+    /// names the key: its lists are searched then.
     pub(crate) fn insert<K: OffloadKey>(
         &mut self,
         slot: u32,
         key: &K,
-        ghost: bool,
+        ghost: u32,
+        adopted: bool,
         table: &mut KeyTable<K>,
     ) {
         self.which.set(slot as usize, T1);
         self.links.push_back(&mut self.t1, slot);
-        if ghost {
+        if adopted {
+            self.ghosts.release(ghost - self.ghosts.capacity);
+        } else if ghost != NIL {
             self.ghosts.remove(table, key);
         }
     }

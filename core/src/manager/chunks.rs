@@ -130,6 +130,16 @@ impl<K: OffloadKey> Chunks<K> {
         Some(slot)
     }
 
+    /// [`insert_hashed`](Self::insert_hashed) of a key that was the ARC ghost of key table id
+    /// `ghost`: the ghost's index entry becomes the slot's if the ghost still holds `key`.
+    /// Returns the slot and whether it did.
+    #[inline]
+    pub(crate) fn insert_from_ghost(&mut self, key: K, h: u64, ghost: u32) -> Option<(u32, bool)> {
+        let (slot, moved) = self.pool.insert_from(key, h, ghost)?;
+        self.ref_cnt.set(slot as usize, PENDING);
+        Some((slot, moved))
+    }
+
     /// Removes `slot`'s key from the index and returns the slot to the pool.
     pub(crate) fn remove(&mut self, slot: u32) {
         self.pool.remove(slot);

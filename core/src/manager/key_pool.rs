@@ -124,6 +124,20 @@ impl<K: Copy + Eq + core::hash::Hash> KeyPool<K> {
         let _ = self.ids.free(id);
     }
 
+    /// [`insert_hashed`](Self::insert_hashed) of `key`, taking over the index entry of id
+    /// `from` if that id still holds `key` (an ARC ghost becoming resident: one probe, no
+    /// tombstone). Returns the new id and whether the entry was taken over; `None` when no id
+    /// is free.
+    #[inline]
+    pub(crate) fn insert_from(&mut self, key: K, h: u64, from: u32) -> Option<(u32, bool)> {
+        let id = self.ids.alloc().ok()?;
+        let moved = self.table.relabel_hashed(from, id, key, h);
+        if !moved {
+            self.table.insert_at_hashed(id, key, h);
+        }
+        Some((id, moved))
+    }
+
     /// Frees allocated id `id` whose key the table no longer files under it (see
     /// [`KeyTable::relabel`]).
     pub(crate) fn release(&mut self, id: u32) {

@@ -154,7 +154,16 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
     #[inline]
     pub(crate) fn relabel(&mut self, from: u32, to: u32) -> bool {
         let key = self.keys[from as usize];
-        let h = self.hasher.hash_one(key);
+        self.relabel_hashed(from, to, key, self.hasher.hash_one(key))
+    }
+
+    /// [`relabel`](Self::relabel) when `from` holds `key`, whose [`hash`](Self::hash) `h` the
+    /// caller has; `false`, and nothing changed, when `from` does not hold `key` (any more).
+    #[inline]
+    pub(crate) fn relabel_hashed(&mut self, from: u32, to: u32, key: K, h: u64) -> bool {
+        if self.keys.get(from as usize) != Some(&key) {
+            return false;
+        }
         match self.index.find_mut(h, |&j| j == from) {
             Some(id) => {
                 *id = to;
@@ -288,8 +297,9 @@ mod tests {
             (Some(3), None, 7)
         );
         assert_eq!((t.count_in(all), t.find_in(&8, low)), (2, Some(0)));
-        // Id 1 holds no key any more: nothing to move, nothing changes.
+        // Id 1 holds no key any more, id 3 does not hold 8: nothing to move, nothing changes.
         assert!(!t.relabel(1, 2));
+        assert!(!t.relabel_hashed(3, 2, 8, t.hash(&8)));
         assert_eq!((t.count_in(all), t.find_in(&7, all)), (2, Some(3)));
         t.remove(3);
         assert_eq!((t.find_in(&7, all), t.count_in(all)), (None, 1));

@@ -287,7 +287,13 @@ impl<K: OffloadKey> OffloadManager<K> {
             if o.class != CANDIDATE {
                 continue;
             }
-            let Some(slot) = self.chunks.insert_hashed(*key, o.hash) else {
+            let inserted = match (&self.policy, o.ghost) {
+                (Policy::Arc(_), ghost) if ghost != links::NIL => {
+                    self.chunks.insert_from_ghost(*key, o.hash, ghost)
+                }
+                _ => self.chunks.insert_hashed(*key, o.hash).map(|s| (s, false)),
+            };
+            let Some((slot, adopted)) = inserted else {
                 break;
             };
             let entry = &mut st.entries[o.entry as usize];
@@ -304,8 +310,7 @@ impl<K: OffloadKey> OffloadManager<K> {
                     &mut st.displaced,
                 ),
                 Policy::Arc(arc) => {
-                    let ghost = o.ghost != links::NIL;
-                    arc.insert(slot, key, ghost, self.chunks.pool.table_mut());
+                    arc.insert(slot, key, o.ghost, adopted, self.chunks.pool.table_mut());
                 }
             }
             plan.keys.push(*key);
