@@ -20,6 +20,7 @@
 use core::hash::{Hash, Hasher};
 
 use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 use kvtier_core::OffloadKey;
 
 /// The id no interned key ever gets: stands for a key the manager cannot hold.
@@ -174,9 +175,16 @@ impl<V> Interner<V> {
         is_key: impl Fn(&V) -> bool,
         make: impl FnOnce() -> V,
     ) -> Result<VKey, InternError> {
-        if let Some(k) = self.find(hash, is_key) {
-            return Ok(k);
-        }
+        let slots = &self.slots;
+        let entry = self.index.entry(
+            hash,
+            |&i| slots[i as usize].value.as_ref().is_some_and(&is_key),
+            |&i| slots[i as usize].hash,
+        );
+        let vacant = match entry {
+            Entry::Occupied(e) => return Ok(self.slots[*e.get() as usize].key),
+            Entry::Vacant(v) => v,
+        };
         let id = match self.free.pop() {
             Some(id) => id,
             None => {
@@ -198,9 +206,7 @@ impl<V> Interner<V> {
             key,
             value: Some(make()),
         };
-        let slots = &self.slots;
-        self.index
-            .insert_unique(hash, id, |&i| slots[i as usize].hash);
+        vacant.insert(id);
         Ok(key)
     }
 

@@ -23,7 +23,7 @@ use pyo3::exceptions::{
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
-use pyo3::{PyTypeInfo, intern};
+use pyo3::{PyTypeInfo, ffi, intern};
 
 use crate::keys::{Interner, VKey};
 use crate::vocab::Vocab;
@@ -94,6 +94,7 @@ pub(crate) struct Manager {
     scratch: Vec<VKey>,
     positions: Vec<u64>,
     chunk_ids: Vec<i32>,
+    cursors: Cursors,
 }
 
 /// How a call treats keys the manager has never seen.
@@ -169,6 +170,7 @@ impl Manager {
             scratch: Vec::new(),
             positions: Vec::new(),
             chunk_ids: Vec::new(),
+            cursors: Cursors::default(),
         })
     }
 
@@ -487,66 +489,51 @@ impl Manager {
 
     /// Fills `scratch` with the manager keys of `keys` and, if `ctx` is given and every key
     /// has an end-token position there, `positions`. Returns whether positions were found.
-    fn collect(
+    fn collect<'py>(
         &mut self,
-        keys: &Bound<'_, PyAny>,
-        ctx: Option<&Bound<'_, PyAny>>,
+        keys: &Bound<'py, PyAny>,
+        ctx: Option<&Bound<'py, PyAny>>,
         unknown: Unknown,
     ) -> PyResult<bool> {
         let py = keys.py();
         self.scratch.clear();
         self.positions.clear();
-        let positions = match ctx {
+        let map = match ctx {
             Some(c) => {
                 let d = c.getattr(intern!(py, "_offload_key_positions"))?;
                 let d = d.cast_into::<PyDict>()?;
-                (!d.is_empty()).then_some(d)
+                (!d.is_empty()).then(|| PositionMap::new(d, &self.cursors))
             }
             None => None,
         };
-        let mut missing = 0usize;
-        let mut one = |obj: Bound<'_, PyAny>| -> PyResult<()> {
-            let k = resolve(&mut self.keys, &obj, unknown)?;
-            self.scratch.push(k);
-            if let Some(d) = &positions {
-                match d.get_item(&obj)? {
-                    // vLLM reads the map with `dict.get` and takes None for no position.
-                    Some(p) if p.is_none() => missing += 1,
-                    // The manager's own bound, checked here so that a bad position fails the
-                    // call before anything is made for it.
-                    Some(p) => self.positions.push(
-                        p.extract::<u64>()
-                            .ok()
-                            .filter(|&v| i64::try_from(v).is_ok())
-                            .ok_or_else(|| {
-                                PyValueError::new_err(format!(
-                                    "end-token position {p} of a key is not an integer in \
-                                     0..2^63"
-                                ))
-                            })?,
-                    ),
-                    None => missing += 1,
-                }
-            }
-            Ok(())
+        let mut c = Collector {
+            keys: &mut self.keys,
+            scratch: &mut self.scratch,
+            positions: &mut self.positions,
+            map,
+            missing: 0,
+            unknown,
         };
         if let Ok(list) = keys.cast::<PyList>() {
             for obj in list.iter() {
-                one(obj)?;
+                c.one(&obj)?;
             }
         } else if let Ok(t) = keys.cast::<PyTuple>() {
             for obj in t.iter() {
-                one(obj)?;
+                c.one(&obj)?;
             }
         } else {
             for obj in keys.try_iter()? {
-                one(obj?)?;
+                c.one(&obj?)?;
             }
         }
-        if positions.is_none() || self.scratch.is_empty() {
+        let (map, missing) = (c.map, c.missing);
+        let Some(map) = map else {
             return Ok(false);
-        }
+        };
+        self.cursors.store(&map);
         match missing {
+            _ if self.scratch.is_empty() => Ok(false),
             0 => Ok(true),
             m if m == self.scratch.len() => {
                 self.positions.clear();
@@ -561,6 +548,152 @@ impl Manager {
     }
 }
 
+/// What [`Manager::collect`] fills, key by key.
+struct Collector<'a, 'py> {
+    keys: &'a mut Interner<Py<PyBytes>>,
+    scratch: &'a mut Vec<VKey>,
+    positions: &'a mut Vec<u64>,
+    map: Option<PositionMap<'py>>,
+    missing: usize,
+    unknown: Unknown,
+}
+
+impl<'py> Collector<'_, 'py> {
+    /// Reads the key object `obj`: its manager key and, when positions are read, its
+    /// position.
+    #[inline(always)]
+    fn one(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<()> {
+        let k = resolve(self.keys, obj, self.unknown)?;
+        self.scratch.push(k);
+        if let Some(map) = &mut self.map {
+            match map.get(obj)? {
+                // vLLM reads the map with `dict.get` and takes None for no position.
+                Some(p) if !p.is_none() => self.positions.push(position(&p)?),
+                _ => self.missing += 1,
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A key's end-token position, checked against the manager's bound here so that a bad
+/// position fails the call before anything is made for it.
+#[inline]
+fn position(p: &Bound<'_, PyAny>) -> PyResult<u64> {
+    p.extract::<u64>()
+        .ok()
+        .filter(|&v| i64::try_from(v).is_ok())
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "end-token position {p} of a key is not an integer in 0..2^63"
+            ))
+        })
+}
+
+/// Entries of the position-map cursor cache (a power of two).
+const CURSORS: usize = 256;
+
+/// Where the last reading of each position map (a `ReqContext`'s `_offload_key_positions`,
+/// named by its address) stopped. The scheduler records a request's positions in key order and
+/// offers the keys in that order, so the entry after the last one read usually holds the next
+/// key: reading it costs one step of the dict's iteration instead of a lookup. An entry is a
+/// guess only: the entry found there is used only if its key is the very key object looked
+/// for, else the map is looked up as `dict.get` does; a stale or reused address costs a miss.
+#[derive(Debug)]
+struct Cursors {
+    slots: Box<[(usize, ffi::Py_ssize_t)]>,
+}
+
+impl Default for Cursors {
+    fn default() -> Self {
+        Cursors {
+            slots: vec![(0, 0); CURSORS].into_boxed_slice(),
+        }
+    }
+}
+
+impl Cursors {
+    #[inline]
+    fn bucket(addr: usize) -> usize {
+        let h = (addr as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        usize::try_from(h >> (64 - CURSORS.trailing_zeros())).unwrap_or(0)
+    }
+
+    /// Where to start reading the map at `addr`.
+    #[inline]
+    fn start(&self, addr: usize) -> ffi::Py_ssize_t {
+        match self.slots[Self::bucket(addr)] {
+            (a, next) if a == addr => next,
+            _ => 0,
+        }
+    }
+
+    /// Remembers where reading `map` stopped.
+    #[inline]
+    fn store(&mut self, map: &PositionMap<'_>) {
+        let addr = map.dict.as_ptr() as usize;
+        self.slots[Self::bucket(addr)] = (addr, map.next);
+    }
+}
+
+/// A position map being read, with its cursor (see [`Cursors`]).
+struct PositionMap<'py> {
+    dict: Bound<'py, PyDict>,
+    next: ffi::Py_ssize_t,
+}
+
+impl<'py> PositionMap<'py> {
+    fn new(dict: Bound<'py, PyDict>, cursors: &Cursors) -> Self {
+        let next = cursors.start(dict.as_ptr() as usize);
+        PositionMap { dict, next }
+    }
+
+    /// The entry of the map after `*pos` if its key is `key` (the very object), advancing
+    /// `*pos` past it.
+    #[inline]
+    fn entry_at(
+        &self,
+        pos: &mut ffi::Py_ssize_t,
+        key: &Bound<'py, PyAny>,
+    ) -> Option<Bound<'py, PyAny>> {
+        let mut k = std::ptr::null_mut();
+        let mut v = std::ptr::null_mut();
+        // SAFETY: `self.dict` is a live dict (a strong reference held by `self`), and `pos`,
+        // `k`, `v` are valid places to write. PyDict_Next runs no Python code; the borrowed
+        // references it leaves in `k` and `v` are valid until the dict changes: `k` is only
+        // compared by address, and `v` becomes a strong reference at once, before any Python
+        // code could run.
+        let found = unsafe { ffi::PyDict_Next(self.dict.as_ptr(), pos, &mut k, &mut v) } != 0;
+        if found && std::ptr::eq(k, key.as_ptr()) {
+            // SAFETY: `v` is the live value of a live entry (see above), never null when
+            // PyDict_Next returns true.
+            Some(unsafe { Bound::from_borrowed_ptr(key.py(), v) })
+        } else {
+            None
+        }
+    }
+
+    /// The position object `dict.get(key)` returns: the value of the entry whose key is
+    /// `key` itself, tried at the cursor (and, for a cursor left by another map at the same
+    /// address, at the map's start), else by lookup.
+    #[inline]
+    fn get(&mut self, key: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let mut pos = self.next;
+        if let Some(v) = self.entry_at(&mut pos, key) {
+            self.next = pos;
+            return Ok(Some(v));
+        }
+        if self.next != 0 {
+            pos = 0;
+            if let Some(v) = self.entry_at(&mut pos, key) {
+                self.next = pos;
+                return Ok(Some(v));
+            }
+        }
+        self.dict.get_item(key)
+    }
+}
+
 /// A `ReqContext`'s scratch dict (`_state`), where request states live.
 fn scratch_dict<'py>(ctx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
     Ok(ctx
@@ -570,7 +703,7 @@ fn scratch_dict<'py>(ctx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
 
 /// The manager key of the key object `obj`: by identity when the interner's cache knows the
 /// object, else by Python's hash and the bytes (interning it when `unknown` says so).
-#[inline]
+#[inline(always)]
 fn resolve(
     keys: &mut Interner<Py<PyBytes>>,
     obj: &Bound<'_, PyAny>,
@@ -578,10 +711,19 @@ fn resolve(
 ) -> PyResult<VKey> {
     // The address names the object: the cache's entry is taken only when the id's live value
     // is this very object (which the interner holds, so the address is not reused meanwhile).
-    let ident = obj.as_ptr() as usize;
-    if let Some(k) = keys.recall(ident, |v| v.as_ptr() == obj.as_ptr()) {
-        return Ok(k);
+    match keys.recall(obj.as_ptr() as usize, |v| v.as_ptr() == obj.as_ptr()) {
+        Some(k) => Ok(k),
+        None => resolve_by_hash(keys, obj, unknown),
     }
+}
+
+/// [`resolve`] for an object the identity cache does not know.
+#[inline(never)]
+fn resolve_by_hash(
+    keys: &mut Interner<Py<PyBytes>>,
+    obj: &Bound<'_, PyAny>,
+    unknown: Unknown,
+) -> PyResult<VKey> {
     let b = key_bytes(obj)?;
     let h = py_hash(b)?;
     let k = match unknown {
@@ -593,7 +735,7 @@ fn resolve(
             None => return Ok(VKey::absent()),
         },
     };
-    keys.remember(ident, k);
+    keys.remember(obj.as_ptr() as usize, k);
     Ok(k)
 }
 
