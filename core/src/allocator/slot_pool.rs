@@ -116,6 +116,7 @@ impl SlotPool {
         clippy::cast_possible_truncation,
         reason = "free_stack.len() <= fresh <= capacity, a u32"
     )]
+    #[inline]
     pub fn free_count(&self) -> u32 {
         (self.capacity - self.fresh) + self.free_stack.len() as u32
     }
@@ -128,6 +129,7 @@ impl SlotPool {
 
     /// True when `id` is currently allocated.
     #[must_use]
+    #[inline]
     pub fn is_allocated(&self, id: u32) -> bool {
         id < self.capacity && self.held[(id / 64) as usize] & (1u64 << (id % 64)) != 0
     }
@@ -136,6 +138,7 @@ impl SlotPool {
     ///
     /// # Errors
     /// [`SlotError::Exhausted`] when no id is free.
+    #[inline]
     pub fn alloc(&mut self) -> Result<u32, SlotError> {
         let id = if self.fresh < self.capacity {
             let id = self.fresh;
@@ -176,6 +179,7 @@ impl SlotPool {
     ///
     /// # Errors
     /// [`SlotError::OutOfRange`] or [`SlotError::NotAllocated`]; nothing changes then.
+    #[inline]
     pub fn free(&mut self, id: u32) -> Result<(), SlotError> {
         if id >= self.capacity {
             return Err(SlotError::OutOfRange {
