@@ -37,7 +37,7 @@ const RECENT: usize = 4096;
 /// Equality is the id's (the other fields follow from it). The order is `(head, group, id)`:
 /// vLLM's byte order whenever two keys differ in their first 16 bytes, or have equal length
 /// ≤ 20, or differ only in their last 4 bytes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, Default)]
 pub(crate) struct VKey {
     /// Bytes 0..16 of the key, big-endian, zero-padded.
     head: u128,
@@ -50,16 +50,19 @@ pub(crate) struct VKey {
 impl VKey {
     /// The key for `bytes` under id `id`.
     fn new(bytes: &[u8], id: u32) -> Self {
-        let mut head = [0u8; 16];
-        let n = bytes.len().min(16);
-        head[..n].copy_from_slice(&bytes[..n]);
-        let tail = &bytes[bytes.len().saturating_sub(4)..];
-        let group = tail.iter().fold(0u32, |acc, &b| (acc << 8) | u32::from(b));
-        VKey {
-            head: u128::from_be_bytes(head),
-            group,
-            id,
-        }
+        let head = match bytes.first_chunk::<16>() {
+            Some(h) => u128::from_be_bytes(*h),
+            None => {
+                let mut head = [0u8; 16];
+                head[..bytes.len()].copy_from_slice(bytes);
+                u128::from_be_bytes(head)
+            }
+        };
+        let group = match bytes.last_chunk::<4>() {
+            Some(t) => u32::from_be_bytes(*t),
+            None => bytes.iter().fold(0u32, |acc, &b| (acc << 8) | u32::from(b)),
+        };
+        VKey { head, group, id }
     }
 
     /// A key that is never held (for keys the interner does not know).
@@ -82,6 +85,30 @@ impl VKey {
     #[cfg(test)]
     pub(crate) fn id(&self) -> u32 {
         self.id
+    }
+}
+
+impl PartialEq for VKey {
+    /// The ids' equality: one id is one key, so the other fields are equal too.
+    #[inline]
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for VKey {}
+
+impl PartialOrd for VKey {
+    #[inline]
+    fn partial_cmp(&self, other: &Self) -> Option<core::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for VKey {
+    #[inline]
+    fn cmp(&self, other: &Self) -> core::cmp::Ordering {
+        (self.head, self.group, self.id).cmp(&(other.head, other.group, other.id))
     }
 }
 

@@ -18,6 +18,7 @@ use kvtier_core::manager::{
     CompleteLoadError, EventKind, LoadError, LookupResult, ManagerConfig, OffloadManager,
     PolicyKind, RequestError, RequestId, StoreError, StoreOutcome, StorePlan,
 };
+use pyo3::Borrowed;
 use pyo3::exceptions::{
     PyAssertionError, PyMemoryError, PyRuntimeError, PyTypeError, PyValueError,
 };
@@ -515,8 +516,25 @@ impl Manager {
             unknown,
         };
         if let Ok(list) = keys.cast::<PyList>() {
-            for obj in list.iter() {
-                c.one(&obj)?;
+            // As `list.iter()` reads a list (up to the smaller of its first and its current
+            // length), but taking each item as a borrowed reference while no Python code runs.
+            let mut len = list.len();
+            let mut i = 0;
+            while i < len {
+                let index = ffi::Py_ssize_t::try_from(i).unwrap_or(ffi::Py_ssize_t::MAX);
+                // SAFETY: `list` is a live list and `i` is below its length: no Python code
+                // ran since the length was read (it is read again after any call that may
+                // run some), and only Python code could change the list while this thread
+                // holds the GIL. So PyList_GetItem returns a borrowed reference to a live
+                // item (not null), which stays live until Python code runs: `one_borrowed`
+                // runs none, and the item is made a strong reference before `one` may.
+                let obj =
+                    unsafe { Borrowed::from_ptr(py, ffi::PyList_GetItem(list.as_ptr(), index)) };
+                if !c.one_borrowed(obj) {
+                    c.one(&obj.to_owned())?;
+                    len = len.min(list.len());
+                }
+                i += 1;
             }
         } else if let Ok(t) = keys.cast::<PyTuple>() {
             for obj in t.iter() {
@@ -559,6 +577,27 @@ struct Collector<'a, 'py> {
 }
 
 impl<'py> Collector<'_, 'py> {
+    /// [`one`](Self::one) for a key the identity cache knows whose position, if one is
+    /// read, is an `int` at the map's cursor: reads it without running any Python code.
+    /// Returns false, having changed nothing, for any other key.
+    #[inline(always)]
+    fn one_borrowed(&mut self, obj: Borrowed<'_, 'py, PyAny>) -> bool {
+        let Some(k) = self
+            .keys
+            .recall(obj.as_ptr() as usize, |v| v.as_ptr() == obj.as_ptr())
+        else {
+            return false;
+        };
+        if let Some(map) = &mut self.map {
+            let Some(p) = map.int_at_cursor(obj) else {
+                return false;
+            };
+            self.positions.push(p);
+        }
+        self.scratch.push(k);
+        true
+    }
+
     /// Reads the key object `obj`: its manager key and, when positions are read, its
     /// position.
     #[inline(always)]
@@ -566,6 +605,10 @@ impl<'py> Collector<'_, 'py> {
         let k = resolve(self.keys, obj, self.unknown)?;
         self.scratch.push(k);
         if let Some(map) = &mut self.map {
+            if let Some(p) = map.int_at_cursor(obj.as_borrowed()) {
+                self.positions.push(p);
+                return Ok(());
+            }
             match map.get(obj)? {
                 // vLLM reads the map with `dict.get` and takes None for no position.
                 Some(p) if !p.is_none() => self.positions.push(position(&p)?),
@@ -671,6 +714,38 @@ impl<'py> PositionMap<'py> {
         } else {
             None
         }
+    }
+
+    /// The position of `key` when the entry at the cursor holds `key` (the very object) and
+    /// an `int` in 0..2^63 (advancing the cursor past it); `None` otherwise. Runs no Python
+    /// code.
+    #[inline]
+    fn int_at_cursor(&mut self, key: Borrowed<'_, 'py, PyAny>) -> Option<u64> {
+        let mut pos = self.next;
+        let mut k = std::ptr::null_mut();
+        let mut v = std::ptr::null_mut();
+        // SAFETY: as in `entry_at`; `v` is only read while no Python code runs.
+        let found = unsafe { ffi::PyDict_Next(self.dict.as_ptr(), &mut pos, &mut k, &mut v) } != 0;
+        if !found || !std::ptr::eq(k, key.as_ptr()) {
+            return None;
+        }
+        // SAFETY: `v` is a live object (see above). For an exact `int`,
+        // PyLong_AsLongLongAndOverflow runs no Python code and raises nothing: a value
+        // outside i64 only sets `overflow`.
+        let p = unsafe {
+            if ffi::PyLong_CheckExact(v) == 0 {
+                return None;
+            }
+            let mut overflow = 0;
+            let p = ffi::PyLong_AsLongLongAndOverflow(v, &mut overflow);
+            if overflow != 0 {
+                return None;
+            }
+            p
+        };
+        let p = u64::try_from(p).ok()?;
+        self.next = pos;
+        Some(p)
     }
 
     /// The position object `dict.get(key)` returns: the value of the entry whose key is

@@ -9,9 +9,11 @@
 
 use numpy::PyArray1;
 use pyo3::exceptions::{PyTypeError, PyValueError};
-use pyo3::intern;
+use std::ffi::c_void;
+
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
+use pyo3::{ffi, intern};
 
 /// Makes attribute-less instances of one class with `object.__new__(cls)`.
 #[derive(Debug)]
@@ -19,6 +21,22 @@ pub(crate) struct Blank {
     cls: Py<PyType>,
     /// `object.__new__`.
     object_new: Py<PyAny>,
+    /// `cls`'s `tp_new` slot when it is `object`'s own (what `object.__new__(cls)` runs,
+    /// called directly without building an argument tuple each time).
+    tp_new: Option<ffi::newfunc>,
+    /// `()`, the arguments `tp_new` is called with.
+    no_args: Py<PyTuple>,
+}
+
+/// A type's `tp_new` slot.
+fn tp_new_of(ty: *mut ffi::PyTypeObject) -> Option<ffi::newfunc> {
+    // SAFETY: `ty` is a live type object (the callers hold it). PyType_GetSlot reads any
+    // type's slot from Python 3.10 on (this is an abi3-py310 module); the `Py_tp_new` slot
+    // holds either null or a `newfunc`, so the non-null pointer is one.
+    unsafe {
+        let f = ffi::PyType_GetSlot(ty, ffi::Py_tp_new);
+        (!f.is_null()).then(|| std::mem::transmute::<*mut c_void, ffi::newfunc>(f))
+    }
 }
 
 impl Blank {
@@ -38,9 +56,14 @@ impl Blank {
         }
         // Raises for an abstract class, as object.__new__ does.
         object_new.call1((&cls,))?;
+        let object_tp_new = tp_new_of(py.get_type::<PyAny>().as_type_ptr());
+        let tp_new = tp_new_of(cls.as_type_ptr())
+            .filter(|&f| object_tp_new.is_some_and(|o| std::ptr::fn_addr_eq(f, o)));
         Ok(Blank {
             cls: cls.unbind(),
             object_new: object_new.unbind(),
+            tp_new,
+            no_args: PyTuple::empty(py).unbind(),
         })
     }
 
@@ -50,7 +73,22 @@ impl Blank {
     /// `MemoryError` when Python cannot allocate it.
     #[inline]
     fn make<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        self.object_new.bind(py).call1((self.cls.bind(py),))
+        match self.tp_new {
+            // SAFETY: `f` is `cls`'s tp_new, object's own, called as `cls()` calls it: with
+            // the type, an argument tuple (empty) and no keywords; it returns a new
+            // reference, or null with an exception set.
+            Some(f) => unsafe {
+                Bound::from_owned_ptr_or_err(
+                    py,
+                    f(
+                        self.cls.as_ptr().cast(),
+                        self.no_args.as_ptr(),
+                        std::ptr::null_mut(),
+                    ),
+                )
+            },
+            None => self.object_new.bind(py).call1((self.cls.bind(py),)),
+        }
     }
 }
 
