@@ -384,12 +384,24 @@ impl Ghosts {
             return;
         }
         let l = list as usize;
-        if self.lists[l].len >= self.capacity {
+        let node = if self.lists[l].len >= self.capacity {
+            // Full: the LRU ghost is dropped and its node holds the new one (same list).
             let head = self.lists[l].head;
             table.remove(self.capacity + head);
-            self.release(head);
-        }
-        let node = match self.free[l].head {
+            self.links.unlink(&mut self.lists[l], head);
+            head
+        } else {
+            self.take_node(list)
+        };
+        table.relabel(slot, self.capacity + node);
+        self.links.push_back(&mut self.lists[l], node);
+    }
+
+    /// A node for a new ghost of `list`, from its freed nodes or never used.
+    #[inline]
+    fn take_node(&mut self, list: u32) -> u32 {
+        let l = list as usize;
+        match self.free[l].head {
             NIL => {
                 // Fewer than `capacity` of this list's nodes are in use and none is free, so
                 // this one is below 2 · capacity.
@@ -401,9 +413,7 @@ impl Ghosts {
                 self.links.unlink(&mut self.free[l], freed);
                 freed
             }
-        };
-        table.relabel(slot, self.capacity + node);
-        self.links.push_back(&mut self.lists[l], node);
+        }
     }
 
     /// Empties both lists (the key table forgets their keys with the chunks).

@@ -185,10 +185,23 @@ impl<P: Copy + Default> Links<P> {
     /// Moves node `i`, linked in `list`, to its tail.
     #[inline(always)]
     pub(crate) fn move_to_tail(&mut self, list: &mut List, i: u32) {
-        if list.tail != i {
-            self.unlink(list, i);
-            self.push_back(list, i);
+        let tail = list.tail;
+        if tail == i {
+            return;
         }
+        // `i` is linked and not the tail, so it has a successor and the list a tail.
+        let Node {
+            prev: p, next: n, ..
+        } = self.nodes.get(i as usize);
+        if p == NIL {
+            list.head = n;
+        } else {
+            self.set_next(p, n);
+        }
+        self.set_prev(n, p);
+        self.set_links(i, tail, NIL);
+        self.set_next(tail, i);
+        list.tail = i;
     }
 
     /// Moves node `i` (linked in `from`) to the tail of another list `to`.
