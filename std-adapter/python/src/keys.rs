@@ -297,16 +297,17 @@ impl<V> Interner<V> {
                 *w |= 1 << (i % 64);
             }
         });
+        let marks = &self.marks;
+        let marked = |i: usize| marks.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0);
+        // The index holds exactly the live ids: one pass over it drops the unmarked ones
+        // (no probe per id), then the slots free them in id order.
+        self.index.retain(|&mut id| marked(id as usize));
         let mut freed = 0;
         for (i, slot) in self.slots.iter_mut().enumerate() {
-            let marked = self.marks[i / 64] & (1 << (i % 64)) != 0;
-            if marked || slot.value.is_none() {
+            if marked(i) || slot.value.is_none() {
                 continue;
             }
             let id = slot.key.id;
-            if let Ok(e) = self.index.find_entry(slot.hash, |&j| j == id) {
-                e.remove();
-            }
             slot.value = None;
             slot.key = VKey::absent();
             self.free.push(id);
