@@ -159,7 +159,94 @@ impl Arc {
         }
     }
 
+    /// The end of a request: [`on_finished`](Self::on_finished) for each of its resident keys
+    /// `(slot, insertion_only, reused)`, distinct slots walked tail to head. A run of keys that
+    /// lie next to one another in one list, in the walk's order or against it, and go to the
+    /// same list, moves at once: the lists end exactly as the one-by-one moves leave them
+    /// (moving a run's keys to a tail one by one leaves them there in walk order).
+    pub(crate) fn on_finished_all(&mut self, keys: impl Iterator<Item = (u32, bool, bool)>) {
+        let mut run = Run::NONE;
+        for (slot, insertion_only, reused) in keys {
+            let from = self.which.get(slot as usize);
+            let to = match (from, insertion_only, reused) {
+                (T1 | T2, true, _) => from,
+                (T1 | T2, false, true) => T2,
+                _ => continue, // not in a list, or neither inserted nor reused: no move
+            };
+            // A run's next key lies beside its last one in the list as it was when the run
+            // began (nothing moves until the run ends), so in the same list.
+            if run.n > 0 && run.to == to {
+                let last = run.last;
+                if run.dir >= 0 && self.links.next(last) == slot {
+                    (run.last, run.n, run.dir) = (slot, run.n + 1, 1);
+                    continue;
+                }
+                if run.dir <= 0 && self.links.prev(last) == slot {
+                    (run.last, run.n, run.dir) = (slot, run.n + 1, -1);
+                    continue;
+                }
+            }
+            self.move_run(run);
+            run = Run {
+                first: slot,
+                last: slot,
+                n: 1,
+                dir: 0,
+                from,
+                to,
+            };
+        }
+        self.move_run(run);
+    }
+
+    /// Moves `run` to the MRU end of its target list (nothing for an empty run).
+    #[inline]
+    fn move_run(&mut self, run: Run) {
+        let Run {
+            first,
+            last,
+            n,
+            dir,
+            from,
+            to,
+        } = run;
+        if n == 0 {
+            return;
+        }
+        // The run in list order.
+        let (head, tail) = if dir < 0 {
+            (last, first)
+        } else {
+            (first, last)
+        };
+        let from_list = if from == T1 {
+            &mut self.t1
+        } else {
+            &mut self.t2
+        };
+        if n == 1 && from == to {
+            self.links.move_to_tail(from_list, first);
+            return;
+        }
+        self.links.detach_run(from_list, head, tail, n);
+        let to_list = if to == T1 { &mut self.t1 } else { &mut self.t2 };
+        if dir < 0 {
+            self.links.append_run_reversed(to_list, head, tail, n);
+        } else {
+            self.links.append_run(to_list, head, tail, n);
+        }
+        if from != to {
+            // Appended in walk order: `first` onwards.
+            let mut at = first;
+            for _ in 0..n {
+                self.which.set(at as usize, to);
+                at = self.links.next(at);
+            }
+        }
+    }
+
     /// The end of a request, for one resident key (callers walk tail to head).
+    #[cfg(test)]
     pub(crate) fn on_finished(&mut self, slot: u32, insertion_only: bool, reused: bool) {
         let w = self.which.get(slot as usize);
         if insertion_only {
@@ -300,6 +387,30 @@ impl Arc {
     }
 }
 
+/// Keys of a finishing request that move together ([`Arc::on_finished_all`]): `n` keys from
+/// `first` to `last` in walk order, lying in list `from` in that order (`dir` 1), against it
+/// (`dir` −1) or either way (`dir` 0, one key), bound for the MRU end of list `to`.
+#[derive(Clone, Copy, Debug)]
+struct Run {
+    first: u32,
+    last: u32,
+    n: u32,
+    dir: i8,
+    from: u8,
+    to: u8,
+}
+
+impl Run {
+    const NONE: Run = Run {
+        first: NIL,
+        last: NIL,
+        n: 0,
+        dir: 0,
+        from: NONE,
+        to: NONE,
+    };
+}
+
 /// Python's `max(1, x)` for a positive float `x`: 1 unless `x` is larger.
 #[inline]
 fn py_max_one(x: f64) -> f64 {
@@ -425,5 +536,103 @@ impl Ghosts {
 
     fn heap_bytes(&self) -> usize {
         self.links.heap_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hashing::FixedState;
+
+    /// A small xorshift stream for the test's choices.
+    fn stream(mut x: u64) -> impl FnMut(u64) -> u64 {
+        move |below| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % below
+        }
+    }
+
+    #[test]
+    #[expect(
+        clippy::cast_possible_truncation,
+        reason = "choices below 24 and list lengths below 24"
+    )]
+    fn a_request_end_by_runs_equals_the_one_by_one_moves() {
+        const N: u32 = 24;
+        let mut table = KeyTable::<u64>::new(N, FixedState::default(), false).unwrap();
+        let mut next = stream(0x2545_f491_4f6c_dd1d);
+        let (mut forward, mut backward, mut moved) = (0, 0, 0);
+        for case in 0..2_000 {
+            // Some slots resident in T1 and T2, in a shuffled order.
+            let mut arc = Arc::new(N).unwrap();
+            let mut slots: Vec<u32> = (0..N).collect();
+            for i in (1..slots.len()).rev() {
+                slots.swap(i, next(i as u64 + 1) as usize);
+            }
+            let resident = 1 + next(u64::from(N)) as usize;
+            for &s in &slots[..resident] {
+                arc.insert(s, &u64::from(s), NIL, false, &mut table);
+                if next(2) == 0 {
+                    arc.touch(&u64::from(s), Some((s, true)), &table);
+                }
+            }
+            // A walk of distinct slots: stretches of the lists as they lie, either way round,
+            // and single slots (some not resident), each with its flags.
+            let (t1, t2) = arc.lists();
+            let mut walk: Vec<(u32, bool, bool)> = Vec::new();
+            let mut used = [false; N as usize];
+            for _ in 0..1 + next(6) {
+                let list = if next(2) == 0 { &t1 } else { &t2 };
+                if list.is_empty() {
+                    continue;
+                }
+                let start = next(list.len() as u64) as usize;
+                let len = 1 + next((list.len() - start) as u64) as usize;
+                let mut part: Vec<u32> = list[start..start + len].to_vec();
+                if next(2) == 0 {
+                    part.reverse();
+                }
+                if next(4) == 0 {
+                    part.push(next(u64::from(N)) as u32);
+                }
+                // One flag pair per stretch mostly, sometimes per slot.
+                let (mut ins, mut reu) = (next(2) == 0, next(3) != 0);
+                for s in part {
+                    if used[s as usize] {
+                        continue;
+                    }
+                    used[s as usize] = true;
+                    if next(5) == 0 {
+                        (ins, reu) = (next(2) == 0, next(3) != 0);
+                    }
+                    walk.push((s, ins, reu));
+                }
+            }
+            let mut one_by_one = arc.clone();
+            for &(s, ins, reu) in &walk {
+                one_by_one.on_finished(s, ins, reu);
+            }
+            arc.on_finished_all(walk.iter().copied());
+            assert_eq!(arc.lists(), one_by_one.lists(), "case {case}: {walk:?}");
+            assert_eq!(arc.sizes(), one_by_one.sizes(), "case {case}");
+            for s in 0..N {
+                assert_eq!(
+                    arc.which.get(s as usize),
+                    one_by_one.which.get(s as usize),
+                    "case {case}: slot {s}"
+                );
+            }
+            let (a1, a2) = arc.lists();
+            assert_eq!((a1.len() as u32, a2.len() as u32), (arc.t1.len, arc.t2.len));
+            for w in walk.windows(2) {
+                forward += u32::from(arc.links.next(w[0].0) == w[1].0);
+                backward += u32::from(one_by_one.links.prev(w[1].0) == w[0].0);
+            }
+            moved += walk.len();
+        }
+        // The walks held runs both ways (a run's keys end adjacent, in walk order).
+        assert!(forward > 1_000 && backward > 1_000 && moved > 10_000);
     }
 }

@@ -182,6 +182,64 @@ impl<P: Copy + Default> Links<P> {
         list.tail = last;
     }
 
+    /// Takes the linked run `first..=last` (`n` nodes) out of `list`. The run keeps its inner
+    /// links (and stale outer ones) for [`append_run`](Self::append_run) or
+    /// [`append_run_reversed`](Self::append_run_reversed).
+    #[inline]
+    pub(crate) fn detach_run(&mut self, list: &mut List, first: u32, last: u32, n: u32) {
+        let (p, nx) = (self.prev(first), self.next(last));
+        if p == NIL {
+            list.head = nx;
+        } else {
+            self.set_next(p, nx);
+        }
+        if nx == NIL {
+            list.tail = p;
+        } else {
+            self.set_prev(nx, p);
+        }
+        list.len -= n;
+    }
+
+    /// Appends a detached run `first..=last` (`n` nodes) to the back of `list`, in its order.
+    #[inline]
+    pub(crate) fn append_run(&mut self, list: &mut List, first: u32, last: u32, n: u32) {
+        self.set_prev(first, list.tail);
+        if list.tail == NIL {
+            list.head = first;
+        } else {
+            self.set_next(list.tail, first);
+        }
+        self.set_next(last, NIL);
+        list.tail = last;
+        list.len += n;
+    }
+
+    /// Appends a detached run `first..=last` (`n` nodes) to the back of `list` in reverse:
+    /// `last` first, `first` at the tail.
+    #[inline]
+    pub(crate) fn append_run_reversed(&mut self, list: &mut List, first: u32, last: u32, n: u32) {
+        let mut tail = list.tail;
+        let mut at = last;
+        loop {
+            // The run's inner links still lead from `last` back to `first`.
+            let before = self.prev(at);
+            self.set_links(at, tail, NIL);
+            if tail == NIL {
+                list.head = at;
+            } else {
+                self.set_next(tail, at);
+            }
+            tail = at;
+            if at == first {
+                break;
+            }
+            at = before;
+        }
+        list.tail = tail;
+        list.len += n;
+    }
+
     /// Moves node `i`, linked in `list`, to its tail.
     #[inline(always)]
     pub(crate) fn move_to_tail(&mut self, list: &mut List, i: u32) {
@@ -244,6 +302,43 @@ mod tests {
             (a.head, a.tail, a.len, l.prev(5), l.next(4)),
             (5, 4, 6, NIL, NIL)
         );
+    }
+
+    #[test]
+    fn a_run_detaches_and_appends_in_order_or_reversed() {
+        let mut l = Links::<u8>::new(8).unwrap();
+        let (mut a, mut b) = (List::EMPTY, List::EMPTY);
+        for i in 0..6 {
+            l.push_back(&mut a, i);
+        }
+        l.detach_run(&mut a, 1, 3, 3);
+        l.append_run_reversed(&mut b, 1, 3, 3);
+        assert_eq!(
+            (collect(&l, &a), collect(&l, &b)),
+            (alloc::vec![0, 4, 5], alloc::vec![3, 2, 1])
+        );
+        assert_eq!(
+            (a.len, b.len, b.head, b.tail, l.prev(3), l.next(1)),
+            (3, 3, 3, 1, NIL, NIL)
+        );
+        // From the tail of a list back onto it, reversed; from its head onto its tail, in order.
+        l.detach_run(&mut a, 4, 5, 2);
+        l.append_run_reversed(&mut a, 4, 5, 2);
+        assert_eq!(collect(&l, &a), [0, 5, 4]);
+        l.detach_run(&mut a, 0, 5, 2);
+        l.append_run(&mut a, 0, 5, 2);
+        assert_eq!(
+            (collect(&l, &a), a.head, a.tail, a.len),
+            (alloc::vec![4, 0, 5], 4, 5, 3)
+        );
+        // A whole list onto another, which empties it.
+        l.detach_run(&mut b, 3, 1, 3);
+        l.append_run(&mut a, 3, 1, 3);
+        assert_eq!(
+            (collect(&l, &a), b),
+            (alloc::vec![4, 0, 5, 3, 2, 1], List::EMPTY)
+        );
+        assert_eq!((l.prev(4), l.prev(3), l.next(5), a.len), (NIL, 5, 3, 6));
     }
 
     #[test]

@@ -268,14 +268,14 @@ impl<K: OffloadKey> OffloadManager<K> {
                     lru.finish_request(&mut st.rank, ri, &mut st.displaced);
                 }
                 Policy::Arc(arc) => {
-                    for &e in order.iter().rev() {
+                    let chunks = &self.chunks;
+                    arc.on_finished_all(order.iter().rev().filter_map(|&e| {
                         let entry = &st.entries[e as usize];
-                        if let Some(slot) = self.chunks.find_hinted(&entry.key, entry.slot) {
-                            let reused = entry.flags & REUSED != 0;
-                            let inserted_only = entry.flags & INSERTED != 0 && !reused;
-                            arc.on_finished(slot, inserted_only, reused);
-                        }
-                    }
+                        let slot = chunks.find_hinted(&entry.key, entry.slot)?;
+                        let reused = entry.flags & REUSED != 0;
+                        let inserted_only = entry.flags & INSERTED != 0 && !reused;
+                        Some((slot, inserted_only, reused))
+                    }));
                 }
             }
         }
