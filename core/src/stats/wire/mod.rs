@@ -56,8 +56,9 @@
 //! Catalogue names and the known label texts are found by a compile-time perfect hash (one
 //! hash, one comparison), the catalogue's histogram bound lists are written and compared as
 //! precomputed bytes, runs of single-byte bucket counts are handled eight at a time, and the
-//! view checks texts as UTF-8 (ASCII a word at a time) instead of interning them. None of this
-//! changes the bytes or what is accepted.
+//! view checks texts as UTF-8 (ASCII a word at a time) instead of interning them and checks the
+//! info section without building its series. None of this changes the bytes or what is
+//! accepted.
 //!
 //! | module | holds |
 //! |---|---|

@@ -182,14 +182,18 @@ impl<'a> Walker<'a> {
             0 => None,
             1 => {
                 let n = self.r.count(MAX_INFO_SERIES, Limit::InfoSeries)?;
-                let mut info = Vec::with_capacity(if keep { n.min(self.r.remaining()) } else { 0 });
-                for _ in 0..n {
-                    let series = read_info_series(&mut self.r, keep)?;
-                    if keep {
-                        info.push(series);
+                if keep {
+                    let mut info = Vec::with_capacity(n.min(self.r.remaining()));
+                    for _ in 0..n {
+                        info.push(read_info_series(&mut self.r)?);
                     }
+                    Some(info)
+                } else {
+                    for _ in 0..n {
+                        check_info_series(&mut self.r)?;
+                    }
+                    Some(Vec::new())
                 }
-                Some(info)
             }
             b => return Err(DecodeError::InvalidInfoFlag(b)),
         };
@@ -309,44 +313,67 @@ fn read_value<'a>(r: &mut Reader<'a>, kind: MetricKind) -> Result<ValueView<'a>,
     }
 }
 
-/// One info series; built only when `keep` (otherwise the result is empty and nothing is
-/// allocated).
-fn read_info_series(r: &mut Reader<'_>, keep: bool) -> Result<InfoSeries, DecodeError> {
+/// One info series (fields 5.1–5.4), built.
+fn read_info_series(r: &mut Reader<'_>) -> Result<InfoSeries, DecodeError> {
     let n = r.count(MAX_INFO_LABELS, Limit::InfoLabels)?;
-    let mut pairs: Vec<(Text, InfoValue)> =
-        Vec::with_capacity(if keep { n.min(r.remaining()) } else { 0 });
+    let mut pairs: Vec<(Text, InfoValue)> = Vec::with_capacity(n.min(r.remaining()));
     let mut prev: Option<&[u8]> = None;
     for _ in 0..n {
-        let key = r.raw_text(MAX_LABEL_LEN, Limit::LabelLen)?;
-        if !is_utf8(key) {
-            return Err(DecodeError::InvalidUtf8);
-        }
-        // Byte order is `str` order.
-        if prev.is_some_and(|p| p >= key) {
-            return Err(DecodeError::NotSorted);
-        }
+        let key = info_key(r, prev)?;
         prev = Some(key);
         let value = match r.byte()? {
             0 => InfoValue::None,
             1 => InfoValue::Bool(false),
             2 => InfoValue::Bool(true),
             3 => InfoValue::Int(unzigzag(r.varint()?)),
-            4 => {
-                let raw = r.raw_text(MAX_LABEL_LEN, Limit::LabelLen)?;
-                if !is_utf8(raw) {
-                    return Err(DecodeError::InvalidUtf8);
-                }
-                if keep {
-                    InfoValue::Text(lend(raw)?.to_text())
-                } else {
-                    InfoValue::None
-                }
-            }
+            4 => InfoValue::Text(lend(info_text(r)?)?.to_text()),
             t => return Err(DecodeError::UnknownInfoTag(t)),
         };
-        if keep {
-            pairs.push((lend(key)?.to_text(), value));
-        }
+        pairs.push((lend(key)?.to_text(), value));
     }
     Ok(InfoSeries::from_checked_pairs(pairs))
+}
+
+/// One info series checked as [`read_info_series`] reads it, in the same order, keeping nothing.
+fn check_info_series(r: &mut Reader<'_>) -> Result<(), DecodeError> {
+    let n = r.count(MAX_INFO_LABELS, Limit::InfoLabels)?;
+    let mut prev: Option<&[u8]> = None;
+    for _ in 0..n {
+        prev = Some(info_key(r, prev)?);
+        match r.byte()? {
+            0..=2 => {}
+            3 => {
+                r.varint()?;
+            }
+            4 => {
+                info_text(r)?;
+            }
+            t => return Err(DecodeError::UnknownInfoTag(t)),
+        }
+    }
+    Ok(())
+}
+
+/// An info label name: UTF-8, after `prev` (byte order is `str` order).
+#[inline]
+fn info_key<'a>(r: &mut Reader<'a>, prev: Option<&[u8]>) -> Result<&'a [u8], DecodeError> {
+    let key = r.raw_text(MAX_LABEL_LEN, Limit::LabelLen)?;
+    if !is_utf8(key) {
+        return Err(DecodeError::InvalidUtf8);
+    }
+    // Byte order is `str` order.
+    if prev.is_some_and(|p| p >= key) {
+        return Err(DecodeError::NotSorted);
+    }
+    Ok(key)
+}
+
+/// An info text value: UTF-8.
+#[inline]
+fn info_text<'a>(r: &mut Reader<'a>) -> Result<&'a [u8], DecodeError> {
+    let raw = r.raw_text(MAX_LABEL_LEN, Limit::LabelLen)?;
+    if !is_utf8(raw) {
+        return Err(DecodeError::InvalidUtf8);
+    }
+    Ok(raw)
 }
