@@ -532,13 +532,14 @@ impl Replayer {
         if o.started {
             return Err(ReplayError::OutOfOrder(rid));
         }
+        let k = o.hits;
+        // The keys the store offers: those past the hits.
         self.keys.clear();
         self.keys.extend(
-            self.arena[o.start..o.start + o.held]
+            self.arena[o.start + k..o.start + o.held]
                 .iter()
                 .map(|&h| BlockKey::new(h, 0)),
         );
-        let k = o.hits;
         if k > 0 {
             self.manager
                 .complete_load_slots(&self.slots[o.start..o.start + k])
@@ -549,7 +550,7 @@ impl Replayer {
             let plan = &mut self.plan;
             match self.manager.prepare_store(
                 o.req,
-                &self.keys[k..],
+                &self.keys,
                 Some(&self.positions[k..o.held]),
                 plan,
             ) {
