@@ -144,9 +144,16 @@ impl<P: Copy + Default> Links<P> {
     /// Removes node `i`, which must be linked in `list`.
     #[inline(always)]
     pub(crate) fn unlink(&mut self, list: &mut List, i: u32) {
-        let Node {
-            prev: p, next: n, ..
-        } = self.nodes.get(i as usize);
+        self.bridge(list, i, i);
+        self.set_links(i, NIL, NIL);
+        list.len -= 1;
+    }
+
+    /// Links the neighbours of the linked run `first..=last` of `list` to each other (the run's
+    /// own links are left as they are).
+    #[inline(always)]
+    fn bridge(&mut self, list: &mut List, first: u32, last: u32) {
+        let (p, n) = (self.prev(first), self.next(last));
         if p == NIL {
             list.head = n;
         } else {
@@ -157,8 +164,6 @@ impl<P: Copy + Default> Links<P> {
         } else {
             self.set_prev(n, p);
         }
-        self.set_links(i, NIL, NIL);
-        list.len -= 1;
     }
 
     /// Moves the linked run `first..=last` of `list` (in list order) to its tail, keeping the
@@ -187,17 +192,7 @@ impl<P: Copy + Default> Links<P> {
     /// [`append_run_reversed`](Self::append_run_reversed).
     #[inline]
     pub(crate) fn detach_run(&mut self, list: &mut List, first: u32, last: u32, n: u32) {
-        let (p, nx) = (self.prev(first), self.next(last));
-        if p == NIL {
-            list.head = nx;
-        } else {
-            self.set_next(p, nx);
-        }
-        if nx == NIL {
-            list.tail = p;
-        } else {
-            self.set_prev(nx, p);
-        }
+        self.bridge(list, first, last);
         list.len -= n;
     }
 
