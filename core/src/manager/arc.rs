@@ -74,8 +74,9 @@ impl Arc {
     /// key that was not one cannot have become one since, as only resident victims do);
     /// `adopted`: the slot took over that ghost's index entry
     /// ([`Chunks::insert_from_ghost`](super::chunks::Chunks::insert_from_ghost)), so only its
-    /// node is left to free. A ghost not adopted was trimmed since, unless its id no longer
-    /// names the key: its lists are searched then.
+    /// node is left to free. A ghost not adopted was dropped from a full list by this call's
+    /// evictions (its id gone from the index, or holding another key since); the lists are
+    /// still searched for the key then, defensively (the search finds nothing).
     pub(crate) fn insert<K: OffloadKey>(
         &mut self,
         slot: u32,
@@ -504,7 +505,8 @@ impl Ghosts {
         } else {
             self.take_node(list)
         };
-        table.relabel(slot, self.capacity + node);
+        let moved = table.relabel(slot, self.capacity + node);
+        debug_assert!(moved, "a resident victim's key is in the index");
         self.links.push_back(&mut self.lists[l], node);
     }
 

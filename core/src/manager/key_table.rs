@@ -262,8 +262,9 @@ mod tests {
 
     #[test]
     fn lookups_see_only_the_ids_they_name() {
-        // One key held twice, by a low and a high id (as a chunk's key is for a moment while
-        // its ARC ghost is dropped): each side finds, removes and walks its own.
+        // One key held twice, by a low and a high id (the table allows it; the manager no
+        // longer does it, as its ARC hands index entries over): each side finds, removes and
+        // walks its own.
         let (low, high) = (|i: u32| i < 2, |i: u32| i >= 2);
         let mut t = KeyTable::<u64>::new(4, FixedState::default(), false).unwrap();
         t.insert_at(1, 7);
