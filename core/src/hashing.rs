@@ -121,7 +121,7 @@ mod tests {
     }
 
     /// Golden values, computed outside Rust from the algorithm as documented (multiply-rotate
-    /// per word, a length prefix for slices, murmur3's fmix64 at the end). They pin the hash
+    /// per word, a length prefix for slices, a folded multiply at the end). They pin the hash
     /// across releases and targets: a map's layout, and so its speed, must not change silently.
     #[test]
     fn golden_values() {
