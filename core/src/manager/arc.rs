@@ -160,11 +160,12 @@ impl Arc {
         }
     }
 
-    /// The end of a request: [`on_finished`](Self::on_finished) for each of its resident keys
-    /// `(slot, insertion_only, reused)`, distinct slots walked tail to head. A run of keys that
-    /// lie next to one another in one list, in the walk's order or against it, and go to the
-    /// same list, moves at once: the lists end exactly as the one-by-one moves leave them
-    /// (moving a run's keys to a tail one by one leaves them there in walk order).
+    /// The end of a request, for each of its resident keys `(slot, insertion_only, reused)`,
+    /// distinct slots walked tail to head: a key only inserted by the request moves to the MRU end
+    /// of its list, a reused one to the MRU end of T2. A run of keys that lie next to one another
+    /// in one list, in the walk's order or against it, and go to the same list, moves at once: the
+    /// lists end exactly as the one-by-one moves leave them (moving a run's keys to a tail one by
+    /// one leaves them there in walk order).
     pub(crate) fn on_finished_all(&mut self, keys: impl Iterator<Item = (u32, bool, bool)>) {
         let mut run = Run::NONE;
         for (slot, insertion_only, reused) in keys {

@@ -137,7 +137,8 @@ impl<K: Copy + Eq + core::hash::Hash> KeyTable<K> {
         self.insert_at_hashed(id, key, self.hash(&key));
     }
 
-    /// [`insert_at`](Self::insert_at) for a key whose [`hash`](Self::hash) `h` the caller has.
+    /// Gives `key` (not held), whose [`hash`](Self::hash) `h` the caller has, the id `id`
+    /// (below the table's size, holding no key).
     #[inline]
     pub(crate) fn insert_at_hashed(&mut self, id: u32, key: K, h: u64) {
         put(&mut self.keys, id as usize, key);
