@@ -23,8 +23,16 @@ use crate::trace::Record;
 /// The multiplier of the hit digest: `d = d · 1000003 + k (mod 2^64)` per `L` record.
 pub const DIGEST_MULTIPLIER: u64 = 1_000_003;
 
-/// The longest store list whose repeated hashes are found by comparing pairs.
-const PAIRWISE_REPEAT_CHECK: usize = 32;
+/// The longest store list whose repeated hashes are found through a bit filter on the stack
+/// (longer lists go through a map).
+const FILTERED_REPEAT_CHECK: usize = 256;
+
+/// Bits of the repeat filter (a power of two, a multiple of 64).
+const FILTER_BITS: usize = 1024;
+
+/// Spreads a hash over the filter's bits (odd: a bijection of `u64`), so that structured
+/// hashes (small integers in tests) do not share bits.
+const FILTER_SPREAD: u64 = 0x9e37_79b9_7f4a_7c15;
 
 /// What a replay counted.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -377,11 +385,20 @@ impl Replayer {
 
     /// The first repeated hash of `hashes` (1-based blocks, `offset` added).
     fn repeat_in(&mut self, rid: u64, hashes: &[u64], offset: u64) -> Result<(), ReplayError> {
-        // A short list is checked pair by pair (cheaper than hashing each hash), a long one
-        // through the map; both report the first repeat in list order.
-        if hashes.len() <= PAIRWISE_REPEAT_CHECK {
+        // A list of up to FILTERED_REPEAT_CHECK hashes sets one filter bit per hash; only a
+        // hash whose bit is already set is compared with the hashes before it (a repeat's bit
+        // always is). A longer one goes through the map. Both report the first repeat in list
+        // order.
+        if hashes.len() <= FILTERED_REPEAT_CHECK {
+            let mut bits = [0u64; FILTER_BITS / 64];
             for (j, &hash) in hashes.iter().enumerate() {
-                if let Some(i) = hashes[..j].iter().position(|&h| h == hash) {
+                #[expect(clippy::cast_possible_truncation, reason = "the top bits of a u64")]
+                let b = (hash.wrapping_mul(FILTER_SPREAD) >> (64 - FILTER_BITS.trailing_zeros()))
+                    as usize;
+                let (word, bit) = ((b / 64) % bits.len(), 1u64 << (b % 64));
+                if bits[word] & bit != 0
+                    && let Some(i) = hashes[..j].iter().position(|&h| h == hash)
+                {
                     return Err(ReplayError::RepeatedHash {
                         rid,
                         hash,
@@ -389,6 +406,7 @@ impl Replayer {
                         repeat: offset + 1 + j as u64,
                     });
                 }
+                bits[word] |= bit;
             }
             return Ok(());
         }

@@ -444,9 +444,9 @@ proptest! {
 
 #[test]
 fn a_repeated_hash_in_a_long_store_part_is_found_as_in_a_short_one() {
-    // Past 32 hashes the replayer checks through a map instead of pair by pair: the same
+    // Past 256 hashes the replayer checks through a map instead of its bit filter: the same
     // first repeat is reported either way.
-    for len in [8u64, 32, 33, 200] {
+    for len in [8u64, 32, 33, 200, 254, 255, 256, 600] {
         let mut hashes: Vec<u64> = (0..len).map(|i| 1_000 + i).collect();
         hashes.push(1_000 + len / 2);
         hashes.push(1_000 + 1);
