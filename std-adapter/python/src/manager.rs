@@ -524,25 +524,24 @@ impl Manager {
                 let index = ffi::Py_ssize_t::try_from(i).unwrap_or(ffi::Py_ssize_t::MAX);
                 // SAFETY: `list` is a live list and `i` is below its length: no Python code
                 // ran since the length was read (it is read again after any call that may
-                // run some), and only Python code could change the list while this thread
-                // holds the GIL. So PyList_GetItem returns a borrowed reference to a live
-                // item (not null), which stays live until Python code runs: `one_borrowed`
-                // runs none, and the item is made a strong reference before `one` may.
+                // have run some), and only Python code could change the list while this
+                // thread holds the GIL. So PyList_GetItem returns a borrowed reference to a
+                // live item (not null), which stays live until Python code runs: `one` makes
+                // it a strong reference before it may run any.
                 let obj =
                     unsafe { Borrowed::from_ptr(py, ffi::PyList_GetItem(list.as_ptr(), index)) };
-                if !c.one_borrowed(obj) {
-                    c.one(&obj.to_owned())?;
+                if c.one(obj)? {
                     len = len.min(list.len());
                 }
                 i += 1;
             }
         } else if let Ok(t) = keys.cast::<PyTuple>() {
             for obj in t.iter() {
-                c.one(&obj)?;
+                c.one(obj.as_borrowed())?;
             }
         } else {
             for obj in keys.try_iter()? {
-                c.one(&obj?)?;
+                c.one(obj?.as_borrowed())?;
             }
         }
         let (map, missing) = (c.map, c.missing);
@@ -577,39 +576,52 @@ struct Collector<'a, 'py> {
 }
 
 impl<'py> Collector<'_, 'py> {
-    /// [`one`](Self::one) for a key the identity cache knows whose position, if one is
-    /// read, is an `int` at the map's cursor: reads it without running any Python code.
-    /// Returns false, having changed nothing, for any other key.
+    /// Reads the key object `obj`: its manager key and, when positions are read, its
+    /// position. A key the identity cache knows whose position, if one is read, is an `int`
+    /// at the map's cursor is read without running any Python code or taking a reference;
+    /// any other key is made a strong reference first. Returns whether Python code may
+    /// have run (so that the caller's borrowed items may be stale).
     #[inline(always)]
-    fn one_borrowed(&mut self, obj: Borrowed<'_, 'py, PyAny>) -> bool {
-        let Some(k) = self
-            .keys
-            .recall(obj.as_ptr() as usize, |v| v.as_ptr() == obj.as_ptr())
-        else {
-            return false;
+    fn one(&mut self, obj: Borrowed<'_, 'py, PyAny>) -> PyResult<bool> {
+        let Some(k) = known(self.keys, obj.as_ptr()) else {
+            self.one_slow(&obj.to_owned(), None)?;
+            return Ok(true);
         };
         if let Some(map) = &mut self.map {
-            let Some(p) = map.int_at_cursor(obj) else {
-                return false;
-            };
-            self.positions.push(p);
+            match map.int_at_cursor(obj.as_ptr()) {
+                Step::Int(p) => self.positions.push(p),
+                step => {
+                    self.one_slow(&obj.to_owned(), Some((k, step)))?;
+                    return Ok(true);
+                }
+            }
         }
         self.scratch.push(k);
-        true
+        Ok(false)
     }
 
-    /// Reads the key object `obj`: its manager key and, when positions are read, its
-    /// position.
+    /// [`one`](Self::one) for the other keys: `known` is the key the identity cache gave
+    /// for `obj` with what the cursor held (no Python code ran since), if it knew `obj`.
     #[inline(always)]
-    fn one(&mut self, obj: &Bound<'py, PyAny>) -> PyResult<()> {
-        let k = resolve(self.keys, obj, self.unknown)?;
+    fn one_slow(&mut self, obj: &Bound<'py, PyAny>, known: Option<(VKey, Step)>) -> PyResult<()> {
+        let (k, step) = match known {
+            Some(found) => found,
+            None => {
+                let k = resolve_by_hash(self.keys, obj, self.unknown)?;
+                let step = match &mut self.map {
+                    Some(map) => map.int_at_cursor(obj.as_ptr()),
+                    None => Step::Elsewhere,
+                };
+                (k, step)
+            }
+        };
         self.scratch.push(k);
         if let Some(map) = &mut self.map {
-            if let Some(p) = map.int_at_cursor(obj.as_borrowed()) {
+            if let Step::Int(p) = step {
                 self.positions.push(p);
                 return Ok(());
             }
-            match map.get(obj)? {
+            match map.get(obj, step)? {
                 // vLLM reads the map with `dict.get` and takes None for no position.
                 Some(p) if !p.is_none() => self.positions.push(position(&p)?),
                 _ => self.missing += 1,
@@ -685,88 +697,108 @@ struct PositionMap<'py> {
     next: ffi::Py_ssize_t,
 }
 
+/// What a [`PositionMap`]'s cursor held for a key.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// The key's entry, holding an `int` in 0..2^63 (the cursor is now past it).
+    Int(u64),
+    /// The key's entry, holding something else.
+    Other,
+    /// Another entry, or none.
+    Elsewhere,
+}
+
 impl<'py> PositionMap<'py> {
     fn new(dict: Bound<'py, PyDict>, cursors: &Cursors) -> Self {
         let next = cursors.start(dict.as_ptr() as usize);
         PositionMap { dict, next }
     }
 
-    /// The entry of the map after `*pos` if its key is `key` (the very object), advancing
-    /// `*pos` past it.
-    #[inline]
-    fn entry_at(
+    /// The value of the map's entry after `*pos` if its key is `key` (the very object),
+    /// advancing `*pos` past it: a borrowed reference, valid until Python code runs. Runs
+    /// no Python code.
+    #[inline(always)]
+    fn value_after(
         &self,
         pos: &mut ffi::Py_ssize_t,
-        key: &Bound<'py, PyAny>,
-    ) -> Option<Bound<'py, PyAny>> {
+        key: *mut ffi::PyObject,
+    ) -> Option<*mut ffi::PyObject> {
         let mut k = std::ptr::null_mut();
         let mut v = std::ptr::null_mut();
         // SAFETY: `self.dict` is a live dict (a strong reference held by `self`), and `pos`,
         // `k`, `v` are valid places to write. PyDict_Next runs no Python code; the borrowed
-        // references it leaves in `k` and `v` are valid until the dict changes: `k` is only
-        // compared by address, and `v` becomes a strong reference at once, before any Python
-        // code could run.
+        // references it leaves in `k` and `v` are valid until the dict changes, which only
+        // Python code could do: `k` is only compared by address, and `v` is handed back
+        // (never null when PyDict_Next returns true) to callers that read it, or make it a
+        // strong reference, before any Python code runs.
         let found = unsafe { ffi::PyDict_Next(self.dict.as_ptr(), pos, &mut k, &mut v) } != 0;
-        if found && std::ptr::eq(k, key.as_ptr()) {
-            // SAFETY: `v` is the live value of a live entry (see above), never null when
-            // PyDict_Next returns true.
-            Some(unsafe { Bound::from_borrowed_ptr(key.py(), v) })
-        } else {
-            None
+        (found && std::ptr::eq(k, key)).then_some(v)
+    }
+
+    /// What the cursor holds for `key` (the very object); advances the cursor past an
+    /// [`Step::Int`]. Runs no Python code.
+    #[inline]
+    fn int_at_cursor(&mut self, key: *mut ffi::PyObject) -> Step {
+        let mut pos = self.next;
+        let Some(v) = self.value_after(&mut pos, key) else {
+            return Step::Elsewhere;
+        };
+        match exact_position(v) {
+            Some(p) => {
+                self.next = pos;
+                Step::Int(p)
+            }
+            None => Step::Other,
         }
     }
 
-    /// The position of `key` when the entry at the cursor holds `key` (the very object) and
-    /// an `int` in 0..2^63 (advancing the cursor past it); `None` otherwise. Runs no Python
-    /// code.
+    /// The position object `dict.get(key)` returns, once the cursor has been read for `key`
+    /// (`step`, no Python code run since): the value of the entry whose key is `key` itself,
+    /// at the cursor if it is there, else (for a cursor left by another map at the same
+    /// address) at the map's start, else by lookup.
     #[inline]
-    fn int_at_cursor(&mut self, key: Borrowed<'_, 'py, PyAny>) -> Option<u64> {
+    fn get(&mut self, key: &Bound<'py, PyAny>, step: Step) -> PyResult<Option<Bound<'py, PyAny>>> {
         let mut pos = self.next;
-        let mut k = std::ptr::null_mut();
-        let mut v = std::ptr::null_mut();
-        // SAFETY: as in `entry_at`; `v` is only read while no Python code runs.
-        let found = unsafe { ffi::PyDict_Next(self.dict.as_ptr(), &mut pos, &mut k, &mut v) } != 0;
-        if !found || !std::ptr::eq(k, key.as_ptr()) {
+        let mut found = None;
+        if step != Step::Elsewhere {
+            found = self.value_after(&mut pos, key.as_ptr());
+        }
+        if found.is_none() && self.next != 0 {
+            pos = 0;
+            found = self.value_after(&mut pos, key.as_ptr());
+        }
+        match found {
+            Some(v) => {
+                self.next = pos;
+                // SAFETY: `v` is the live value of a live entry (see `value_after`), made a
+                // strong reference here before any Python code runs.
+                Ok(Some(unsafe { Bound::from_borrowed_ptr(key.py(), v) }))
+            }
+            None => self.dict.get_item(key),
+        }
+    }
+}
+
+/// The position an exact `int` at `v` holds, if in 0..2^63 (anything else is read by
+/// [`position`], which runs Python code). `v` must be a live object (a reference
+/// [`PositionMap::value_after`] returned, no Python code run since). Runs no Python code.
+#[inline(always)]
+fn exact_position(v: *mut ffi::PyObject) -> Option<u64> {
+    // SAFETY: `v` is a live object (the caller's contract). For an exact `int`,
+    // PyLong_AsLongLongAndOverflow runs no Python code and raises nothing: a value outside
+    // i64 only sets `overflow`.
+    let p = unsafe {
+        if ffi::PyLong_CheckExact(v) == 0 {
             return None;
         }
-        // SAFETY: `v` is a live object (see above). For an exact `int`,
-        // PyLong_AsLongLongAndOverflow runs no Python code and raises nothing: a value
-        // outside i64 only sets `overflow`.
-        let p = unsafe {
-            if ffi::PyLong_CheckExact(v) == 0 {
-                return None;
-            }
-            let mut overflow = 0;
-            let p = ffi::PyLong_AsLongLongAndOverflow(v, &mut overflow);
-            if overflow != 0 {
-                return None;
-            }
-            p
-        };
-        let p = u64::try_from(p).ok()?;
-        self.next = pos;
-        Some(p)
-    }
-
-    /// The position object `dict.get(key)` returns: the value of the entry whose key is
-    /// `key` itself, tried at the cursor (and, for a cursor left by another map at the same
-    /// address, at the map's start), else by lookup.
-    #[inline]
-    fn get(&mut self, key: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, PyAny>>> {
-        let mut pos = self.next;
-        if let Some(v) = self.entry_at(&mut pos, key) {
-            self.next = pos;
-            return Ok(Some(v));
+        let mut overflow = 0;
+        let p = ffi::PyLong_AsLongLongAndOverflow(v, &mut overflow);
+        if overflow != 0 {
+            return None;
         }
-        if self.next != 0 {
-            pos = 0;
-            if let Some(v) = self.entry_at(&mut pos, key) {
-                self.next = pos;
-                return Ok(Some(v));
-            }
-        }
-        self.dict.get_item(key)
-    }
+        p
+    };
+    u64::try_from(p).ok()
 }
 
 /// A `ReqContext`'s scratch dict (`_state`), where request states live.
@@ -776,17 +808,25 @@ fn scratch_dict<'py>(ctx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
         .cast_into::<PyDict>()?)
 }
 
+/// The manager key of the key object at `obj` if the interner's identity cache knows the
+/// object. The address names the object: the cache's entry is taken only when the id's live
+/// value is this very object (which the interner holds, so the address is not reused
+/// meanwhile). Runs no Python code.
+#[inline(always)]
+fn known(keys: &Interner<Py<PyBytes>>, obj: *mut ffi::PyObject) -> Option<VKey> {
+    keys.recall(obj as usize, |v| v.as_ptr() == obj)
+}
+
 /// The manager key of the key object `obj`: by identity when the interner's cache knows the
-/// object, else by Python's hash and the bytes (interning it when `unknown` says so).
+/// object ([`known`]), else by Python's hash and the bytes (interning it when `unknown` says
+/// so).
 #[inline(always)]
 fn resolve(
     keys: &mut Interner<Py<PyBytes>>,
     obj: &Bound<'_, PyAny>,
     unknown: Unknown,
 ) -> PyResult<VKey> {
-    // The address names the object: the cache's entry is taken only when the id's live value
-    // is this very object (which the interner holds, so the address is not reused meanwhile).
-    match keys.recall(obj.as_ptr() as usize, |v| v.as_ptr() == obj.as_ptr()) {
+    match known(keys, obj.as_ptr()) {
         Some(k) => Ok(k),
         None => resolve_by_hash(keys, obj, unknown),
     }
