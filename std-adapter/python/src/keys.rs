@@ -9,8 +9,11 @@
 //! of equal LRU rank).
 //!
 //! Callers that can name a probe by identity (the binding: a Python object's address) also
-//! get a small direct-mapped cache, identity → id ([`Interner::recall`], [`Interner::remember`]),
-//! whose entries are checked against the id's live value, so a stale entry is only a miss.
+//! get a direct-mapped cache, identity → id ([`Interner::recall`], [`Interner::remember`]),
+//! whose entries are checked against the id's live value, so a stale entry is only a miss. It
+//! is sized with the interner (at each sweep, [`RECENT_PER_ID`] entries per id the interner may
+//! hold before its next one), so that the keys a large manager holds do not crowd each other
+//! out of a cache made for a small one.
 //!
 //! Ids are recycled by [`Interner::sweep`]: every id the manager no longer holds
 //! ([`OffloadManager::for_each_held_key`](kvtier_core::manager::OffloadManager::for_each_held_key))
@@ -29,8 +32,13 @@ const ABSENT_ID: u32 = u32::MAX;
 /// The fewest live ids at which a sweep runs.
 const MIN_SWEEP: usize = 4096;
 
-/// Entries of the identity cache (a power of two).
-const RECENT: usize = 4096;
+/// Identity-cache entries per id the interner may hold before its next sweep (rounded up to a
+/// power of two). With 4,096 entries in all, a small-b replay (4,096 chunks, up to about 17,000
+/// live ids under ARC) missed a third of its recalls; with 2 per id, 7 %.
+const RECENT_PER_ID: usize = 4;
+
+/// The most identity-cache entries (16 MiB).
+const MAX_RECENT: usize = 1 << 22;
 
 /// A vLLM key as the manager sees it: its interned id plus the bytes that order it.
 ///
@@ -144,20 +152,27 @@ pub(crate) struct Interner<V> {
     next_sweep: usize,
     marks: Vec<u64>,
     /// The identity cache: the id last remembered for identities of each bucket.
+    /// INVARIANT: its length is a power of two, `1 << (64 - recent_shift)`.
     recent: Box<[u32]>,
+    /// 64 − log2 of the identity cache's length: the shift that takes a bucket from the
+    /// top bits of a product.
+    recent_shift: u32,
 }
 
 impl<V> Default for Interner<V> {
     fn default() -> Self {
-        Interner {
+        let mut interner = Interner {
             // Room for the keys of the first sweep period: no rehash while it fills.
             index: HashTable::with_capacity(MIN_SWEEP),
             slots: Vec::with_capacity(MIN_SWEEP),
             free: Vec::new(),
             next_sweep: MIN_SWEEP,
             marks: Vec::new(),
-            recent: vec![ABSENT_ID; RECENT].into_boxed_slice(),
-        }
+            recent: Box::default(),
+            recent_shift: 0,
+        };
+        interner.size_recent_for(MIN_SWEEP);
+        interner
     }
 }
 
@@ -237,12 +252,27 @@ impl<V> Interner<V> {
         Ok(key)
     }
 
+    /// Sizes the identity cache for `ids` ids, emptying it if its size changes. Returns
+    /// whether it did.
+    fn size_recent_for(&mut self, ids: usize) -> bool {
+        let len = ids
+            .saturating_mul(RECENT_PER_ID)
+            .next_power_of_two()
+            .clamp(2, MAX_RECENT);
+        if len != self.recent.len() {
+            self.recent = vec![ABSENT_ID; len].into_boxed_slice();
+            self.recent_shift = 64 - len.trailing_zeros();
+            return true;
+        }
+        false
+    }
+
     /// The identity cache's bucket of `ident`.
     #[inline]
-    fn bucket(ident: usize) -> usize {
+    fn bucket(&self, ident: usize) -> usize {
         // Fibonacci hashing: the top bits of the product spread aligned addresses evenly.
         let h = (ident as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        usize::try_from(h >> (64 - RECENT.trailing_zeros())).unwrap_or(0)
+        usize::try_from(h >> self.recent_shift).unwrap_or(0)
     }
 
     /// The key last remembered for `ident`, if its id is live and `is_it` accepts its value
@@ -250,7 +280,7 @@ impl<V> Interner<V> {
     #[inline]
     #[must_use]
     pub(crate) fn recall(&self, ident: usize, is_it: impl Fn(&V) -> bool) -> Option<VKey> {
-        let id = self.recent[Self::bucket(ident)];
+        let id = self.recent[self.bucket(ident)];
         let slot = self.slots.get(id as usize)?;
         slot.value.as_ref().filter(|v| is_it(v)).map(|_| slot.key)
     }
@@ -258,7 +288,8 @@ impl<V> Interner<V> {
     /// Remembers `key` (a live key) for `ident`, replacing the bucket's previous entry.
     #[inline]
     pub(crate) fn remember(&mut self, ident: usize, key: VKey) {
-        self.recent[Self::bucket(ident)] = key.id;
+        let bucket = self.bucket(ident);
+        self.recent[bucket] = key.id;
     }
 
     /// The value of a live key.
@@ -286,8 +317,14 @@ impl<V> Interner<V> {
     }
 
     /// Frees every id that `held` does not pass (`held` receives a callback to call with
-    /// each key still held). Returns the number of ids freed.
-    pub(crate) fn sweep(&mut self, held: impl FnOnce(&mut dyn FnMut(&VKey))) -> usize {
+    /// each key still held), and resizes the identity cache for the interner's new bound,
+    /// where each live key is then remembered under its value's identity `ident`. Returns
+    /// the number of ids freed.
+    pub(crate) fn sweep(
+        &mut self,
+        held: impl FnOnce(&mut dyn FnMut(&VKey)),
+        ident: impl Fn(&V) -> usize,
+    ) -> usize {
         self.marks.clear();
         self.marks.resize(self.slots.len().div_ceil(64), 0);
         let marks = &mut self.marks;
@@ -314,6 +351,14 @@ impl<V> Interner<V> {
             freed += 1;
         }
         self.next_sweep = MIN_SWEEP.max(2 * self.len());
+        if self.size_recent_for(self.next_sweep) {
+            for slot in &self.slots {
+                if let Some(v) = &slot.value {
+                    let bucket = self.bucket(ident(v));
+                    self.recent[bucket] = slot.key.id;
+                }
+            }
+        }
         freed
     }
 }
@@ -382,7 +427,7 @@ mod tests {
             .map(|i| intern(&mut it, &i.to_be_bytes(), i))
             .collect();
         let held = [keys[2], keys[7]];
-        let freed = it.sweep(|f| held.iter().for_each(f));
+        let freed = it.sweep(|f| held.iter().for_each(f), |_| 0);
         assert_eq!(freed, 8);
         assert_eq!(it.len(), 2);
         assert_eq!(it.value(&keys[7]), Some(&(7u32.to_be_bytes().to_vec(), 7)));
@@ -407,13 +452,37 @@ mod tests {
         it.remember(7, b);
         assert_eq!(it.recall(7, |v| v.1 == 2), Some(b));
         // Once the id is freed, the entry is stale: a miss whatever the check.
-        it.sweep(|_| {});
+        it.sweep(|_| {}, |_| 0);
         assert_eq!(it.recall(7, |_| true), None);
         // A new key reusing the id is found only if the check accepts its value.
         let c = intern(&mut it, b"c", 3);
         assert_eq!(c.id(), b.id());
         assert_eq!(it.recall(7, |v| v.1 == 2), None);
         assert_eq!(it.recall(7, |v| v.1 == 3), Some(c));
+    }
+
+    #[test]
+    fn a_resized_identity_cache_still_recalls_the_live_keys() {
+        let mut it = Interner::default();
+        let small = it.recent.len();
+        // Tags stand for identities: each value is remembered under its tag.
+        let n = u32::try_from(3 * MIN_SWEEP).unwrap_or(u32::MAX);
+        let keys: Vec<VKey> = (0..n)
+            .map(|i| intern(&mut it, &i.to_be_bytes(), i))
+            .collect();
+        let tag = |v: &Val| v.1 as usize;
+        it.sweep(|f| keys.iter().for_each(f), tag);
+        assert!(it.recent.len() > small);
+        assert_eq!(it.recent.len(), 1 << (64 - it.recent_shift));
+        // Every live key is remembered under its identity, as far as buckets allow.
+        let recalled = (0..keys.len())
+            .filter(|&i| it.recall(i, |v| v.1 as usize == i) == Some(keys[i]))
+            .count();
+        assert!(recalled > keys.len() / 2, "{recalled} of {}", keys.len());
+        // Once the interner shrinks, so does the cache, and nothing stale is recalled.
+        it.sweep(|_| {}, tag);
+        assert_eq!(it.recent.len(), small);
+        assert!((0..keys.len()).all(|i| it.recall(i, |_| true).is_none()));
     }
 
     #[test]
@@ -426,7 +495,7 @@ mod tests {
         assert!(!it.sweep_due());
         intern(&mut it, b"x", 0);
         assert!(it.sweep_due());
-        it.sweep(|_| {});
+        it.sweep(|_| {}, |_| 0);
         assert!(it.is_empty() && !it.sweep_due());
     }
 }

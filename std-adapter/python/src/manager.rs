@@ -252,7 +252,8 @@ impl Manager {
         self.release_orphans();
         if self.keys.sweep_due() {
             let m = &self.m;
-            self.keys.sweep(|f| m.for_each_held_key(f));
+            self.keys
+                .sweep(|f| m.for_each_held_key(f), |v| v.as_ptr() as usize);
         }
         let with_pos = self.collect(keys, Some(req_context), Unknown::Intern)?;
         let req = self.request(py, req_context, true)?;
