@@ -1,6 +1,7 @@
 //! The `kvtier` Python package's native module, `kvtier._native`: kvtier's offload manager
 //! behind vLLM 0.33.0's `OffloadingManager` calling conventions (see `python/kvtier/vllm.py`).
 
+mod fastcall;
 mod keys;
 mod manager;
 mod vocab;

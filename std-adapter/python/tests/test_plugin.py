@@ -130,6 +130,39 @@ def test_answers_are_vllms_types():
     assert event.medium.name == "CPU" and not event.removed
 
 
+def test_lookup_through_its_raw_entry_is_the_native_method():
+    # The manager's `lookup` is the native method bound through a raw vectorcall entry: the
+    # same kind of object, name, signature and doc, the same answers, and for the calls the
+    # entry does not run itself (keywords, other counts) the native method's own errors.
+    m = KvtierOffloadingManager(num_chunks=4)
+    fast, native = m.lookup, m._native.lookup
+    assert type(fast) is type(native) and fast.__self__ is native.__self__
+    for attr in ("__name__", "__qualname__", "__doc__", "__text_signature__", "__module__"):
+        assert getattr(fast, attr) == getattr(native, attr), attr
+    assert inspect.signature(fast) == inspect.signature(native)
+    ctx = ReqContext(req_id="a")
+    keys = [key(1), key(2)]
+    store(m, keys, ctx)
+    for k in [*keys, bytes(keys[0]), key(3)]:
+        answers = [fast(k, ctx), fast(key=k, req_context=ctx), fast(k, req_context=ctx)]
+        assert answers == [native(k, ctx)] * 3
+    bad = [
+        ((keys[0],), {}),
+        ((keys[0], ctx, 1), {}),
+        ((keys[0], ctx), {"x": 1}),
+        ((keys[0],), {"key": keys[1]}),
+        (("not bytes", ctx), {}),
+        ((), {}),
+    ]
+    for args, kwargs in bad:
+        errors = []
+        for f in (fast, native):
+            with pytest.raises(TypeError) as e:
+                f(*args, **kwargs)
+            errors.append(str(e.value))
+        assert errors[0] == errors[1], errors
+
+
 # ----- keys -----
 
 

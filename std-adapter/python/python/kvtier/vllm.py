@@ -56,9 +56,9 @@ _VOCAB = (
     RequestOffloadingContext,
 )
 
-# The methods whose calls go straight to the native manager (no Python frame in between).
+# The methods whose calls go straight to the native manager (no Python frame in between);
+# `lookup`, the most frequent, through its raw entry (`_bound_lookup`, the same method).
 _DIRECT = (
-    "lookup",
     "prepare_load",
     "touch",
     "complete_load",
@@ -111,6 +111,7 @@ class KvtierOffloadingManager(OffloadingManager):
         )
         for name in _DIRECT:
             setattr(self, name, getattr(self._native, name))
+        self.lookup = self._native._bound_lookup()
 
     # The class-level methods below are what the instance attributes set in __init__ call.
 
