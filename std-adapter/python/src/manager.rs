@@ -897,21 +897,31 @@ fn py_hash(b: &Bound<'_, PyBytes>) -> PyResult<u64> {
     Ok(b.hash()?.cast_unsigned() as u64)
 }
 
-/// The Python key objects of `keys`.
+/// The Python key objects of `keys` (`None` for a key the interner no longer holds, which
+/// the manager never hands out).
 fn key_list<'py>(
     py: Python<'py>,
     interner: &Interner<Py<PyBytes>>,
     keys: &[VKey],
 ) -> PyResult<Bound<'py, PyList>> {
-    PyList::new(
-        py,
-        keys.iter().map(|k| {
-            interner
-                .value(k)
-                .map(|v| v.clone_ref(py).into_any())
-                .unwrap_or_else(|| py.None())
-        }),
-    )
+    let len = ffi::Py_ssize_t::try_from(keys.len())
+        .map_err(|_| PyMemoryError::new_err("too many keys for a list"))?;
+    // SAFETY: PyList_New returns a new list (so the cast holds) of `len` empty (null) items,
+    // or null with an exception set.
+    let list = unsafe {
+        Bound::from_owned_ptr_or_err(py, ffi::PyList_New(len))?.cast_into_unchecked::<PyList>()
+    };
+    for (i, k) in (0..len).zip(keys) {
+        let item = match interner.value(k) {
+            Some(v) => v.clone_ref(py).into_ptr(),
+            None => py.None().into_ptr(),
+        };
+        // SAFETY: `list` is the new list, not yet seen by any Python code, and `i` is below
+        // its length: PyList_SetItem stores `item` (a new reference, which it takes over) in
+        // the empty item `i` and cannot fail. No Python code runs before every item is set.
+        unsafe { ffi::PyList_SetItem(list.as_ptr(), i, item) };
+    }
+    Ok(list)
 }
 
 fn push_sample(sizes: &mut Vec<u64>, dropped: &mut u64, v: u64) {
