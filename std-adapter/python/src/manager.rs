@@ -95,7 +95,6 @@ pub(crate) struct Manager {
     plan: StorePlan<VKey>,
     scratch: Vec<VKey>,
     positions: Vec<u64>,
-    chunk_ids: Vec<i32>,
     cursors: Cursors,
 }
 
@@ -171,7 +170,6 @@ impl Manager {
             plan: StorePlan::new(),
             scratch: Vec::new(),
             positions: Vec::new(),
-            chunk_ids: Vec::new(),
             cursors: Cursors::default(),
         })
     }
@@ -211,7 +209,7 @@ impl Manager {
             Err(e @ LoadError::Positions(_)) => return Err(PyValueError::new_err(e.to_string())),
             Err(e) => return Err(assertion(e)),
         };
-        self.vocab.spec(py, &mut self.chunk_ids, slots)
+        self.vocab.spec(py, slots)
     }
 
     /// vLLM's `touch`: marks the keys recently used.
@@ -280,7 +278,7 @@ impl Manager {
         }
         let to_store = key_list(py, &self.keys, out.keys())?;
         let evicted = key_list(py, &self.keys, out.evicted())?;
-        let spec = self.vocab.spec(py, &mut self.chunk_ids, out.slots())?;
+        let spec = self.vocab.spec(py, out.slots())?;
         self.vocab
             .prepare_store_output(py, to_store.into_any(), spec, evicted.into_any())
     }

@@ -7,7 +7,7 @@
 //! before `__init__`) and sets the same attributes, in the same order, itself: the objects are equal, attribute for attribute, to what the
 //! constructors make (the differential test compares them with vLLM's).
 
-use numpy::PyArray1;
+use numpy::{PyArray1, PyArrayMethods};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use std::ffi::c_void;
 
@@ -26,6 +26,19 @@ pub(crate) struct Blank {
     tp_new: Option<ffi::newfunc>,
     /// `()`, the arguments `tp_new` is called with.
     no_args: Py<PyTuple>,
+    /// Whether `cls`'s `tp_setattro` slot is `PyObject_GenericSetAttr` (what `setattr` runs
+    /// for a plain class), called directly then.
+    generic_setattr: bool,
+}
+
+/// Whether a type's `tp_setattro` slot is `PyObject_GenericSetAttr`.
+fn has_generic_setattr(ty: *mut ffi::PyTypeObject) -> bool {
+    // SAFETY: `ty` is a live type object (the callers hold it). PyType_GetSlot reads any
+    // type's slot from Python 3.10 on (this is an abi3-py310 module); it is only compared by
+    // address.
+    let f = unsafe { ffi::PyType_GetSlot(ty, ffi::Py_tp_setattro) };
+    let generic: ffi::setattrofunc = ffi::PyObject_GenericSetAttr;
+    std::ptr::eq(f, generic as *mut c_void)
 }
 
 /// A type's `tp_new` slot.
@@ -59,7 +72,9 @@ impl Blank {
         let object_tp_new = tp_new_of(py.get_type::<PyAny>().as_type_ptr());
         let tp_new = tp_new_of(cls.as_type_ptr())
             .filter(|&f| object_tp_new.is_some_and(|o| std::ptr::fn_addr_eq(f, o)));
+        let generic_setattr = has_generic_setattr(cls.as_type_ptr());
         Ok(Blank {
+            generic_setattr,
             cls: cls.unbind(),
             object_new: object_new.unbind(),
             tp_new,
@@ -89,6 +104,32 @@ impl Blank {
             },
             None => self.object_new.bind(py).call1((self.cls.bind(py),)),
         }
+    }
+
+    /// `setattr(obj, name, value)` for an instance `obj` of `cls` (what `cls.__init__` does
+    /// for each attribute it sets).
+    ///
+    /// # Errors
+    /// Python's errors.
+    #[inline]
+    fn set(
+        &self,
+        obj: &Bound<'_, PyAny>,
+        name: &Bound<'_, PyString>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        if !self.generic_setattr {
+            return obj.setattr(name, value);
+        }
+        // SAFETY: `obj` is a live instance of `cls`, whose `tp_setattro` is
+        // PyObject_GenericSetAttr: calling it directly is what `setattr` does for an (already
+        // interned) string name. It borrows its arguments and returns -1 with an exception
+        // set on failure.
+        if unsafe { ffi::PyObject_GenericSetAttr(obj.as_ptr(), name.as_ptr(), value.as_ptr()) } < 0
+        {
+            return Err(PyErr::fetch(obj.py()));
+        }
+        Ok(())
     }
 }
 
@@ -142,24 +183,26 @@ impl Vocab {
         })
     }
 
-    /// A `CPULoadStoreSpec` over `slots` (an int32 array, as vLLM builds it); `ids` is
-    /// scratch.
+    /// A `CPULoadStoreSpec` over `slots` (an int32 array, as vLLM builds it).
     ///
     /// # Errors
     /// `ValueError` for a chunk id above 2^31 − 1; Python's errors otherwise.
-    pub(crate) fn spec<'py>(
-        &self,
-        py: Python<'py>,
-        ids: &mut Vec<i32>,
-        slots: &[u32],
-    ) -> PyResult<Bound<'py, PyAny>> {
-        ids.clear();
-        for &s in slots {
-            ids.push(i32::try_from(s).map_err(|_| PyValueError::new_err("chunk id above 2^31"))?);
+    pub(crate) fn spec<'py>(&self, py: Python<'py>, slots: &[u32]) -> PyResult<Bound<'py, PyAny>> {
+        if slots.iter().any(|&s| i32::try_from(s).is_err()) {
+            return Err(PyValueError::new_err("chunk id above 2^31"));
         }
-        let arr = PyArray1::from_slice(py, ids);
+        // SAFETY: a new, C-contiguous array of `slots.len()` int32 items that it owns; no
+        // Python code sees it before each of its items is written below.
+        let arr = unsafe { PyArray1::<i32>::new(py, [slots.len()], false) };
+        let data = arr.data();
+        for (i, &s) in slots.iter().enumerate() {
+            // SAFETY: `i` is below the array's length, `data` points at its items (aligned
+            // int32s, not read before written).
+            unsafe { data.add(i).write(i32::try_from(s).unwrap_or(i32::MAX)) };
+        }
         let spec = self.load_store_spec.make(py)?;
-        spec.setattr(intern!(py, "block_ids"), arr)?;
+        self.load_store_spec
+            .set(&spec, intern!(py, "block_ids"), arr.as_any())?;
         Ok(spec)
     }
 
@@ -175,9 +218,10 @@ impl Vocab {
         evicted_keys: Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let out = self.prepare_store_output.make(py)?;
-        out.setattr(intern!(py, "keys_to_store"), keys_to_store)?;
-        out.setattr(intern!(py, "store_spec"), store_spec)?;
-        out.setattr(intern!(py, "evicted_keys"), evicted_keys)?;
+        let blank = &self.prepare_store_output;
+        blank.set(&out, intern!(py, "keys_to_store"), &keys_to_store)?;
+        blank.set(&out, intern!(py, "store_spec"), &store_spec)?;
+        blank.set(&out, intern!(py, "evicted_keys"), &evicted_keys)?;
         Ok(out)
     }
 
@@ -191,7 +235,8 @@ impl Vocab {
     ) -> PyResult<Bound<'py, PyAny>> {
         let context = self.request_offloading_context.make(py)?;
         for (name, value) in &self.context_defaults {
-            context.setattr(name.bind(py), value.bind(py))?;
+            self.request_offloading_context
+                .set(&context, name.bind(py), value.bind(py))?;
         }
         Ok(context)
     }
