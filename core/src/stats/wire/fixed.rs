@@ -130,7 +130,7 @@ pub(super) fn known_bounds(bounds: &[u64]) -> Option<&'static Bounds> {
 }
 
 /// The length of the catalogue list of `count` bounds whose encoding `rest` starts with.
-#[inline]
+#[inline(always)]
 pub(super) fn known_prefix(rest: &[u8], count: usize) -> Option<usize> {
     let first = rest.first()?;
     LISTS

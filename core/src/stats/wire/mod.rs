@@ -49,25 +49,34 @@
 //!   ([`DecodeError::is_truncated`] tells them apart).
 //! - `decode(&encode(p)) == p` for every payload `p`.
 //! - [`decode_view`] validates exactly as [`decode`](fn@decode) does (same result, same
-//!   error) and allocates nothing; its series are read from the input again when walked.
+//!   error: both are the one walk) and allocates nothing; its series are read from the input
+//!   again when walked.
 //!
 //! # Cost
 //!
+//! One validating walk (module `walk`) holds every decoding rule; it runs to the end
+//! with its state in locals and reports what it read to a visitor: [`decode`](fn@decode)'s
+//! builds the payload, [`decode_view`]'s keeps nothing (the walk is monomorphized twice, so the
+//! view pays for no building). A view's series are read again from the validated bytes, one at
+//! a time, by the walk's per-field readers when [`PayloadView::series`] is walked.
+//!
 //! Catalogue names and the known label texts are found by a compile-time perfect hash (one
-//! hash, one comparison), the catalogue's histogram bound lists are written and compared as
-//! precomputed bytes, runs of single-byte bucket counts are handled eight at a time, and the
-//! view checks texts as UTF-8 (ASCII a word at a time) instead of interning them and checks the
-//! info section without building its series. None of this changes the bytes or what is
-//! accepted.
+//! hash, one comparison) when `decode` builds them; the catalogue's histogram bound lists are
+//! written and compared as precomputed bytes; runs of single-byte bucket counts are handled
+//! eight at a time; a family name (or info label name) is compared with the one before a word
+//! at a time, and checked as ASCII a word at a time only past the words it shares with an ASCII
+//! one before it (UTF-8 in full only when it is not ASCII); the series loop is specialised per
+//! kind; a label tuple is kept as the bytes that hold it. None of this changes the bytes or
+//! what is accepted.
 //!
 //! | module | holds |
 //! |---|---|
 //! | this one | the format, the errors, varint sizes |
 //! | `encode` | [`encode`](fn@encode), [`encode_to_vec`], [`encoded_len`] |
-//! | `reader` | the checked cursor over the input |
-//! | `walk` | the validating walk shared by both decoders |
-//! | `view` | [`decode_view`], [`PayloadView`] and the views it lends |
-//! | `decode` | [`decode`](fn@decode) |
+//! | `reader` | the checked cursor over the input, the word-at-a-time text order and checks |
+//! | `walk` | the validating walk (every rule), its visitor, the per-field readers |
+//! | `view` | [`decode_view`] (the walk, nothing kept), [`PayloadView`], [`SeriesIter`] |
+//! | `decode` | [`decode`](fn@decode) (the walk, with the visitor that builds the payload) |
 //! | `fixed` | the precomputed encodings of the catalogue's bound lists |
 //!
 //! ```

@@ -3,11 +3,12 @@
 
 use alloc::boxed::Box;
 
-use super::DecodeError;
 use super::reader::Reader;
-use super::walk::Walker;
+use super::walk::{Check, read_kind_and_count, read_tuple, read_value, walk};
+use super::{DecodeError, Limit};
+use crate::stats::MetricKind;
 use crate::stats::histogram::{Histogram, MAX_BOUNDS};
-use crate::stats::payload::{Gauge, MAX_LABELS, Value};
+use crate::stats::payload::{Gauge, MAX_LABELS, MAX_NAME_LEN, MAX_SERIES, Value};
 
 /// A decoded value, lent from the input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -150,38 +151,87 @@ impl<'a> PayloadView<'a> {
     /// The series in encoded order (families by name, label tuples ascending).
     #[must_use]
     pub fn series(&self) -> SeriesIter<'a> {
+        let mut r = Reader {
+            buf: self.bytes,
+            pos: 0,
+        };
+        // The version byte, then the series total (the view's length).
+        let left = match r.byte() {
+            Ok(_) => r.count(MAX_SERIES, Limit::Series).unwrap_or(0),
+            Err(_) => 0,
+        };
         SeriesIter {
-            walker: Walker::new(self.bytes).ok(),
+            r,
+            left,
+            left_in_family: 0,
+            name: "",
+            kind: MetricKind::Counter,
         }
     }
 }
 
-/// The series of a [`PayloadView`]. The bytes were validated when the view was made, so the
-/// walk cannot fail; were it to, the iterator would simply end.
-#[derive(Debug)]
+/// The series of a [`PayloadView`], read again from its bytes one at a time.
+///
+/// A `PayloadView` is only made by [`decode_view`], which walked its bytes and checked every
+/// rule (order included), so this reads the fields with the walk's per-field readers and checks
+/// no order again. Its reads stay checked: were the bytes to break a rule after all, the
+/// iterator would simply end; it never panics.
 pub struct SeriesIter<'a> {
-    walker: Option<Walker<'a>>,
+    r: Reader<'a>,
+    /// Series still to read, over all families.
+    left: usize,
+    /// Series still to read in the current family.
+    left_in_family: usize,
+    name: &'a str,
+    kind: MetricKind,
+}
+
+impl core::fmt::Debug for SeriesIter<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SeriesIter")
+            .field("left", &self.left)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> SeriesIter<'a> {
+    /// The next series, or `None` at the end (or on bytes that break a rule).
+    fn read(&mut self) -> Option<SeriesView<'a>> {
+        if self.left == 0 {
+            return None;
+        }
+        if self.left_in_family == 0 {
+            let name = self.r.raw_text(MAX_NAME_LEN, Limit::NameLen).ok()?;
+            let (kind, count) = read_kind_and_count(&mut self.r, self.left).ok()?;
+            self.name = core::str::from_utf8(name).ok()?;
+            self.kind = kind;
+            self.left_in_family = count;
+        }
+        let tuple = read_tuple(&mut self.r).ok()?;
+        let mut labels = heapless::Vec::new();
+        for raw in tuple.labels() {
+            labels.push(core::str::from_utf8(raw).ok()?).ok()?;
+        }
+        let value = read_value(&mut self.r, self.kind).ok()?;
+        self.left_in_family -= 1;
+        self.left -= 1;
+        Some(SeriesView {
+            name: self.name,
+            labels,
+            value,
+        })
+    }
 }
 
 impl<'a> Iterator for SeriesIter<'a> {
     type Item = SeriesView<'a>;
 
     fn next(&mut self) -> Option<SeriesView<'a>> {
-        let walker = self.walker.as_mut()?;
-        if let Ok(Some(_)) = walker.next_series() {
-            let mut labels = heapless::Vec::new();
-            for l in walker.labels() {
-                // At most MAX_LABELS, as the walk checked.
-                labels.push(l.as_str()).ok()?;
-            }
-            return Some(SeriesView {
-                name: walker.name(),
-                labels,
-                value: walker.value(),
-            });
+        let series = self.read();
+        if series.is_none() {
+            self.left = 0;
         }
-        self.walker = None;
-        None
+        series
     }
 }
 
@@ -190,13 +240,46 @@ impl<'a> Iterator for SeriesIter<'a> {
 /// # Errors
 /// As [`decode`](fn@super::decode).
 pub fn decode_view(bytes: &[u8]) -> Result<PayloadView<'_>, DecodeError> {
-    let mut walker = Walker::new(bytes)?;
-    let len = walker.left();
-    walker.check_series()?;
-    let has_info = walker.finish(false)?.is_some();
+    let walked = walk(bytes, &mut Check)?;
     Ok(PayloadView {
         bytes,
-        len,
-        has_info,
+        len: walked.series,
+        has_info: walked.has_info,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A view is only made by `decode_view`; were one made over bytes that break the rules, its
+    /// series would still be read with checked reads: the walk ends, it never panics.
+    #[test]
+    fn series_of_unchecked_bytes_never_panic() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..20_000 {
+            let len = usize::try_from(next() % 64).unwrap_or(0);
+            // Mostly small bytes (counts, lengths and kinds that parse), some of any value.
+            let bytes: alloc::vec::Vec<u8> = (0..len)
+                .map(|_| {
+                    let v = next();
+                    let b = v.to_le_bytes()[0];
+                    if v & 0x300 == 0 { b } else { b % 4 }
+                })
+                .collect();
+            let view = PayloadView {
+                bytes: &bytes,
+                len: round % 300,
+                has_info: false,
+            };
+            let walked = view.series().count();
+            assert!(walked <= bytes.len(), "{bytes:?}");
+        }
+    }
 }
