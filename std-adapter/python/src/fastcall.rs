@@ -63,8 +63,13 @@ pub(crate) fn bound_lookup<'py>(manager: &Bound<'py, Manager>) -> PyResult<Bound
     }
 }
 
-/// The C function of [`bound_lookup`]'s method: `slf` is the `Manager` it was made for, and
-/// `args`, `nargs`, `kwnames` are the vectorcall arguments of the call.
+/// The C function of [`bound_lookup`]'s method.
+///
+/// # Safety
+/// Called by CPython only, as the METH_FASTCALL | METH_KEYWORDS function of a method made by
+/// [`bound_lookup`], with the thread attached: `slf` is the `Manager` it was made for, `args`
+/// holds the `nargs` positional arguments followed by one value per name in `kwnames` (null,
+/// or a tuple of names), all live for the call.
 unsafe extern "C" fn lookup(
     slf: *mut ffi::PyObject,
     args: *const *mut ffi::PyObject,

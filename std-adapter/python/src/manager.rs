@@ -760,7 +760,8 @@ impl<'py> PositionMap<'py> {
         let Some(v) = self.value_after(&mut pos, key) else {
             return Step::Elsewhere;
         };
-        match exact_position(v) {
+        // SAFETY: `v` was just returned by `value_after`, and no Python code ran since.
+        match unsafe { exact_position(v) } {
             Some(p) => {
                 self.next = pos;
                 Step::Int(p)
@@ -797,10 +798,13 @@ impl<'py> PositionMap<'py> {
 }
 
 /// The position an exact `int` at `v` holds, if in 0..2^63 (anything else is read by
-/// [`position`], which runs Python code). `v` must be a live object (a reference
-/// [`PositionMap::value_after`] returned, no Python code run since). Runs no Python code.
+/// [`position`], which runs Python code). Runs no Python code.
+///
+/// # Safety
+/// `v` is a live object (a reference [`PositionMap::value_after`] returned, no Python code
+/// run since).
 #[inline(always)]
-fn exact_position(v: *mut ffi::PyObject) -> Option<u64> {
+unsafe fn exact_position(v: *mut ffi::PyObject) -> Option<u64> {
     // SAFETY: `v` is a live object (the caller's contract). For an exact `int`,
     // PyLong_AsLongLongAndOverflow runs no Python code and raises nothing: a value outside
     // i64 only sets `overflow`.
