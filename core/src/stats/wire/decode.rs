@@ -2,9 +2,10 @@
 
 use alloc::string::String;
 use alloc::vec::Vec;
+use core::mem;
 
 use super::DecodeError;
-use super::reader::{to_text, utf8};
+use super::reader::{Checked, to_text, utf8};
 use super::view::ValueView;
 use super::walk::{InfoRaw, Tuple, Visitor, walk};
 use crate::stats::MetricKind;
@@ -20,6 +21,7 @@ pub fn decode(bytes: &[u8]) -> Result<Payload, DecodeError> {
     let mut build = Build {
         series: Vec::new(),
         name: Text::Borrowed(""),
+        position: None,
         info: None,
         pairs: None,
     };
@@ -33,6 +35,8 @@ struct Build {
     series: Vec<Series>,
     /// The name of the family opened last.
     name: Text,
+    /// The catalogue position of the family name read last, if it is a catalogue name.
+    position: Option<usize>,
     info: Option<Vec<InfoSeries>>,
     /// The labels of the info series opened last.
     pairs: Option<Vec<(Text, InfoValue)>>,
@@ -54,8 +58,21 @@ impl<'a> Visitor<'a> for Build {
         self.series = Vec::with_capacity(total.min(input / 2));
     }
 
+    fn known_name(&mut self, name: &'a [u8]) -> Option<Checked> {
+        // Looked up once: `family` names the family from it.
+        let position = catalogue::position_bytes(name);
+        match (mem::replace(&mut self.position, position), position) {
+            (Some(prev), Some(at)) => Some(Checked {
+                ascending: prev < at,
+                utf8: true,
+                ascii: false,
+            }),
+            _ => None,
+        }
+    }
+
     fn family(&mut self, name: &'a [u8], _kind: MetricKind) -> Result<(), DecodeError> {
-        self.name = match catalogue::position_bytes(name).and_then(|i| CATALOGUE.get(i)) {
+        self.name = match self.position.and_then(|i| CATALOGUE.get(i)) {
             Some(def) => Text::Borrowed(def.name),
             None => Text::Owned(String::from(utf8(name)?)),
         };
@@ -64,22 +81,22 @@ impl<'a> Visitor<'a> for Build {
 
     fn series(&mut self, labels: Tuple<'a>, value: ValueView<'a>) -> Result<(), DecodeError> {
         // The walk checked every label (at most MAX_LABELS, UTF-8), so `to_text` cannot fail;
-        // were it to, its error is kept and returned.
+        // were it to, its error is kept and returned (the payload is dropped then). The labels
+        // are built in place in the pushed series (a copy of them costs more than the check).
         let mut failed = None;
-        let labels = Labels::from_known(
-            labels
-                .labels()
-                .map_while(|raw| to_text(raw).map_err(|e| failed = Some(e)).ok()),
-        );
-        if let Some(e) = failed {
-            return Err(e);
-        }
         self.series.push(Series {
             name: self.name.clone(),
-            labels,
+            labels: Labels::from_known(
+                labels
+                    .labels()
+                    .map_while(|raw| to_text(raw).map_err(|e| failed = Some(e)).ok()),
+            ),
             value: value.to_value(),
         });
-        Ok(())
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn info(&mut self, count: usize, left: usize) {

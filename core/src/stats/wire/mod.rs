@@ -61,13 +61,15 @@
 //! a time, by the walk's per-field readers when [`PayloadView::series`] is walked.
 //!
 //! Catalogue names and the known label texts are found by a compile-time perfect hash (one
-//! hash, one comparison) when `decode` builds them; the catalogue's histogram bound lists are
-//! written and compared as precomputed bytes; runs of single-byte bucket counts are handled
-//! eight at a time; a family name (or info label name) is compared with the one before a word
-//! at a time, and checked as ASCII a word at a time only past the words it shares with an ASCII
-//! one before it (UTF-8 in full only when it is not ASCII); the series loop is specialised per
-//! kind; a label tuple is kept as the bytes that hold it. None of this changes the bytes or
-//! what is accepted.
+//! hash, one comparison) when `decode` builds them and when a view's series lend them (no UTF-8
+//! check then); `decode`, which looks the names up anyway, orders two catalogue names by their
+//! catalogue positions (which follow the byte order) for the walk. The catalogue's histogram
+//! bound lists are written and compared as precomputed bytes; runs of single-byte bucket counts
+//! are handled eight at a time; otherwise a family name (and an info label name) is compared
+//! with the one before a word at a time, and checked as ASCII a word at a time only past the
+//! words it shares with an ASCII one before it (UTF-8 in full only when it is not ASCII);
+//! the series loop is specialised per kind; a label tuple is kept as the bytes that hold it.
+//! None of this changes the bytes or what is accepted.
 //!
 //! | module | holds |
 //! |---|---|

@@ -4,11 +4,12 @@
 use alloc::boxed::Box;
 
 use super::reader::Reader;
-use super::walk::{Check, read_kind_and_count, read_tuple, read_value, walk};
+use super::walk::{Check, read_kind_and_count, read_value, walk};
 use super::{DecodeError, Limit};
 use crate::stats::MetricKind;
+use crate::stats::catalogue::{self, CATALOGUE};
 use crate::stats::histogram::{Histogram, MAX_BOUNDS};
-use crate::stats::payload::{Gauge, MAX_LABELS, MAX_NAME_LEN, MAX_SERIES, Value};
+use crate::stats::payload::{Gauge, MAX_LABEL_LEN, MAX_LABELS, MAX_NAME_LEN, MAX_SERIES, Value};
 
 /// A decoded value, lent from the input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -203,14 +204,24 @@ impl<'a> SeriesIter<'a> {
         if self.left_in_family == 0 {
             let name = self.r.raw_text(MAX_NAME_LEN, Limit::NameLen).ok()?;
             let (kind, count) = read_kind_and_count(&mut self.r, self.left).ok()?;
-            self.name = core::str::from_utf8(name).ok()?;
+            // A catalogue name is lent from the catalogue (no UTF-8 check needed).
+            self.name = match catalogue::position_bytes(name).and_then(|i| CATALOGUE.get(i)) {
+                Some(def) => def.name,
+                None => core::str::from_utf8(name).ok()?,
+            };
             self.kind = kind;
             self.left_in_family = count;
         }
-        let tuple = read_tuple(&mut self.r).ok()?;
+        let count = self.r.count(MAX_LABELS, Limit::Labels).ok()?;
         let mut labels = heapless::Vec::new();
-        for raw in tuple.labels() {
-            labels.push(core::str::from_utf8(raw).ok()?).ok()?;
+        for _ in 0..count {
+            let raw = self.r.raw_text(MAX_LABEL_LEN, Limit::LabelLen).ok()?;
+            // A known label text is lent from the catalogue (no UTF-8 check needed).
+            let text = match catalogue::known_label_bytes(raw) {
+                Some(known) => known,
+                None => core::str::from_utf8(raw).ok()?,
+            };
+            labels.push(text).ok()?;
         }
         let value = read_value(&mut self.r, self.kind).ok()?;
         self.left_in_family -= 1;

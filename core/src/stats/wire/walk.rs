@@ -4,9 +4,12 @@
 //! [`decode`](fn@super::decode) builds the payload from the reports,
 //! [`decode_view`](super::decode_view) ignores them ([`Check`]). Both are the same walk,
 //! monomorphized twice, so they accept the same inputs and report the same error for each
-//! rejected one. The walk runs to the end with its state in locals; the view's
+//! rejected one. A visitor that knows two family names ([`Visitor::known_name`]: `decode`'s,
+//! for catalogue names) answers their order in place of the byte comparison, with the same
+//! result. The walk runs to the end with its state in locals; the view's
 //! [`SeriesIter`](super::SeriesIter) does not resume it but re-reads the validated bytes with the
-//! per-field readers here ([`read_tuple`], [`read_kind_and_count`], [`read_value`]).
+//! per-field readers here ([`read_kind_and_count`], [`read_value`]) and the cursor's text reads,
+//! lending catalogue names and known label texts from the catalogue.
 //!
 //! The fast paths keep every check: a catalogue histogram's bounds are compared with their
 //! canonical encoding in one go (equal bytes are valid bounds; other bytes are read one by one),
@@ -16,7 +19,7 @@
 
 use core::cmp::Ordering;
 
-use super::reader::{Reader, after, cmp_words, is_utf8};
+use super::reader::{Checked, Reader, after, cmp_words, is_utf8};
 use super::view::{HistogramView, ValueView};
 use super::{DecodeError, Limit, VERSION, unzigzag};
 use crate::stats::MetricKind;
@@ -30,6 +33,13 @@ use crate::stats::payload::{
 pub(super) trait Visitor<'a> {
     /// The series total (field 2), and the input's length.
     fn total(&mut self, _total: usize, _input: usize) {}
+
+    /// Before the walk checks a family name against the one before: the visitor's own answer,
+    /// when it knows both names (a catalogue name is UTF-8, and catalogue positions follow the
+    /// byte order of the names); `None` lets the walk compare and check the bytes.
+    fn known_name(&mut self, _name: &'a [u8]) -> Option<Checked> {
+        None
+    }
 
     /// A family opens: its name (UTF-8) and kind (fields 3.1–3.3).
     ///
@@ -157,7 +167,10 @@ pub(super) fn walk<'a, V: Visitor<'a>>(
     while left != 0 {
         let name = r.raw_text(MAX_NAME_LEN, Limit::NameLen)?;
         // Byte order is `str` order.
-        let checked = after(prev_name, prev_ascii, name);
+        let checked = match visitor.known_name(name) {
+            Some(known) => known,
+            None => after(prev_name, prev_ascii, name),
+        };
         if !checked.ascending {
             return Err(DecodeError::NotSorted);
         }
@@ -283,7 +296,7 @@ pub(super) fn read_kind_and_count(
 
 /// A label count, then that many labels, each within the limits and UTF-8.
 #[inline(always)]
-pub(super) fn read_tuple<'a>(r: &mut Reader<'a>) -> Result<Tuple<'a>, DecodeError> {
+fn read_tuple<'a>(r: &mut Reader<'a>) -> Result<Tuple<'a>, DecodeError> {
     let start = r.pos;
     let count = r.count(MAX_LABELS, Limit::Labels)?;
     for _ in 0..count {
