@@ -46,21 +46,46 @@ fn bounds() -> impl Strategy<Value = Vec<u64>> {
     prop::sample::select(vec![ALLOCATION_SIZE_BOUNDS.to_vec(), vec![1, 10, 100]])
 }
 
-/// One update.
-pub fn op() -> impl Strategy<Value = StatsOp> {
+/// One update, drawn from names and label tuples (`name` and `labels` make their strategies),
+/// histogram `bounds` and `observations`; info series have fewer than `info_labels` labels,
+/// named by the regex `info_name`.
+pub fn op_of<N, L>(
+    name: impl Fn() -> N,
+    labels: impl Fn() -> L,
+    bounds: impl Strategy<Value = Vec<u64>> + 'static,
+    observations: impl Strategy<Value = Vec<u64>> + 'static,
+    info_name: &'static str,
+    info_labels: usize,
+) -> impl Strategy<Value = StatsOp>
+where
+    N: Strategy<Value = String> + 'static,
+    L: Strategy<Value = Vec<String>> + 'static,
+{
     prop_oneof![
         4 => (name(), labels(), prop_oneof![0..1000u64, any::<u64>()])
             .prop_map(|(n, l, v)| StatsOp::Counter(n, l, v)),
         3 => (name(), labels(), 0..100u32, 0..100u32)
             .prop_map(|(n, l, a, b)| StatsOp::Gauge(n, l, a, b)),
-        3 => (name(), labels(), bounds(), prop::collection::vec(0..300_000u64, 0..4))
+        3 => (name(), labels(), bounds, observations)
             .prop_map(|(n, l, b, o)| StatsOp::Histogram(n, l, b, o)),
         1 => prop::collection::vec(
-                prop::collection::vec(("[a-z_]{1,6}", prop::option::of("\\PC{0,4}")), 0..4),
+                prop::collection::vec((info_name, prop::option::of("\\PC{0,4}")), 0..info_labels),
                 0..3,
             )
             .prop_map(StatsOp::Info),
     ]
+}
+
+/// One update.
+pub fn op() -> impl Strategy<Value = StatsOp> {
+    op_of(
+        name,
+        labels,
+        bounds(),
+        prop::collection::vec(0..300_000u64, 0..4),
+        "[a-z_]{1,6}",
+        4,
+    )
 }
 
 /// Up to 12 updates.

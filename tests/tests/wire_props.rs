@@ -6,11 +6,13 @@
 )]
 
 use kvtier_core::stats::catalogue::{
-    ALLOCATION_SIZE_BOUNDS, CPU_ALLOCATION_SIZE, CPU_CONFIG_INFO_LABELS, LOAD_SIZE,
-    SIMPLE_SAVE_OUTCOMES, STORES_SKIPPED, TRANSFER_SIZE_BOUNDS,
+    ALLOCATION_SIZE_BOUNDS, CPU_ALLOCATION_SIZE, CPU_CACHE_READ_USAGE_PERC, CPU_CACHE_USAGE_PERC,
+    CPU_CONFIG_INFO_LABELS, LOAD_BYTES, LOAD_SIZE, LOAD_TIME, SIMPLE_SAVE_OUTCOMES, STORES_SKIPPED,
+    TRANSFER_SIZE_BOUNDS,
 };
 use kvtier_core::stats::wire::{self, DecodeError, EncodeError};
 use kvtier_core::stats::{Gauge, Histogram, InfoSeries, InfoValue, Payload};
+use kvtier_tests::stats_model::StatsOp;
 use proptest::prelude::*;
 
 #[path = "stats_strategies.rs"]
@@ -363,5 +365,108 @@ proptest! {
         long[1] |= 0x80;
         long.insert(2, 0);
         prop_assert_eq!(wire::decode(&long), Err(DecodeError::NonCanonicalVarint));
+    }
+}
+
+// Wide payloads, shaped to reach every path of the walk: names that share 8- and 16-byte
+// prefixes (the word-at-a-time order and ASCII checks), non-ASCII names and labels, tuples of
+// several labels, labels of 128 bytes and more (two-byte lengths), catalogue and other
+// histogram bounds, and info series. Each payload's view must lend exactly the series `decode`
+// builds; each mutated or cut copy must be rejected by both with the same error (or accepted
+// by both with the same series).
+
+fn wide_name() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            LOAD_BYTES,
+            LOAD_TIME,
+            LOAD_SIZE,
+            CPU_ALLOCATION_SIZE,
+            CPU_CACHE_USAGE_PERC,
+            CPU_CACHE_READ_USAGE_PERC,
+            SIMPLE_SAVE_OUTCOMES,
+            "vllm:kv_offload_",
+            "vllm:kv_offload_é",
+            "vllm:kv_offload_zzzzzzzzzzzzzzzz",
+            "vllm:kv_éoffload_x",
+            "vllm:kv",
+            "vllm:kv_offlo",
+        ])
+        .prop_map(str::to_owned),
+        // Shared prefixes of one and two words, then a short or long tail.
+        ("[a-c]{0,3}", "[a-z_:é]{0,20}").prop_map(|(a, b)| format!("vllm:kv_{a}{b}")),
+        "[a-z_:]{0,12}",
+        "\\PC{0,6}",
+    ]
+}
+
+fn wide_label() -> impl Strategy<Value = String> {
+    prop_oneof![
+        prop::sample::select(vec![
+            "",
+            "a",
+            "stored",
+            "skipped_already_cached",
+            "external_unspecified",
+            "éé",
+        ])
+        .prop_map(str::to_owned),
+        "[a-c]{0,10}",
+        "\\PC{0,4}",
+        // Two-byte lengths.
+        (126..140usize, "[a-b]").prop_map(|(n, c)| c.repeat(n)),
+    ]
+}
+
+fn wide_labels() -> impl Strategy<Value = Vec<String>> {
+    prop::collection::vec(wide_label(), 0..4)
+}
+
+fn wide_bounds() -> impl Strategy<Value = Vec<u64>> {
+    prop::sample::select(vec![
+        ALLOCATION_SIZE_BOUNDS.to_vec(),
+        TRANSFER_SIZE_BOUNDS.to_vec(),
+        vec![1, 10, 100],
+        vec![5],
+        vec![300, 1 << 20, 1 << 40],
+    ])
+}
+
+/// One update of the wide payloads: every path of the wire walk (see `wide_name`).
+fn wide_op() -> impl Strategy<Value = StatsOp> {
+    stats_strategies::op_of(
+        wide_name,
+        wide_labels,
+        wide_bounds(),
+        prop::collection::vec(0..3_000_000u64, 0..12),
+        "[a-z_é]{1,12}",
+        5,
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn views_of_valid_payloads_lend_what_decode_builds(
+        ops in prop::collection::vec(wide_op(), 0..40),
+        edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        cut in any::<prop::sample::Index>(),
+    ) {
+        let p = payload_of(&ops);
+        let bytes = wire::encode_to_vec(&p);
+        prop_assert_eq!(wire::decode(&bytes), Ok(p));
+        view_agrees_with_decode(&bytes)?;
+        // One edit at a time, then all of them.
+        let mut mutated = bytes.clone();
+        for (at, byte) in &edits {
+            let mut once = bytes.clone();
+            let i = at.index(bytes.len());
+            once[i] = *byte;
+            view_agrees_with_decode(&once)?;
+            mutated[i] = *byte;
+        }
+        view_agrees_with_decode(&mutated)?;
+        view_agrees_with_decode(&bytes[..cut.index(bytes.len())])?;
     }
 }
