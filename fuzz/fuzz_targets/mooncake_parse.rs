@@ -4,7 +4,7 @@
 //! per counted request, and its records written as a kvtrace read back the same.
 #![no_main]
 
-use kvtier::trace::{
+use kvtier_cli::trace::{
     MAX_BLOCKS_PER_RECORD, MooncakeReader, MooncakeTiming, OwnedRecord, TraceReader, TraceWriter,
 };
 use libfuzzer_sys::fuzz_target;

@@ -5,7 +5,7 @@
 //! fails with the streaming reader's error.
 #![no_main]
 
-use kvtier::trace::{
+use kvtier_cli::trace::{
     CompactError, CompactLimits, CompactTrace, OwnedRecord, ReadError, RecordSource, TraceReader,
     TraceWriter,
 };
@@ -35,7 +35,7 @@ fn check_line(e: &ReadError, data: &[u8]) {
 }
 
 /// Reads all of `data`: the records, or the first error.
-fn read_all(data: &[u8]) -> Result<(kvtier::trace::Header, Vec<OwnedRecord>), ReadError> {
+fn read_all(data: &[u8]) -> Result<(kvtier_cli::trace::Header, Vec<OwnedRecord>), ReadError> {
     let (header, located) = read_located(data)?;
     Ok((header, located.into_iter().map(|(r, _)| r).collect()))
 }
@@ -53,7 +53,7 @@ fn drain<S: RecordSource>(source: &mut S) -> Result<Vec<(OwnedRecord, Option<u64
 /// Reads all of `data` with each record's line.
 fn read_located(
     data: &[u8],
-) -> Result<(kvtier::trace::Header, Vec<(OwnedRecord, Option<u64>)>), ReadError> {
+) -> Result<(kvtier_cli::trace::Header, Vec<(OwnedRecord, Option<u64>)>), ReadError> {
     let mut reader = TraceReader::new(data)?;
     let records = drain(&mut reader)?;
     Ok((reader.header().clone(), records))
@@ -63,7 +63,7 @@ fn read_located(
 /// streaming read `expected`.
 fn check_compact(
     data: &[u8],
-    expected: &Result<(kvtier::trace::Header, Vec<(OwnedRecord, Option<u64>)>), ReadError>,
+    expected: &Result<(kvtier_cli::trace::Header, Vec<(OwnedRecord, Option<u64>)>), ReadError>,
 ) {
     let Ok(mut reader) = TraceReader::new(data) else {
         return;

@@ -10,9 +10,9 @@
 )]
 
 use divan::{Bencher, counter::ItemsCount};
-use kvtier::replay::Replayer;
-use kvtier::trace::OwnedRecord;
-use kvtier::workload::{Generator, GeneratorConfig};
+use kvtier_cli::replay::Replayer;
+use kvtier_cli::trace::OwnedRecord;
+use kvtier_cli::workload::{Generator, GeneratorConfig};
 use kvtier_core::BlockKey;
 use kvtier_core::manager::StoreOutcome;
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};

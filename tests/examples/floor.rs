@@ -25,8 +25,8 @@
 use std::io::BufReader;
 use std::time::Instant;
 
-use kvtier::replay::{DIGEST_MULTIPLIER, Replayer};
-use kvtier::trace::{OwnedRecord, TraceReader};
+use kvtier_cli::replay::{DIGEST_MULTIPLIER, Replayer};
+use kvtier_cli::trace::{OwnedRecord, TraceReader};
 use kvtier_core::hashing::Map;
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
 

@@ -7,8 +7,8 @@
 use std::io::{BufReader, Write};
 use std::time::Instant;
 
-use kvtier::trace::{TraceReader, TraceWriter};
-use kvtier::workload::{Generator, GeneratorConfig};
+use kvtier_cli::trace::{TraceReader, TraceWriter};
+use kvtier_cli::workload::{Generator, GeneratorConfig};
 
 #[expect(clippy::cast_precision_loss, reason = "rates for people")]
 fn main() -> Result<(), Box<dyn std::error::Error>> {

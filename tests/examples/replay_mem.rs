@@ -3,9 +3,9 @@
 
 use std::time::Instant;
 
-use kvtier::replay::Replayer;
-use kvtier::trace::OwnedRecord;
-use kvtier::workload::{Generator, GeneratorConfig};
+use kvtier_cli::replay::Replayer;
+use kvtier_cli::trace::OwnedRecord;
+use kvtier_cli::workload::{Generator, GeneratorConfig};
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
 
 fn main() {

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use kvtier::replay::Replayer;
-use kvtier::trace::RecordSource;
+use kvtier_cli::replay::Replayer;
+use kvtier_cli::trace::RecordSource;
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
 
 /// A file of `tests/data/`.

@@ -431,13 +431,13 @@ fn float_product_differs_from_exact_floor() {
     assert_eq!(cap.blocks_per_request, 750);
     assert_eq!(cap.kv_cache_size_tokens, 12_544);
     assert_eq!(
-        kvtier::sizing::vllm_float_tokens(784, 12_000, 750),
+        kvtier_cli::sizing::vllm_float_tokens(784, 12_000, 750),
         Some(12_543)
     );
     // Another: 1001 blocks, L = 4000 (250 per request): exact 16 016, float 16 015.
     assert_eq!(kv_cache_size_tokens_floor(1001, 4000, 250), Ok(16_016));
     assert_eq!(
-        kvtier::sizing::vllm_float_tokens(1001, 4000, 250),
+        kvtier_cli::sizing::vllm_float_tokens(1001, 4000, 250),
         Some(16_015)
     );
 }

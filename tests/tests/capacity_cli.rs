@@ -1,13 +1,13 @@
 //! `kvtier capacity` as a library: options → report value → table / JSON, with the sample
 //! layouts and config.json files in `tests/data/capacity/`.
 
-use kvtier::cli::capacity::{CapacityArgs, render_table, report_json};
-use kvtier::numfmt::thousands;
-use kvtier::sizing::{CapacityReport, ReportError, report};
+use kvtier_cli::cli::capacity::{CapacityArgs, render_table, report_json};
+use kvtier_cli::numfmt::thousands;
+use kvtier_cli::sizing::{CapacityReport, ReportError, report};
 
 /// A size as `--memory` reads it, its error as the message the command prints.
 fn parse_size_floor(text: &str) -> Result<u64, String> {
-    kvtier::sizing::parse_size_floor(text).map_err(|e| e.to_string())
+    kvtier_cli::sizing::parse_size_floor(text).map_err(|e| e.to_string())
 }
 
 fn data(name: &str) -> String {
@@ -328,7 +328,7 @@ fn errors_name_the_option_or_field() {
 
 #[test]
 fn layout_json_errors() {
-    use kvtier::layout::parse_layout_json;
+    use kvtier_cli::layout::parse_layout_json;
     let e = parse_layout_json(r#"{"layers": []}"#).unwrap_err();
     assert_eq!(e.field, "max_model_len");
     let e = parse_layout_json(r#"{"max_model_len": 8, "layers": [{"kind": "sliding_window", "block_size": 16, "num_kv_heads": 1, "head_size": 8, "dtype_bytes": 2}]}"#).unwrap_err();

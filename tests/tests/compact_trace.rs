@@ -10,11 +10,11 @@
 use std::fs::File;
 use std::io::BufReader;
 
-use kvtier::trace::{
+use kvtier_cli::trace::{
     CompactError, CompactLimits, CompactTrace, OwnedRecord, ReadError, Record, RecordSource,
     TraceReader,
 };
-use kvtier::workload::{Generator, GeneratorConfig};
+use kvtier_cli::workload::{Generator, GeneratorConfig};
 
 fn data(name: &str) -> String {
     format!("{}/data/{name}", env!("CARGO_MANIFEST_DIR"))

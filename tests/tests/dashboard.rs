@@ -16,9 +16,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kvtier::cli::serve::ServeArgs;
-use kvtier::cli::{Cli, Command as Sub};
-use kvtier::serve::start;
+use kvtier_cli::cli::serve::ServeArgs;
+use kvtier_cli::cli::{Cli, Command as Sub};
+use kvtier_cli::serve::start;
 use kvtier_tests::prometheus_server::{PrometheusServer, require_prometheus};
 
 /// The dashboard's query variables, in order: (name, query).

@@ -1,5 +1,5 @@
 //! The typed error of every command operation, from a real input: the variant, the message the
-//! command prints (naming the value at fault), and its conversion into `kvtier::Error`.
+//! command prints (naming the value at fault), and its conversion into `kvtier_cli::Error`.
 
 #![allow(
     clippy::unwrap_used,
@@ -10,22 +10,22 @@ use std::error::Error as _;
 use std::path::PathBuf;
 
 use clap::Parser;
-use kvtier::Error;
-use kvtier::cli::{Cli, Command, OutputError};
-use kvtier::convert::{ConvertError, ConvertOptions, FromArg, convert};
 use kvtier::export::EncodeError;
 use kvtier::http::{MetricsServer, ServerConfig};
-use kvtier::input::{
+use kvtier_cli::Error;
+use kvtier_cli::cli::{Cli, Command, OutputError};
+use kvtier_cli::convert::{ConvertError, ConvertOptions, FromArg, convert};
+use kvtier_cli::input::{
     FormatArgs, FormatError, OpenError, ReaderError, TraceFormat, TraceInputError, detect_format,
 };
-use kvtier::replay::ReplayError;
-use kvtier::replay_run::{ManagerError, ReplayOptions, RunError, replay};
-use kvtier::replay_stats::{TransferError, TransferModelError};
-use kvtier::serve::{ServeError, start};
-use kvtier::sizing::{ReportError, SizeError, parse_dtype, parse_size_floor, report};
-use kvtier::sweep::{RangeError, SweepError};
-use kvtier::sweep_run::{GridError, SweepOptions, SweepRunError, sweep};
-use kvtier::trace::CompactError;
+use kvtier_cli::replay::ReplayError;
+use kvtier_cli::replay_run::{ManagerError, ReplayOptions, RunError, replay};
+use kvtier_cli::replay_stats::{TransferError, TransferModelError};
+use kvtier_cli::serve::{ServeError, start};
+use kvtier_cli::sizing::{ReportError, SizeError, parse_dtype, parse_size_floor, report};
+use kvtier_cli::sweep::{RangeError, SweepError};
+use kvtier_cli::sweep_run::{GridError, SweepOptions, SweepRunError, sweep};
+use kvtier_cli::trace::CompactError;
 use kvtier_tests::expected::data;
 
 fn parse(argv: &[&str]) -> Result<Command, clap::Error> {
@@ -219,7 +219,7 @@ fn conversion_errors_name_the_file_or_the_option() {
         input,
         output: dir.join("out.kvtrace"),
         block_tokens,
-        timing: kvtier::input::TimingArgs::default(),
+        timing: kvtier_cli::input::TimingArgs::default(),
     };
     let e = convert(&options("/nonexistent/in.jsonl".into(), 512)).unwrap_err();
     assert!(matches!(e, ConvertError::Open { .. }));
@@ -414,7 +414,11 @@ fn serve_errors_are_typed() {
         panic!()
     };
     let e = start(&a.options()).map(|s| s.stop()).unwrap_err();
-    assert!(matches!(e, Error::Serve(ServeError::Rate(_))), "{e:?}");
+    assert!(matches!(e, ServeError::Rate(_)), "{e:?}");
+    assert!(matches!(
+        Error::from(start(&a.options()).map(|s| s.stop()).unwrap_err()),
+        Error::Serve(ServeError::Rate(_))
+    ));
     assert!(e.to_string().ends_with("up, not 0"), "{e}");
     let Command::Serve(a) =
         parse(&["serve", "--listen", "127.0.0.1:0", "--requests", "10"]).unwrap()
@@ -424,10 +428,7 @@ fn serve_errors_are_typed() {
     let mut serving = start(&a.options()).unwrap();
     assert_eq!(serving.wait_replay().unwrap().counts.requests, 10);
     let e = serving.wait_replay().unwrap_err();
-    assert!(
-        matches!(e, Error::Serve(ServeError::AlreadyWaited)),
-        "{e:?}"
-    );
+    assert!(matches!(e, ServeError::AlreadyWaited), "{e:?}");
     assert_eq!(e.to_string(), "the replay was already waited for");
     serving.stop();
     // The replay thread's error, with the path, through `wait_replay`.
@@ -447,7 +448,10 @@ fn serve_errors_are_typed() {
     let mut serving = start(&a.options()).unwrap();
     let e = serving.wait_replay().unwrap_err();
     serving.stop();
-    assert!(matches!(e, Error::Run(RunError::Trace { .. })), "{e:?}");
+    assert!(
+        matches!(e, ServeError::Run(RunError::Trace { .. })),
+        "{e:?}"
+    );
     let text = e.to_string();
     assert!(text.starts_with(&format!("{trace}: record ")), "{text}");
     assert!(
@@ -466,7 +470,10 @@ fn a_bad_family_name_is_an_encode_error_answered_500() {
         e.to_string(),
         "encoding the metrics failed: \"bad name\" is not a metric name"
     );
-    assert!(matches!(Error::from(e.clone()), Error::Encode(_)));
+    assert!(matches!(
+        Error::from(e.clone()),
+        Error::Adapter(kvtier::Error::Encode(_))
+    ));
     // The endpoint answers a render's error with a 500 carrying its message.
     let server = MetricsServer::bind("127.0.0.1:0", ServerConfig::default(), move || {
         Err(e.clone())
@@ -484,7 +491,7 @@ fn a_bad_family_name_is_an_encode_error_answered_500() {
 
 #[test]
 fn an_unknown_config_dtype_names_it() {
-    let e = kvtier::layout::auto_kv_dtype("llama", Some("float31")).unwrap_err();
+    let e = kvtier_cli::layout::auto_kv_dtype("llama", Some("float31")).unwrap_err();
     assert_eq!(e.name, "float31");
     assert_eq!(e.to_string(), "unknown dtype \"float31\"");
 }

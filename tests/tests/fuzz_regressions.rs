@@ -1,7 +1,7 @@
 //! Regressions found by the fuzz targets in `fuzz/`: each test is the minimal
 //! reproducer of one finding, with the target that found it and the fix (or why it is ignored).
 
-use kvtier::trace::{TraceReader, TraceWriter};
+use kvtier_cli::trace::{TraceReader, TraceWriter};
 use kvtier_core::capacity::{
     GroupedLayout, LayerKind, LayerSpec, PoolLayout, Workload, max_fitting_len,
 };

@@ -13,7 +13,7 @@ use std::cell::Cell;
 use std::path::PathBuf;
 
 use clap::Parser;
-use kvtier::cli::{Cli, Command};
+use kvtier_cli::cli::{Cli, Command};
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{ConfigError, ManagerConfig, OffloadManager, PolicyKind};
 
@@ -216,7 +216,7 @@ fn replay_error(extra: &[&str]) -> String {
     let Command::Replay(args) = Cli::try_parse_from(argv).unwrap().command else {
         panic!("not a replay");
     };
-    kvtier::replay_run::replay(&args.options, false)
+    kvtier_cli::replay_run::replay(&args.options, false)
         .unwrap_err()
         .to_string()
 }
@@ -284,7 +284,7 @@ fn lru_overflow_does_not_mention_arc() {
     );
 }
 
-fn replay_args(extra: &[&str]) -> kvtier::replay_run::ReplayOptions {
+fn replay_args(extra: &[&str]) -> kvtier_cli::replay_run::ReplayOptions {
     let mut argv = vec!["kvtier", "replay"];
     argv.extend_from_slice(extra);
     let Command::Replay(args) = Cli::try_parse_from(argv).unwrap().command else {
@@ -317,8 +317,8 @@ fn the_command_line_limit_defaults_to_the_available_memory() {
 /// 6,000-chunk tier, so every table doubles past its first size).
 #[test]
 fn growing_tables_decide_the_same_and_stay_within_required_bytes() {
-    use kvtier::replay::Replayer;
-    use kvtier::workload::{Generator, GeneratorConfig};
+    use kvtier_cli::replay::Replayer;
+    use kvtier_cli::workload::{Generator, GeneratorConfig};
     for (policy, threshold) in [
         (PolicyKind::Lru, 0),
         (PolicyKind::Arc, 0),

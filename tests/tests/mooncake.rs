@@ -9,7 +9,7 @@
 use std::fs::File;
 use std::io::BufReader;
 
-use kvtier::trace::{
+use kvtier_cli::trace::{
     MooncakeError, MooncakeErrorKind, MooncakeField, MooncakeReader, MooncakeTiming, OwnedRecord,
     Record,
 };
@@ -143,7 +143,7 @@ fn records_are_the_specs_in_time_kind_rid_order() {
     assert_eq!(lines, want);
 
     // Each record names its request's line (the fourth line was skipped).
-    use kvtier::trace::RecordSource;
+    use kvtier_cli::trace::RecordSource;
     let mut r = MooncakeReader::new(text.as_bytes(), t).unwrap();
     let mut named = Vec::new();
     while let Some(rec) = r.next_record().unwrap() {
@@ -276,16 +276,16 @@ fn malformed_lines_name_their_line_and_what_is_wrong() {
     );
     let long = format!(
         "{{\"pad\": \"{}\"}}",
-        "x".repeat(kvtier::trace::MAX_LINE_BYTES)
+        "x".repeat(kvtier_cli::trace::MAX_LINE_BYTES)
     );
     assert_eq!(kind_at_line_3(&long), K::LineTooLong);
-    let many: Vec<String> = (0..=kvtier::trace::MAX_BLOCKS_PER_RECORD)
+    let many: Vec<String> = (0..=kvtier_cli::trace::MAX_BLOCKS_PER_RECORD)
         .map(|i| i.to_string())
         .collect();
     assert_eq!(
         kind_at_line_3(&ok("7", "999999999999", "1", &many.join(","))),
         K::TooManyBlocks {
-            blocks: kvtier::trace::MAX_BLOCKS_PER_RECORD + 1
+            blocks: kvtier_cli::trace::MAX_BLOCKS_PER_RECORD + 1
         }
     );
 }
@@ -357,11 +357,11 @@ fn timing_parameters_change_the_records_and_are_checked() {
     assert!(MooncakeReader::new(text.as_bytes(), zero).is_err());
 }
 
-fn parse(argv: &[&str]) -> kvtier::cli::Command {
+fn parse(argv: &[&str]) -> kvtier_cli::cli::Command {
     use clap::Parser;
     let mut full = vec!["kvtier"];
     full.extend_from_slice(argv);
-    kvtier::cli::Cli::try_parse_from(full).unwrap().command
+    kvtier_cli::cli::Cli::try_parse_from(full).unwrap().command
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
@@ -375,7 +375,7 @@ fn convert(
     input: &std::path::Path,
     out: &std::path::Path,
     extra: &[&str],
-) -> Result<kvtier::convert::ConvertSummary, String> {
+) -> Result<kvtier_cli::convert::ConvertSummary, String> {
     let mut argv = vec![
         "convert",
         "--from",
@@ -386,7 +386,9 @@ fn convert(
     ];
     argv.extend_from_slice(extra);
     match parse(&argv) {
-        kvtier::cli::Command::Convert(a) => kvtier::convert::convert(&a).map_err(|e| e.to_string()),
+        kvtier_cli::cli::Command::Convert(a) => {
+            kvtier_cli::convert::convert(&a).map_err(|e| e.to_string())
+        }
         other => panic!("{other:?}"),
     }
 }
@@ -401,7 +403,7 @@ fn convert_writes_the_header_and_exactly_the_readers_records() {
         (2886, 1107, 8658, 117_888)
     );
     let mut kv =
-        kvtier::trace::TraceReader::new(BufReader::new(File::open(&out).unwrap())).unwrap();
+        kvtier_cli::trace::TraceReader::new(BufReader::new(File::open(&out).unwrap())).unwrap();
     let h = kv.header().clone();
     assert_eq!(
         (h.block_tokens, h.requests, h.records),
@@ -439,7 +441,8 @@ fn convert_writes_the_header_and_exactly_the_readers_records() {
     )
     .unwrap();
     assert!(s.blocks > 117_888 && s.requests > 2886, "{s:?}");
-    let kv = kvtier::trace::TraceReader::new(BufReader::new(File::open(&out).unwrap())).unwrap();
+    let kv =
+        kvtier_cli::trace::TraceReader::new(BufReader::new(File::open(&out).unwrap())).unwrap();
     assert_eq!(kv.header().block_tokens, 256);
     assert_eq!(kv.header().get_extra("decode_us_per_token"), Some("7"));
 }
@@ -455,12 +458,12 @@ fn convert_of_a_bad_line_names_it_and_writes_nothing() {
     assert!(!out.exists());
 }
 
-fn replay(argv: &[&str]) -> Result<kvtier::replay_run::ReplayReport, String> {
+fn replay(argv: &[&str]) -> Result<kvtier_cli::replay_run::ReplayReport, String> {
     let mut full = vec!["replay"];
     full.extend_from_slice(argv);
     match parse(&full) {
-        kvtier::cli::Command::Replay(a) => {
-            kvtier::replay_run::replay(&a.options, false).map_err(|e| e.to_string())
+        kvtier_cli::cli::Command::Replay(a) => {
+            kvtier_cli::replay_run::replay(&a.options, false).map_err(|e| e.to_string())
         }
         other => panic!("{other:?}"),
     }

@@ -9,13 +9,13 @@
 use std::path::PathBuf;
 
 use clap::Parser;
-use kvtier::cli::replay::{ReplayArgs, json_value};
-use kvtier::cli::{Cli, Command};
-use kvtier::replay_run::{ReplayReport, RunError};
+use kvtier_cli::cli::replay::{ReplayArgs, json_value};
+use kvtier_cli::cli::{Cli, Command};
+use kvtier_cli::replay_run::{ReplayReport, RunError};
 
 /// The replay of `args`, its error as the message the command prints.
 fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String> {
-    kvtier::replay_run::replay(&args.options, progress).map_err(|e| e.to_string())
+    kvtier_cli::replay_run::replay(&args.options, progress).map_err(|e| e.to_string())
 }
 
 fn data(name: &str) -> String {
@@ -223,7 +223,7 @@ fn json_times_parsing_and_replay_apart() {
 fn human_report_shows_each_time_and_both_rates() {
     let trace = data("small-a.kvtrace");
     let r = replay(&args(&["--trace", &trace]), false).unwrap();
-    let text = kvtier::cli::replay::human(&r);
+    let text = kvtier_cli::cli::replay::human(&r);
     for label in [
         "parse time",
         "read time",
@@ -283,7 +283,7 @@ fn zero_block_tokens_is_refused() {
         "--block-tokens must be at least 1"
     );
     assert!(matches!(
-        kvtier::replay_run::replay(&a.options, false),
+        kvtier_cli::replay_run::replay(&a.options, false),
         Err(RunError::ZeroBlockTokens)
     ));
 }

@@ -9,7 +9,7 @@
 use std::fs::File;
 use std::io::BufReader;
 
-use kvtier::trace::TraceReader;
+use kvtier_cli::trace::TraceReader;
 use kvtier_tests::expected::{data, replay_row, rows};
 
 #[test]

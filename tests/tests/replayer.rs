@@ -8,8 +8,8 @@
     reason = "test code: a failed unwrap is a failed test; sizes are small"
 )]
 
-use kvtier::replay::{DEFAULT_MAX_OPEN_BLOCKS, ReplayCounts, ReplayError, Replayer};
-use kvtier::trace::Record;
+use kvtier_cli::replay::{DEFAULT_MAX_OPEN_BLOCKS, ReplayCounts, ReplayError, Replayer};
+use kvtier_cli::trace::Record;
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{ChunkState, ManagerConfig, ManagerStats, OffloadManager, StoreOutcome};
 use kvtier_tests::store::store_or_no_room;

@@ -14,10 +14,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use kvtier::cli::serve::{MIN_RATE, ServeArgs};
-use kvtier::cli::{Cli, Command as Sub};
 use kvtier::http::{MetricsServer, ServerConfig};
-use kvtier::serve::start;
+use kvtier_cli::cli::serve::{MIN_RATE, ServeArgs};
+use kvtier_cli::cli::{Cli, Command as Sub};
+use kvtier_cli::serve::start;
 use kvtier_core::stats::catalogue;
 use kvtier_tests::prometheus_server::{PrometheusServer, http_get, require_prometheus};
 
@@ -50,7 +50,7 @@ fn prometheus_scrapes_kvtier_serve() {
         "50",
     ]);
     // The same replay on its own gives the values Prometheus must read back.
-    let expected = kvtier::replay_run::replay(&args.replay.options, false).unwrap();
+    let expected = kvtier_cli::replay_run::replay(&args.replay.options, false).unwrap();
     let skipped = expected.counts.stores_skipped.unwrap();
     let usage = expected
         .payload
@@ -178,8 +178,8 @@ fn log_interval_keeps_the_whole_run_in_the_report() {
         "--store-threshold",
         "2",
     ]);
-    let a = kvtier::replay_run::replay(&with.replay.options, false).unwrap();
-    let b = kvtier::replay_run::replay(&without.replay.options, false).unwrap();
+    let a = kvtier_cli::replay_run::replay(&with.replay.options, false).unwrap();
+    let b = kvtier_cli::replay_run::replay(&without.replay.options, false).unwrap();
     // Draining every 300 requests for the log line changes nothing the run reports (but the
     // measured lookup times, of which only the count is fixed).
     assert_eq!(a.counts, b.counts);
@@ -231,7 +231,7 @@ fn replay_metrics_and_serve_print_the_same_families_and_values() {
         "m",
     ]);
     // `kvtier replay --metrics` prints `render` of the run's payload.
-    let report = kvtier::replay_run::replay(&args.replay.options, false).unwrap();
+    let report = kvtier_cli::replay_run::replay(&args.replay.options, false).unwrap();
     let replay_text =
         kvtier::export::render(&report.payload, kvtier::export::ExporterConfig::new("m", 1))
             .unwrap();

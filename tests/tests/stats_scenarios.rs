@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use kvtier::error::Error;
+use kvtier::export::RenderError;
 use kvtier::export::{ExporterConfig, ObserveError, render};
 use kvtier_core::stats::catalogue::SeriesMismatch;
 use kvtier_core::stats::catalogue::*;
@@ -286,7 +286,7 @@ fn c12_load_blocks_count_on_completion_even_after_reset() {
 }
 
 /// The text `kvtier replay --metrics` prints for `p` (engine 0 of model `m`).
-fn text_of(p: &Payload) -> Result<String, Error> {
+fn text_of(p: &Payload) -> Result<String, RenderError> {
     render(p, ExporterConfig::new("m", 1))
 }
 
@@ -298,7 +298,7 @@ fn exposition_of_a_native_payload() {
     // `x` is not a vLLM family: rejected before anything is written.
     assert!(matches!(
         text_of(&p),
-        Err(Error::Observe(ObserveError::Series(SeriesMismatch::UnknownMetric(x)))) if x == "x"
+        Err(RenderError::Observe(ObserveError::Series(SeriesMismatch::UnknownMetric(x)))) if x == "x"
     ));
     p.clear();
     p.set_info(cpu_info()).unwrap();

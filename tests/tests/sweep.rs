@@ -8,21 +8,21 @@
 )]
 
 use clap::Parser;
-use kvtier::cli::replay::ReplayArgs;
-use kvtier::cli::sweep::SweepArgs;
-use kvtier::cli::{Cli, Command};
-use kvtier::replay_run::ReplayReport;
-use kvtier::sweep_run::SweepReport;
+use kvtier_cli::cli::replay::ReplayArgs;
+use kvtier_cli::cli::sweep::SweepArgs;
+use kvtier_cli::cli::{Cli, Command};
+use kvtier_cli::replay_run::ReplayReport;
+use kvtier_cli::sweep_run::SweepReport;
 use kvtier_tests::expected::data;
 
 /// The replay of `args`, its error as the message the command prints.
 fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String> {
-    kvtier::replay_run::replay(&args.options, progress).map_err(|e| e.to_string())
+    kvtier_cli::replay_run::replay(&args.options, progress).map_err(|e| e.to_string())
 }
 
 /// The sweep of `args`, its error as the message the command prints.
 fn sweep(args: &SweepArgs, progress: bool) -> Result<SweepReport, String> {
-    kvtier::sweep_run::sweep(&args.options, progress).map_err(|e| e.to_string())
+    kvtier_cli::sweep_run::sweep(&args.options, progress).map_err(|e| e.to_string())
 }
 
 fn sweep_args(extra: &[&str]) -> SweepArgs {
@@ -187,7 +187,7 @@ fn a_model_turns_capacities_into_exact_gib() {
     // token; a 512-token id = 32 GPU blocks of 16 tokens = 64 MiB.
     assert_eq!(r.bytes_per_chunk, Some(64 << 20));
     assert_eq!(r.rows[0].gib, Some(16.0));
-    let table = kvtier::cli::sweep::table(&r);
+    let table = kvtier_cli::cli::sweep::table(&r);
     assert!(
         table.contains("67,108,864 bytes of CPU memory per chunk"),
         "{table}"
@@ -205,9 +205,9 @@ fn a_model_turns_capacities_into_exact_gib() {
     ]);
     assert!(sweep(&a, false).unwrap_err().contains("--block-size 48"));
     assert!(matches!(
-        kvtier::sweep_run::sweep(&a.options, false),
-        Err(kvtier::sweep_run::SweepRunError::Model(
-            kvtier::sweep_run::ChunkBytesError::BlockSize { block_size: 48, .. }
+        kvtier_cli::sweep_run::sweep(&a.options, false),
+        Err(kvtier_cli::sweep_run::SweepRunError::Model(
+            kvtier_cli::sweep_run::ChunkBytesError::BlockSize { block_size: 48, .. }
         ))
     ));
 }

@@ -10,8 +10,8 @@
 use std::collections::HashMap;
 use std::io::BufReader;
 
-use kvtier::trace::{OwnedRecord, Record, TraceReader, TraceWriter};
-use kvtier::workload::{BlockRange, Generator, GeneratorConfig, GeneratorError, RangeParam};
+use kvtier_cli::trace::{OwnedRecord, Record, TraceReader, TraceWriter};
+use kvtier_cli::workload::{BlockRange, Generator, GeneratorConfig, GeneratorError, RangeParam};
 use proptest::prelude::*;
 
 fn data(name: &str) -> String {

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read};
 
-use kvtier::trace::{
+use kvtier_cli::trace::{
     Field, HashProblem, HeaderKey, MAX_BLOCKS_PER_RECORD, MAX_LINE_BYTES, ReadError, Record,
     RecordKind, TraceError, TraceErrorKind, TraceReader, format_hash, parse_hash,
 };

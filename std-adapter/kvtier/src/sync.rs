@@ -1,6 +1,6 @@
 //! The one place the adapter takes its synchronisation primitives from: `std`'s, or loom's
 //! when built with `RUSTFLAGS="--cfg loom"`, so the model checker explores every interleaving
-//! of the same code (`std-adapter/tests/loom_shared.rs`).
+//! of the same code (`std-adapter/kvtier/tests/loom_shared.rs`).
 //!
 //! # Poisoning policy
 //!

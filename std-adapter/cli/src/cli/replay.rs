@@ -42,9 +42,9 @@ pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
         human(&report)
     };
     if args.metrics {
-        let config = crate::export::ExporterConfig::new(&args.model_name, 1);
-        let exposition = crate::export::render(&report.payload, config)
-            .map_err(|e| OutputError::Metrics(Box::new(e)))?;
+        let config = kvtier::export::ExporterConfig::new(&args.model_name, 1);
+        let exposition =
+            kvtier::export::render(&report.payload, config).map_err(OutputError::Metrics)?;
         if !args.json {
             text.push('\n');
         }

@@ -6,13 +6,15 @@
 
 pub mod capacity;
 pub mod convert;
+pub mod output;
 pub mod replay;
 pub mod serve;
 pub mod sweep;
 
 use clap::{Parser, Subcommand};
-use std::fmt;
 use std::process::ExitCode;
+
+pub use output::OutputError;
 
 /// kvtier: the bookkeeping of a KV-cache offload tier, vLLM 0.33.0-exact.
 #[derive(Debug, Parser)]
@@ -53,38 +55,6 @@ pub fn main() -> ExitCode {
         Err(e) => {
             eprintln!("kvtier: {e}");
             ExitCode::from(2)
-        }
-    }
-}
-
-/// Why a command's report could not be printed.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum OutputError {
-    /// The report could not be serialised as JSON (not expected: plain numbers and strings).
-    Json(serde_json::Error),
-    /// The metrics exposition could not be rendered.
-    Metrics(Box<crate::Error>),
-    /// Writing the report to stdout failed.
-    Write(std::io::Error),
-}
-
-impl fmt::Display for OutputError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            OutputError::Json(e) => e.fmt(f),
-            OutputError::Metrics(e) => write!(f, "rendering the metrics: {e}"),
-            OutputError::Write(e) => write!(f, "writing the report: {e}"),
-        }
-    }
-}
-
-impl std::error::Error for OutputError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            OutputError::Json(e) => Some(e),
-            OutputError::Metrics(e) => Some(e.as_ref()),
-            OutputError::Write(e) => Some(e),
         }
     }
 }

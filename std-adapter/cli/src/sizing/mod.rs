@@ -180,7 +180,7 @@ impl std::error::Error for ReportError {
     }
 }
 
-crate::error::from_variants!(
+crate::from_variants::from_variants!(
     ReportError:
     LayoutError => Layout,
     GroupingError => Grouping,

@@ -97,7 +97,7 @@ pub enum RunError {
     /// The stats could not be aggregated.
     Stats(AggregateError),
     /// The stats collector of `kvtier serve` has stopped.
-    Collector(crate::shared::CollectorClosed),
+    Collector(kvtier::shared::CollectorClosed),
     /// An error while replaying the trace file `path`.
     Trace {
         /// The trace file.
@@ -151,14 +151,14 @@ impl std::error::Error for RunError {
     }
 }
 
-crate::error::from_variants!(
+crate::from_variants::from_variants!(
     RunError:
     OpenError => Open,
     GeneratorError => Workload,
     ManagerError => Manager,
     TransferError => Transfer,
     AggregateError => Stats,
-    crate::shared::CollectorClosed => Collector,
+    kvtier::shared::CollectorClosed => Collector,
 );
 
 impl From<TraceInputError> for RunError {
@@ -530,7 +530,7 @@ impl IntervalLog {
         self.total.aggregate(&drained)?;
         let mut interval = Payload::new();
         interval.aggregate(&drained)?;
-        if let Some(line) = crate::export::log_line(&interval) {
+        if let Some(line) = kvtier::export::log_line(&interval) {
             bar.suspend(|| eprintln!("{line}"));
         }
         Ok(())

@@ -307,7 +307,7 @@ impl std::error::Error for SweepRunError {
     }
 }
 
-crate::error::from_variants!(
+crate::from_variants::from_variants!(
     SweepRunError:
     GridError => Grid,
     OpenError => Open,

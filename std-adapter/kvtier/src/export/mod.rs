@@ -526,11 +526,43 @@ pub fn encode_text(registry: &Registry) -> Result<String, EncodeError> {
 /// for the same totals.
 ///
 /// # Errors
-/// [`Error`](crate::error::Error) when `config` is rejected, `payload` does not fit the
-/// catalogue, or `config` has no engine.
-pub fn render(payload: &Payload, config: ExporterConfig) -> Result<String, crate::error::Error> {
+/// [`RenderError`] when `config` is rejected, `payload` does not fit the catalogue, or
+/// `config` has no engine.
+pub fn render(payload: &Payload, config: ExporterConfig) -> Result<String, RenderError> {
     let registry = Registry::new();
-    let exporter = OffloadExporter::register(&registry, config)?;
-    exporter.observe(payload, 0)?;
-    Ok(encode_text(&registry)?)
+    let exporter = OffloadExporter::register(&registry, config).map_err(RenderError::Exporter)?;
+    exporter.observe(payload, 0).map_err(RenderError::Observe)?;
+    encode_text(&registry).map_err(RenderError::Encode)
+}
+
+/// Why [`render`] gave no text: the step that failed, with its error.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum RenderError {
+    /// The exporter could not be built from the config.
+    Exporter(ExporterError),
+    /// The payload does not fit the catalogue (or the config has no engine).
+    Observe(ObserveError),
+    /// The registry could not be written as text.
+    Encode(EncodeError),
+}
+
+impl fmt::Display for RenderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RenderError::Exporter(e) => e.fmt(f),
+            RenderError::Observe(e) => e.fmt(f),
+            RenderError::Encode(e) => e.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for RenderError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RenderError::Exporter(e) => Some(e),
+            RenderError::Observe(e) => Some(e),
+            RenderError::Encode(e) => Some(e),
+        }
+    }
 }

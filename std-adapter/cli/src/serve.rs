@@ -16,15 +16,14 @@ use std::time::{Duration, Instant};
 
 use prometheus::Registry;
 
-use crate::error::Error;
-use crate::export::{ExporterConfig, OffloadExporter, encode_text};
-use crate::http::{MetricsServer, ServerConfig};
 use crate::replay::{ReplayCounts, Replayer};
 use crate::replay_run::{ReplayOptions, RunError};
 use crate::replay_stats::ReplayStats;
-use crate::shared::{CollectorConfig, PayloadSender, StatsCollector};
-use crate::sync::Arc;
 use crate::trace::{Record, RecordSource};
+use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
+use kvtier::http::{MetricsServer, ServerConfig};
+use kvtier::shared::{CollectorConfig, PayloadSender, StatsCollector};
+use kvtier::sync::Arc;
 
 /// Requests between two stats drains of the replay.
 const DRAIN_EVERY_REQUESTS: u64 = 256;
@@ -46,7 +45,7 @@ pub struct ServeOptions {
     pub export_interval_ms: u64,
 }
 
-/// Why [`start`] or [`Serving::wait_replay`] failed, beyond the service layer's errors.
+/// Why [`start`] or [`Serving::wait_replay`] failed.
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum ServeError {
@@ -56,6 +55,23 @@ pub enum ServeError {
     AlreadyWaited,
     /// The replay thread panicked.
     Panicked,
+    /// The replay failed.
+    Run(RunError),
+    /// The service layer failed: the exporter, the collector, binding the endpoint or
+    /// spawning a thread.
+    Service(kvtier::Error),
+}
+
+impl From<RunError> for ServeError {
+    fn from(e: RunError) -> Self {
+        ServeError::Run(e)
+    }
+}
+
+impl<E: Into<kvtier::Error>> From<E> for ServeError {
+    fn from(e: E) -> Self {
+        ServeError::Service(e.into())
+    }
 }
 
 impl fmt::Display for ServeError {
@@ -76,11 +92,21 @@ impl fmt::Display for ServeError {
             }
             ServeError::AlreadyWaited => f.write_str("the replay was already waited for"),
             ServeError::Panicked => f.write_str("the replay thread panicked"),
+            ServeError::Run(e) => e.fmt(f),
+            ServeError::Service(e) => e.fmt(f),
         }
     }
 }
 
-impl std::error::Error for ServeError {}
+impl std::error::Error for ServeError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            ServeError::Rate(_) | ServeError::AlreadyWaited | ServeError::Panicked => None,
+            ServeError::Run(e) => Some(e),
+            ServeError::Service(e) => Some(e),
+        }
+    }
+}
 
 /// What the replay of `kvtier serve` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,7 +144,7 @@ impl Serving {
     ///
     /// # Errors
     /// The replay's error, or a stopped collector.
-    pub fn wait_replay(&mut self) -> Result<ServeSummary, Error> {
+    pub fn wait_replay(&mut self) -> Result<ServeSummary, ServeError> {
         let handle = self.replay.take().ok_or(ServeError::AlreadyWaited)?;
         let summary = handle.join().map_err(|_| ServeError::Panicked)??;
         self.collector.flush()?;
@@ -256,9 +282,9 @@ fn checked_rate(r: f64) -> Result<f64, ServeError> {
 /// Starts serving as `args` say: binds `/metrics`, starts the collector and the replay.
 ///
 /// # Errors
-/// [`Error`] for a bad `--rate`, an address that cannot be bound, or a thread that cannot be
-/// spawned.
-pub fn start(args: &ServeOptions) -> Result<Serving, Error> {
+/// [`ServeError`] for a bad `--rate`, an address that cannot be bound, or a thread that
+/// cannot be spawned.
+pub fn start(args: &ServeOptions) -> Result<Serving, ServeError> {
     let rate = args.rate.map(checked_rate).transpose()?;
     let registry = Registry::new();
     let exporter = OffloadExporter::register(&registry, ExporterConfig::new(&args.model_name, 1))?;

@@ -1,6 +1,6 @@
-//! The adapter's umbrella error: every error of the export, threading and HTTP layers, of the
-//! commands' operations (a replay run, a sweep, the capacity report, a conversion, serving)
-//! and of kvtier-core, with `From` impls so `?` works across them.
+//! The adapter's umbrella error: every error of the export, threading and HTTP layers and of
+//! the kvtier-core calls a service makes through them, with `From` impls so `?` works across
+//! them. It imports the error types of the modules it wraps; none of them imports it back.
 
 use std::fmt;
 use std::io;
@@ -9,17 +9,8 @@ use kvtier_core::manager::{
     CompleteLoadError, ConfigError, LoadError, RequestError, StoreError, UnknownPolicy,
 };
 
-use crate::cli::OutputError;
-use crate::convert::ConvertError;
-use crate::export::{EncodeError, ExporterError, ObserveError};
-use crate::input::{FormatError, OpenError};
-use crate::replay_run::{ManagerError, RunError};
-use crate::replay_stats::TransferError;
-use crate::serve::ServeError;
+use crate::export::{EncodeError, ExporterError, ObserveError, RenderError};
 use crate::shared::{CollectorClosed, FrameError, MetricsRegisterError};
-use crate::sizing::{DtypeError, ReportError, SizeError};
-use crate::sweep::{RangeError, SweepError};
-use crate::sweep_run::{ChunkBytesError, GridError, SweepRunError};
 
 /// Any error of the std adapter's service layer.
 #[derive(Debug)]
@@ -49,40 +40,6 @@ pub enum Error {
     CompleteLoad(CompleteLoadError),
     /// The manager refused a store (including [`StoreError::NoRoom`]).
     Store(StoreError),
-    /// A trace file could not be opened.
-    Open(OpenError),
-    /// A trace's format could not be detected.
-    Format(FormatError),
-    /// A replay run failed.
-    Run(RunError),
-    /// A replay's manager could not be built.
-    Manager(ManagerError),
-    /// The replay's transfer model could not be built.
-    Transfer(TransferError),
-    /// The capacity report could not be computed.
-    Report(ReportError),
-    /// A size (`--memory`, `--cpu-bytes`) could not be parsed.
-    Size(SizeError),
-    /// A KV-cache dtype is unknown.
-    Dtype(DtypeError),
-    /// A Mooncake trace could not be converted.
-    Convert(ConvertError),
-    /// A sweep's grid of configurations could not be built.
-    Grid(GridError),
-    /// A sweep's capacity range could not be built.
-    Range(RangeError),
-    /// A sweep's bytes per chunk could not be computed.
-    ChunkBytes(ChunkBytesError),
-    /// A case of a sweep failed.
-    Sweep(SweepError),
-    /// A sweep run failed.
-    SweepRun(SweepRunError),
-    /// Serving failed (a bad `--rate`, the replay thread).
-    Serve(ServeError),
-    /// A command's report could not be printed.
-    Output(OutputError),
-    /// A report could not be serialised as JSON.
-    Json(serde_json::Error),
     /// Any other kvtier-core error (capacity arithmetic, the block pool, allocators, stats
     /// payloads and their wire format).
     Core(Box<dyn std::error::Error + Send + Sync>),
@@ -103,23 +60,6 @@ impl fmt::Display for Error {
             Error::Load(e) => e.fmt(f),
             Error::CompleteLoad(e) => e.fmt(f),
             Error::Store(e) => e.fmt(f),
-            Error::Open(e) => e.fmt(f),
-            Error::Format(e) => e.fmt(f),
-            Error::Run(e) => e.fmt(f),
-            Error::Manager(e) => e.fmt(f),
-            Error::Transfer(e) => e.fmt(f),
-            Error::Report(e) => e.fmt(f),
-            Error::Size(e) => e.fmt(f),
-            Error::Dtype(e) => e.fmt(f),
-            Error::Convert(e) => e.fmt(f),
-            Error::Grid(e) => e.fmt(f),
-            Error::Range(e) => e.fmt(f),
-            Error::ChunkBytes(e) => e.fmt(f),
-            Error::Sweep(e) => e.fmt(f),
-            Error::SweepRun(e) => e.fmt(f),
-            Error::Serve(e) => e.fmt(f),
-            Error::Output(e) => e.fmt(f),
-            Error::Json(e) => e.fmt(f),
             Error::Core(e) => e.fmt(f),
         }
     }
@@ -140,23 +80,6 @@ impl std::error::Error for Error {
             Error::Load(e) => Some(e),
             Error::CompleteLoad(e) => Some(e),
             Error::Store(e) => Some(e),
-            Error::Open(e) => Some(e),
-            Error::Format(e) => Some(e),
-            Error::Run(e) => Some(e),
-            Error::Manager(e) => Some(e),
-            Error::Transfer(e) => Some(e),
-            Error::Report(e) => Some(e),
-            Error::Size(e) => Some(e),
-            Error::Dtype(e) => Some(e),
-            Error::Convert(e) => Some(e),
-            Error::Grid(e) => Some(e),
-            Error::Range(e) => Some(e),
-            Error::ChunkBytes(e) => Some(e),
-            Error::Sweep(e) => Some(e),
-            Error::SweepRun(e) => Some(e),
-            Error::Serve(e) => Some(e),
-            Error::Output(e) => Some(e),
-            Error::Json(e) => Some(e),
             Error::Core(e) => Some(e.as_ref()),
         }
     }
@@ -173,8 +96,6 @@ macro_rules! from_variants {
     )*};
 }
 
-pub(crate) use from_variants;
-
 from_variants!(
     Error:
     ExporterError => Exporter,
@@ -189,25 +110,19 @@ from_variants!(
     LoadError => Load,
     CompleteLoadError => CompleteLoad,
     StoreError => Store,
-    OpenError => Open,
-    FormatError => Format,
-    RunError => Run,
-    ManagerError => Manager,
-    TransferError => Transfer,
-    ReportError => Report,
-    SizeError => Size,
-    DtypeError => Dtype,
-    ConvertError => Convert,
-    GridError => Grid,
-    RangeError => Range,
-    ChunkBytesError => ChunkBytes,
-    SweepError => Sweep,
-    SweepRunError => SweepRun,
-    ServeError => Serve,
-    OutputError => Output,
-    serde_json::Error => Json,
 );
 
+impl From<RenderError> for Error {
+    fn from(e: RenderError) -> Self {
+        match e {
+            RenderError::Exporter(e) => Error::Exporter(e),
+            RenderError::Observe(e) => Error::Observe(e),
+            RenderError::Encode(e) => Error::Encode(e),
+        }
+    }
+}
+
+/// `From<T>` into [`Error::Core`] for kvtier-core errors without a variant of their own.
 macro_rules! from_core {
     ($($t:ty),* $(,)?) => {$(
         impl From<$t> for Error {

@@ -65,7 +65,7 @@ impl ManagerArgs {
         cfg.store_threshold = store_threshold;
         cfg.max_tracker_size = self.max_tracker_size;
         cfg.max_requests = self.max_requests;
-        cfg.memory_limit = self.memory_limit.or_else(crate::memory::available_bytes);
+        cfg.memory_limit = self.memory_limit.or_else(kvtier::memory::available_bytes);
         // A replay or a server holds what its traffic stores, often far below the capacity
         // asked for: tables that grow keep its lookups in cache and its memory to its use.
         cfg.grow_tables = true;

@@ -1,5 +1,5 @@
 //! The `kvtier` command.
 
 fn main() -> std::process::ExitCode {
-    kvtier::cli::main()
+    kvtier_cli::cli::main()
 }
