@@ -400,6 +400,14 @@ int kvtier_prepare_store(struct kvtier_manager *manager, uint64_t request, const
 // are independent.
 int kvtier_complete_store(struct kvtier_manager *manager, const struct kvtier_key *keys, size_t n_keys, uint32_t outcome);
 
+// Evicts everything: the policy is cleared, slot ids restart at 0, request states from before
+// the reset are ignored from now on (their ids stay live until finished or dropped). The
+// reuse tracker, untaken stats and queued events are kept, as in vLLM.
+//
+// Thread safety: not thread-safe per handle (`KVTIER_BUSY`); distinct handles are
+// independent.
+int kvtier_reset_cache(struct kvtier_manager *manager);
+
 // Drains the queued events, oldest first: `*events_len` events to `events`, their keys to
 // `keys` (`*keys_len` in all; event `i` owns `keys[events[i].first_key ..][.. num_keys]`). With
 // events disabled nothing is written and both lengths are 0.
@@ -438,14 +446,6 @@ int kvtier_take_stats(struct kvtier_manager *manager, uint8_t *buf, size_t cap, 
 //
 // Thread safety: a constant; callable from any thread.
 size_t kvtier_stats_max_len(void);
-
-// Evicts everything: the policy is cleared, slot ids restart at 0, request states from before
-// the reset are ignored from now on (their ids stay live until finished or dropped). The
-// reuse tracker, untaken stats and queued events are kept, as in vLLM.
-//
-// Thread safety: not thread-safe per handle (`KVTIER_BUSY`); distinct handles are
-// independent.
-int kvtier_reset_cache(struct kvtier_manager *manager);
 
 // Writes the manager's counters to `*info`.
 //

@@ -1,8 +1,8 @@
 //! [`StatsCollector`]: a thread that drains managers on an interval, aggregates payloads sent by
 //! other threads or processes (as wire bytes), and feeds an [`OffloadExporter`].
 //!
-//! Other processes write length-prefixed frames ([`write_frame`]: a `u32` little-endian length,
-//! then [`wire`] bytes) to a pipe or socket; the collector reads them
+//! Other processes write length-prefixed frames ([`write_frame`](super::write_frame): a `u32`
+//! little-endian length, then [`wire`] bytes) to a pipe or socket; the collector reads them
 //! with [`StatsCollector::ingest`].
 //!
 //! Per engine, payloads are aggregated (counters sum, gauges keep the latest, histograms merge)
@@ -41,20 +41,20 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use kvtier_core::OffloadKey;
-use kvtier_core::stats::catalogue::{self, SeriesMismatch};
+use kvtier_core::stats::catalogue;
 use kvtier_core::stats::payload::MAX_SERIES;
 use kvtier_core::stats::{Payload, wire};
-use prometheus::core::{Collector, Desc};
-use prometheus::proto::MetricFamily;
-use prometheus::{IntCounter, IntCounterVec, Opts, PullingGauge, Registry};
+use prometheus::{PullingGauge, Registry};
 
 use super::SharedManager;
+use super::frame::{FrameError, read_frame};
+use super::health::{Exposed, Metrics, MetricsRegisterError, RejectReason};
 use super::queue::{Closed, Inbox};
 use crate::export::{ObserveError, OffloadExporter};
 use crate::sync::Arc;
@@ -107,86 +107,6 @@ pub struct CollectorReport {
     pub flushes: u64,
 }
 
-/// Why a payload was rejected: the `reason` label of
-/// `kvtier_collector_rejected_payloads_total`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-#[non_exhaustive]
-pub enum RejectReason {
-    /// The bytes are not a [`wire`] payload.
-    Decode,
-    /// A series' name is not in the catalogue.
-    UnknownMetric,
-    /// A series has another kind than its catalogue family.
-    TypeMismatch,
-    /// A series has another number of labels than its catalogue family.
-    LabelCount,
-    /// A histogram has other bounds than its catalogue family.
-    BoundsMismatch,
-    /// No engine of the exporter has the payload's engine index.
-    UnknownEngine,
-    /// The engine's totals would hold more series than a payload can.
-    TooManySeries,
-    /// The engine would keep too many config info series (the rest was exported).
-    TooManyInfoSeries,
-}
-
-impl RejectReason {
-    /// Every reason, in label order.
-    pub const ALL: [RejectReason; 8] = [
-        RejectReason::Decode,
-        RejectReason::UnknownMetric,
-        RejectReason::TypeMismatch,
-        RejectReason::LabelCount,
-        RejectReason::BoundsMismatch,
-        RejectReason::UnknownEngine,
-        RejectReason::TooManySeries,
-        RejectReason::TooManyInfoSeries,
-    ];
-
-    /// The `reason` label value.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            RejectReason::Decode => "decode",
-            RejectReason::UnknownMetric => "unknown_metric",
-            RejectReason::TypeMismatch => "type_mismatch",
-            RejectReason::LabelCount => "label_count",
-            RejectReason::BoundsMismatch => "bounds_mismatch",
-            RejectReason::UnknownEngine => "unknown_engine",
-            RejectReason::TooManySeries => "too_many_series",
-            RejectReason::TooManyInfoSeries => "too_many_info_series",
-        }
-    }
-}
-
-impl fmt::Display for RejectReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl From<&SeriesMismatch> for RejectReason {
-    fn from(e: &SeriesMismatch) -> Self {
-        match e {
-            SeriesMismatch::UnknownMetric(_) => RejectReason::UnknownMetric,
-            SeriesMismatch::KindMismatch { .. } => RejectReason::TypeMismatch,
-            SeriesMismatch::LabelCount { .. } => RejectReason::LabelCount,
-            SeriesMismatch::BoundsMismatch(_) => RejectReason::BoundsMismatch,
-        }
-    }
-}
-
-impl From<&ObserveError> for RejectReason {
-    fn from(e: &ObserveError) -> Self {
-        match e {
-            ObserveError::UnknownEngine(_) => RejectReason::UnknownEngine,
-            ObserveError::Series(s) => s.into(),
-            ObserveError::TooManySeries => RejectReason::TooManySeries,
-            ObserveError::TooManyInfoSeries => RejectReason::TooManyInfoSeries,
-        }
-    }
-}
-
 /// How full the collector's queue is (see [`StatsCollector::queue_levels`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -202,22 +122,6 @@ pub struct QueueLevels {
     pub max_bytes: usize,
 }
 
-/// The registry refused the collector's own metrics (e.g. they are registered already).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MetricsRegisterError(String);
-
-impl fmt::Display for MetricsRegisterError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the registry refused the collector's metrics: {}",
-            self.0
-        )
-    }
-}
-
-impl std::error::Error for MetricsRegisterError {}
-
 /// The collector has stopped; the payload was not taken.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CollectorClosed;
@@ -229,76 +133,6 @@ impl fmt::Display for CollectorClosed {
 }
 
 impl std::error::Error for CollectorClosed {}
-
-/// Why a frame could not be read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FrameError {
-    /// The stream failed.
-    Io(io::ErrorKind),
-    /// The length prefix is larger than any payload encoding ([`wire::MAX_ENCODED_LEN`]).
-    TooLong(u32),
-    /// The stream ended inside a frame.
-    Truncated,
-}
-
-impl fmt::Display for FrameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FrameError::Io(k) => write!(f, "reading a stats frame failed: {k}"),
-            FrameError::TooLong(n) => write!(
-                f,
-                "a stats frame of {n} bytes is longer than any payload ({} bytes)",
-                wire::MAX_ENCODED_LEN
-            ),
-            FrameError::Truncated => f.write_str("the stream ended inside a stats frame"),
-        }
-    }
-}
-
-impl std::error::Error for FrameError {}
-
-/// Writes `payload` as one frame: its encoded length (`u32`, little-endian), then its
-/// [`wire`] encoding.
-///
-/// # Errors
-/// The writer's error.
-pub fn write_frame(w: &mut impl Write, payload: &Payload) -> io::Result<()> {
-    let bytes = wire::encode_to_vec(payload);
-    let len = u32::try_from(bytes.len())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "payload too large"))?;
-    w.write_all(&len.to_le_bytes())?;
-    w.write_all(&bytes)
-}
-
-/// Reads one frame's bytes into `buf`; `Ok(false)` at a clean end of stream.
-///
-/// # Errors
-/// [`FrameError`] on a failing stream, an oversized length or a frame cut short.
-pub fn read_frame(r: &mut impl Read, buf: &mut Vec<u8>) -> Result<bool, FrameError> {
-    let mut len = [0u8; 4];
-    let mut got = 0;
-    while got < len.len() {
-        match r.read(len.get_mut(got..).unwrap_or(&mut [])) {
-            Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => return Err(FrameError::Truncated),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(FrameError::Io(e.kind())),
-        }
-    }
-    let n = u32::from_le_bytes(len);
-    let size = usize::try_from(n).map_err(|_| FrameError::TooLong(n))?;
-    if size > wire::MAX_ENCODED_LEN {
-        return Err(FrameError::TooLong(n));
-    }
-    buf.clear();
-    buf.resize(size, 0);
-    r.read_exact(buf).map_err(|e| match e.kind() {
-        io::ErrorKind::UnexpectedEof => FrameError::Truncated,
-        k => FrameError::Io(k),
-    })?;
-    Ok(true)
-}
 
 enum Msg {
     Payload(usize, Payload),
@@ -318,67 +152,6 @@ impl fmt::Debug for Msg {
             Msg::Flush(_) => f.write_str("Flush"),
             Msg::Stop => f.write_str("Stop"),
         }
-    }
-}
-
-/// The collector's own metrics (shared by the handle and the thread).
-#[derive(Clone, Debug)]
-struct Metrics {
-    rejected: IntCounterVec,
-    exports: IntCounter,
-}
-
-impl Metrics {
-    fn new() -> Result<Self, prometheus::Error> {
-        let rejected = IntCounterVec::new(
-            Opts::new(
-                "kvtier_collector_rejected_payloads_total",
-                "Stats payloads the collector rejected, by reason; the rest of their interval \
-                 is exported.",
-            ),
-            &["reason"],
-        )?;
-        for r in RejectReason::ALL {
-            // Every reason is exposed from the start, at 0.
-            let _ = rejected.get_metric_with_label_values(&[r.as_str()])?;
-        }
-        let exports = IntCounter::new(
-            "kvtier_collector_exports_total",
-            "Times the collector handed the aggregated payloads to the exporter.",
-        )?;
-        Ok(Metrics { rejected, exports })
-    }
-
-    fn reject(&self, reason: RejectReason) {
-        if let Ok(c) = self
-            .rejected
-            .get_metric_with_label_values(&[reason.as_str()])
-        {
-            c.inc();
-        }
-    }
-}
-
-/// The collector's metrics as one registry entry, so that registering them is all or nothing.
-struct Exposed {
-    rejected: IntCounterVec,
-    exports: IntCounter,
-    queue: [PullingGauge; 2],
-}
-
-impl Collector for Exposed {
-    fn desc(&self) -> Vec<&Desc> {
-        let mut d = self.rejected.desc();
-        d.extend(self.exports.desc());
-        d.extend(self.queue.iter().flat_map(Collector::desc));
-        d
-    }
-
-    fn collect(&self) -> Vec<MetricFamily> {
-        let mut f = self.rejected.collect();
-        f.extend(self.exports.collect());
-        f.extend(self.queue.iter().flat_map(Collector::collect));
-        f
     }
 }
 

@@ -7,11 +7,14 @@
 //! | `queue` | the collector's queue: first in first out, bounded by bytes and by payloads, senders wait for room |
 
 pub mod collector;
+pub mod frame;
+pub mod health;
 pub mod manager;
 mod queue;
 
 pub use collector::{
-    CollectorClosed, CollectorConfig, CollectorReport, FrameError, MetricsRegisterError,
-    PayloadSender, QueueLevels, RejectReason, StatsCollector, read_frame, write_frame,
+    CollectorClosed, CollectorConfig, CollectorReport, PayloadSender, QueueLevels, StatsCollector,
 };
+pub use frame::{FrameError, read_frame, write_frame};
+pub use health::{MetricsRegisterError, RejectReason};
 pub use manager::{Pinned, ShardedManager, SharedManager};
