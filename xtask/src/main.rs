@@ -16,6 +16,8 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
+mod layout;
+
 /// How a need is checked.
 #[derive(Clone, Copy, Debug)]
 #[allow(
@@ -157,6 +159,7 @@ fn main() -> ExitCode {
     let result = match command.as_str() {
         "test" => test(&rest),
         "provision" => provision(rest.iter().any(|a| a == "--check")),
+        "layout" => layout::check(&root()),
         "help" | "--help" | "-h" => {
             print_help();
             Ok(())
@@ -182,6 +185,10 @@ fn print_help() {
     suites that are not cargo tests. --no-provision only checks and fails on what is missing.
 cargo xtask provision [--check]
     Install (or with --check only list) what the tests need beyond cargo.
+cargo xtask layout
+    Check the house rules no compiler checks: no source file under core/ or std-adapter/ over
+    600 lines, no import circle of more than two files, the std adapter `kvtier` free of the
+    command's crates (clap, plotters, dejavu, indicatif, serde_json).
 
 What the tests need beyond cargo:"
     );
