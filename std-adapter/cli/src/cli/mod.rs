@@ -18,7 +18,12 @@ pub use output::OutputError;
 
 /// kvtier: the bookkeeping of a KV-cache offload tier, vLLM 0.33.0-exact.
 #[derive(Debug, Parser)]
-#[command(name = "kvtier", version, about)]
+// The help's first line, as the command has always printed it (not the package description).
+#[command(
+    name = "kvtier",
+    version,
+    about = "std adapter and command for kvtier: trace replay, capacity sizing, Prometheus export."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
