@@ -295,7 +295,7 @@ impl std::error::Error for OpenError {
 /// The format of a trace from its first non-whitespace byte: `#` kvtrace, `{` Mooncake JSONL.
 ///
 /// ```
-/// use kvtier::input::{FormatError, TraceFormat, detect_format};
+/// use kvtier_cli::input::{FormatError, TraceFormat, detect_format};
 /// assert_eq!(detect_format(&b"# format=kvtrace v1\n"[..]).ok(), Some(TraceFormat::Kvtrace));
 /// assert_eq!(detect_format(&b"\n {\"timestamp\": 0}"[..]).ok(), Some(TraceFormat::Mooncake));
 /// assert!(matches!(detect_format(&b"L 0 1 00"[..]), Err(FormatError::Unknown)));

@@ -3,8 +3,8 @@
 /// `1234567` → `"1,234,567"` (Python's `{:,}`).
 ///
 /// ```
-/// assert_eq!(kvtier::numfmt::thousands(1_234_567), "1,234,567");
-/// assert_eq!(kvtier::numfmt::thousands(999), "999");
+/// assert_eq!(kvtier_cli::numfmt::thousands(1_234_567), "1,234,567");
+/// assert_eq!(kvtier_cli::numfmt::thousands(999), "999");
 /// ```
 #[must_use]
 pub fn thousands(n: u64) -> String {

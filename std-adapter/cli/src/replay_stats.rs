@@ -16,7 +16,7 @@
 //!   `L` and `C` records when the stats are drained.
 //!
 //! ```
-//! use kvtier::replay_stats::TransferModel;
+//! use kvtier_cli::replay_stats::TransferModel;
 //!
 //! // Llama-3-8B's 2 MiB blocks at 25 GB/s: 8 blocks take 671,089 ns.
 //! let m = TransferModel::new(2 * 1024 * 1024, 25.0).unwrap();

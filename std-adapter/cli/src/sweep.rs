@@ -12,10 +12,10 @@
 //! hit rate, [`geometric_capacities`] a log-spaced capacity range.
 //!
 //! ```
-//! use kvtier::replay::Replayer;
-//! use kvtier::sweep::{SweepGrid, run};
-//! use kvtier::trace::OwnedRecord;
-//! use kvtier::workload::{Generator, GeneratorConfig};
+//! use kvtier_cli::replay::Replayer;
+//! use kvtier_cli::sweep::{SweepGrid, run};
+//! use kvtier_cli::trace::OwnedRecord;
+//! use kvtier_cli::workload::{Generator, GeneratorConfig};
 //! use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
 //!
 //! let records: Vec<OwnedRecord> = Generator::new(GeneratorConfig::new(1, 500))?.into_owned_records().collect();
@@ -24,7 +24,7 @@
 //!     policies: vec![PolicyKind::Lru, PolicyKind::Arc],
 //!     thresholds: vec![1],
 //! };
-//! let make_replayer = |case: &kvtier::sweep::SweepCase| -> Result<Replayer, kvtier::sweep::CaseError> {
+//! let make_replayer = |case: &kvtier_cli::sweep::SweepCase| -> Result<Replayer, kvtier_cli::sweep::CaseError> {
 //!     let mut cfg = ManagerConfig::new(case.capacity);
 //!     cfg.policy = case.policy;
 //!     cfg.store_threshold = case.threshold;
@@ -350,7 +350,7 @@ impl core::error::Error for RangeError {}
 /// chunks, without repeats (so fewer than `steps` when the range is narrow).
 ///
 /// ```
-/// use kvtier::sweep::{RangeError, geometric_capacities};
+/// use kvtier_cli::sweep::{RangeError, geometric_capacities};
 /// assert_eq!(geometric_capacities(256, 65_536, 5), Ok(vec![256, 1024, 4096, 16_384, 65_536]));
 /// assert_eq!(geometric_capacities(1, 3, 5), Ok(vec![1, 2, 3]));
 /// assert_eq!(geometric_capacities(4, 8, 1), Err(RangeError::OneStep));

@@ -80,7 +80,7 @@ impl core::error::Error for UnknownDtype {}
 /// these. See the module docs; [`dtype_bytes`] gives its size.
 ///
 /// ```
-/// use kvtier::layout::auto_kv_dtype;
+/// use kvtier_cli::layout::auto_kv_dtype;
 /// assert_eq!(auto_kv_dtype("gemma2", Some("float32")), Ok("bfloat16")); // downcast
 /// assert_eq!(auto_kv_dtype("llama", Some("float16")), Ok("float16"));
 /// assert_eq!(auto_kv_dtype("gemma2", Some("float16")), Ok("bfloat16")); // float16 refused

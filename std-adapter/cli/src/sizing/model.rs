@@ -142,9 +142,9 @@ impl std::error::Error for DtypeError {}
 /// Parses a KV-cache dtype name into bytes per element.
 ///
 /// ```
-/// assert_eq!(kvtier::sizing::parse_dtype("bf16"), Ok(2));
+/// assert_eq!(kvtier_cli::sizing::parse_dtype("bf16"), Ok(2));
 /// assert_eq!(
-///     kvtier::sizing::parse_dtype("fp7").unwrap_err().to_string(),
+///     kvtier_cli::sizing::parse_dtype("fp7").unwrap_err().to_string(),
 ///     "unknown dtype \"fp7\" (fp32, bf16, fp16, fp8)"
 /// );
 /// ```

@@ -22,7 +22,7 @@ struct Entry {
 /// [`CompactTrace::RECORD_BYTES`] per record plus [`CompactTrace::HASH_BYTES`] per hash.
 ///
 /// ```
-/// use kvtier::trace::CompactLimits;
+/// use kvtier_cli::trace::CompactLimits;
 /// let limits = CompactLimits::new(1_000, 10_000);
 /// assert_eq!(limits.bytes(), 1_000 * 24 + 10_000 * 8);
 /// ```
@@ -152,7 +152,7 @@ impl<E: core::error::Error + 'static> core::error::Error for CompactError<E> {
 /// threads can replay one shared `&CompactTrace`, each with its own cursor.
 ///
 /// ```
-/// use kvtier::trace::{CompactLimits, CompactTrace, Record, RecordSource, TraceReader};
+/// use kvtier_cli::trace::{CompactLimits, CompactTrace, Record, RecordSource, TraceReader};
 /// let text = "# format=kvtrace v1\nL 0 2 0000000000000001 0000000000000002\nS 0\nC 0\n";
 /// let mut reader = TraceReader::new(text.as_bytes())?;
 /// let trace = CompactTrace::read_from(&mut reader, CompactLimits::new(100, 100))?;
@@ -220,8 +220,8 @@ impl CompactTrace {
     /// Returns the records read: 0 at the end of the source.
     ///
     /// ```
-    /// use kvtier::trace::{CompactLimits, CompactTrace, RecordSource};
-    /// use kvtier::workload::{Generator, GeneratorConfig};
+    /// use kvtier_cli::trace::{CompactLimits, CompactTrace, RecordSource};
+    /// use kvtier_cli::workload::{Generator, GeneratorConfig};
     /// let mut generator = Generator::new(GeneratorConfig::new(3, 1_000))?;
     /// let mut chunk = CompactTrace::new(generator.header().clone(), CompactLimits::new(256, 4096));
     /// let mut records = 0;

@@ -75,7 +75,7 @@ pub const DEFAULT_BLOCK_TOKENS: u32 = 16;
 /// A kvtrace header: the known keys parsed, the others kept in order.
 ///
 /// ```
-/// use kvtier::trace::Header;
+/// use kvtier_cli::trace::Header;
 /// let h = Header::default();
 /// assert_eq!(h.block_tokens, 16);
 /// assert_eq!(h.capacity, None);

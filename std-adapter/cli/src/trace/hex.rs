@@ -32,7 +32,7 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// Parses one hash field: exactly 16 lowercase hex digits, the u64 written big-endian.
 ///
 /// ```
-/// use kvtier::trace::{HashProblem, parse_hash};
+/// use kvtier_cli::trace::{HashProblem, parse_hash};
 /// assert_eq!(parse_hash(b"00000000000000ff"), Ok(255));
 /// assert_eq!(parse_hash(b"00000000000000FF"), Err(HashProblem::Uppercase));
 /// assert_eq!(parse_hash(b"ff"), Err(HashProblem::WrongLength { len: 2 }));

@@ -20,7 +20,7 @@
 //! [`MAX_HEADER_VALUE_BYTES`].
 //!
 //! ```
-//! use kvtier::trace::{Header, Record, TraceReader, TraceWriter};
+//! use kvtier_cli::trace::{Header, Record, TraceReader, TraceWriter};
 //! let mut file = Vec::new();
 //! let mut writer = TraceWriter::new(&mut file, &Header::default())?;
 //! writer.write_record(&Record::Load { rid: 0, hashes: &[0xab, 0xcd] })?;

@@ -57,7 +57,7 @@ impl Failed {
 /// After an error, every later call returns that error again.
 ///
 /// ```
-/// use kvtier::trace::{Record, TraceReader};
+/// use kvtier_cli::trace::{Record, TraceReader};
 /// let text = "# format=kvtrace v1\n# capacity=8\nL 0 2 0000000000000001 00000000000000ff\nS 0\nC 0\n";
 /// let mut reader = TraceReader::new(text.as_bytes())?;
 /// assert_eq!(reader.header().capacity, Some(8));
@@ -65,7 +65,7 @@ impl Failed {
 /// assert_eq!(reader.next_record()?, Some(Record::Start { rid: 0 }));
 /// assert_eq!(reader.next_record()?, Some(Record::Complete { rid: 0 }));
 /// assert_eq!(reader.next_record()?, None);
-/// # Ok::<(), kvtier::trace::ReadError>(())
+/// # Ok::<(), kvtier_cli::trace::ReadError>(())
 /// ```
 #[derive(Debug)]
 pub struct TraceReader<R> {

@@ -26,7 +26,7 @@ impl RecordKind {
 /// One record, lending its block hashes from the reader's (or generator's) reused buffer.
 ///
 /// ```
-/// use kvtier::trace::{Record, RecordKind};
+/// use kvtier_cli::trace::{Record, RecordKind};
 /// let r = Record::Load { rid: 3, hashes: &[0xab, 0xcd] };
 /// assert_eq!(r.rid(), 3);
 /// assert_eq!(r.kind(), RecordKind::Load);

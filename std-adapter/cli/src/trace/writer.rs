@@ -78,7 +78,7 @@ impl From<std::io::Error> for WriteError {
 /// always valid). Each line is one `write_all`: wrap a file in a [`std::io::BufWriter`].
 ///
 /// ```
-/// use kvtier::trace::{Header, Record, TraceWriter};
+/// use kvtier_cli::trace::{Header, Record, TraceWriter};
 /// let mut out = Vec::new();
 /// let mut w = TraceWriter::new(&mut out, &Header::default())?;
 /// w.write_record(&Record::Load { rid: 1, hashes: &[0xabc] })?;
@@ -88,7 +88,7 @@ impl From<std::io::Error> for WriteError {
 ///     String::from_utf8(out).unwrap(),
 ///     "# format=kvtrace v1\n# block_tokens=16\nL 1 1 0000000000000abc\nS 1\n"
 /// );
-/// # Ok::<(), kvtier::trace::WriteError>(())
+/// # Ok::<(), kvtier_cli::trace::WriteError>(())
 /// ```
 #[derive(Debug)]
 pub struct TraceWriter<W: Write> {

@@ -5,13 +5,13 @@ use crate::trace::{Header, MAX_BLOCKS_PER_RECORD};
 /// An inclusive range of block counts, written `min:max` (as in the sample trace headers).
 ///
 /// ```
-/// use kvtier::workload::BlockRange;
+/// use kvtier_cli::workload::BlockRange;
 /// let r: BlockRange = "4:64".parse()?;
 /// assert_eq!(r, BlockRange::new(4, 64));
 /// assert_eq!(r.to_string(), "4:64");
 /// assert!("8:2".parse::<BlockRange>().is_ok()); // parsed; GeneratorConfig::validate rejects it
 /// assert!("4-64".parse::<BlockRange>().is_err());
-/// # Ok::<(), kvtier::workload::BlockRangeParseError>(())
+/// # Ok::<(), kvtier_cli::workload::BlockRangeParseError>(())
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct BlockRange {

@@ -50,15 +50,15 @@ enum Phase {
 /// RNG), so `kvtier replay` with no trace replays the same workload on every run.
 ///
 /// ```
-/// use kvtier::trace::Record;
-/// use kvtier::workload::{Generator, GeneratorConfig};
+/// use kvtier_cli::trace::Record;
+/// use kvtier_cli::workload::{Generator, GeneratorConfig};
 /// let mut g = Generator::new(GeneratorConfig::new(1, 3))?;
 /// let mut letters = String::new();
 /// while let Some(r) = g.next_record() {
 ///     letters.push(r.kind().letter());
 /// }
 /// assert_eq!(letters, "LLLSSSCCC"); // 3 requests fit in the 32 in-flight slots
-/// # Ok::<(), kvtier::workload::GeneratorError>(())
+/// # Ok::<(), kvtier_cli::workload::GeneratorError>(())
 /// ```
 #[derive(Debug)]
 pub struct Generator {

@@ -7,8 +7,8 @@
 //! writes its records as a kvtrace file.
 //!
 //! ```
-//! use kvtier::trace::{TraceReader, TraceWriter};
-//! use kvtier::workload::{Generator, GeneratorConfig};
+//! use kvtier_cli::trace::{TraceReader, TraceWriter};
+//! use kvtier_cli::workload::{Generator, GeneratorConfig};
 //! let mut config = GeneratorConfig::new(7, 100);
 //! config.inflight = 4;
 //! let mut generator = Generator::new(config)?;

@@ -17,7 +17,7 @@
 //! [`MAX_BLOCKS_PER_RECORD`] full blocks.
 //!
 //! ```
-//! use kvtier::trace::{MooncakeReader, MooncakeTiming, Record};
+//! use kvtier_cli::trace::{MooncakeReader, MooncakeTiming, Record};
 //! let jsonl = r#"{"timestamp": 0, "input_length": 1100, "output_length": 2, "hash_ids": [7, 8, 9]}
 //! {"timestamp": 1, "input_length": 100, "output_length": 1, "hash_ids": [5]}
 //! "#;
