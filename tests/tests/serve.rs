@@ -297,3 +297,88 @@ fn serve_holds_the_replayer_to_max_open_blocks() {
     assert!(err.contains("over the limit of 10"), "{err}");
     assert!(err.contains("--max-open-blocks"), "{err}");
 }
+
+/// The value of label `name` in the one `vllm:cache_config_info` line of `text`.
+fn cache_config_label(text: &str, name: &str) -> String {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("vllm:cache_config_info{"))
+        .unwrap_or_else(|| panic!("no vllm:cache_config_info in\n{text}"));
+    let key = format!("{name}=\"");
+    let at = line
+        .find(&key)
+        .unwrap_or_else(|| panic!("no {name} in {line}"))
+        + key.len();
+    line[at..].split('"').next().unwrap().to_owned()
+}
+
+#[test]
+fn serve_exposes_the_gpu_cache_config_that_capacity_prints() {
+    use kvtier_cli::cli::capacity::{CapacityArgs, report_json};
+    for (serve_extra, capacity_extra) in [
+        (
+            &["--model", "llama-3.1-8b", "--gpu-memory", "70GiB"][..],
+            &["--model", "llama-3.1-8b", "--memory", "70GiB"][..],
+        ),
+        (
+            &[
+                "--model",
+                "qwen3-8b",
+                "--gpu-blocks",
+                "5000",
+                "--max-model-len",
+                "32768",
+            ],
+            &[
+                "--model",
+                "qwen3-8b",
+                "--num-gpu-blocks-override",
+                "5000",
+                "--max-model-len",
+                "32768",
+            ],
+        ),
+    ] {
+        let mut serve = vec!["--requests", "4"];
+        serve.extend_from_slice(serve_extra);
+        let mut serving = start(&serve_args(&serve).options()).unwrap();
+        serving.wait_replay().unwrap();
+        let (_, _, text) = get(serving.local_addr(), "/metrics");
+        serving.stop();
+        let mut argv = vec!["--json"];
+        argv.extend_from_slice(capacity_extra);
+        let args = CapacityArgs::parse_from_args(argv).unwrap();
+        let json: serde_json::Value = serde_json::from_str(
+            &report_json(&kvtier_cli::sizing::report(&args.options).unwrap()).unwrap(),
+        )
+        .unwrap();
+        let tokens = json["kv_cache_size_tokens"].as_u64().unwrap();
+        assert!(tokens > 0, "{json}");
+        assert_eq!(
+            cache_config_label(&text, "kv_cache_size_tokens"),
+            tokens.to_string()
+        );
+        let concurrency: f64 = cache_config_label(&text, "kv_cache_max_concurrency")
+            .parse()
+            .unwrap();
+        assert_eq!(concurrency, json["max_concurrency"].as_f64().unwrap());
+        assert_eq!(
+            cache_config_label(&text, "num_gpu_blocks"),
+            json["num_blocks"].as_u64().unwrap().to_string()
+        );
+        assert_eq!(cache_config_label(&text, "block_size"), "16");
+    }
+    // Without a GPU budget there is no cache config; a budget without a model names the option.
+    let mut serving = start(&serve_args(&["--requests", "1"]).options()).unwrap();
+    serving.wait_replay().unwrap();
+    assert!(
+        !get(serving.local_addr(), "/metrics")
+            .2
+            .contains("vllm:cache_config_info")
+    );
+    serving.stop();
+    let e = start(&serve_args(&["--requests", "1", "--gpu-memory", "1GiB"]).options())
+        .map(|s| s.stop())
+        .unwrap_err();
+    assert!(e.to_string().contains("--model"), "{e}");
+}

@@ -19,6 +19,7 @@ use prometheus::Registry;
 use crate::replay::{ReplayCounts, Replayer};
 use crate::replay_run::{ReplayOptions, RunError};
 use crate::replay_stats::ReplayStats;
+use crate::sizing::{self, CapacityOptions, ReportError};
 use crate::trace::{Record, RecordSource};
 use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
 use kvtier::http::{MetricsServer, ServerConfig};
@@ -43,6 +44,11 @@ pub struct ServeOptions {
     pub rate: Option<f64>,
     /// Milliseconds between two exports of the collected stats.
     pub export_interval_ms: u64,
+    /// The GPU the engine is said to have, sized as `kvtier capacity` sizes it (a model and a
+    /// memory budget or a block count): `vllm:cache_config_info` then carries the GPU blocks,
+    /// `kv_cache_size_tokens` and `kv_cache_max_concurrency` that `kvtier capacity` prints for
+    /// the same options. `None`: no `vllm:cache_config_info`.
+    pub gpu: Option<CapacityOptions>,
 }
 
 /// Why [`start`] or [`Serving::wait_replay`] failed.
@@ -60,6 +66,10 @@ pub enum ServeError {
     /// The service layer failed: the exporter, the collector, binding the endpoint or
     /// spawning a thread.
     Service(kvtier::Error),
+    /// The GPU of [`ServeOptions::gpu`] could not be sized (the message names the option).
+    Gpu(ReportError),
+    /// [`ServeOptions::gpu`] gives no GPU figures: neither a memory budget nor a block count.
+    NoGpuFigures,
 }
 
 impl From<RunError> for ServeError {
@@ -94,6 +104,10 @@ impl fmt::Display for ServeError {
             ServeError::Panicked => f.write_str("the replay thread panicked"),
             ServeError::Run(e) => e.fmt(f),
             ServeError::Service(e) => e.fmt(f),
+            ServeError::Gpu(e) => e.fmt(f),
+            ServeError::NoGpuFigures => f.write_str(
+                "--gpu-memory or --gpu-blocks: one is needed to size vllm:cache_config_info",
+            ),
         }
     }
 }
@@ -101,9 +115,13 @@ impl fmt::Display for ServeError {
 impl std::error::Error for ServeError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ServeError::Rate(_) | ServeError::AlreadyWaited | ServeError::Panicked => None,
+            ServeError::Rate(_)
+            | ServeError::AlreadyWaited
+            | ServeError::Panicked
+            | ServeError::NoGpuFigures => None,
             ServeError::Run(e) => Some(e),
             ServeError::Service(e) => Some(e),
+            ServeError::Gpu(e) => Some(e),
         }
     }
 }
@@ -288,6 +306,13 @@ pub fn start(args: &ServeOptions) -> Result<Serving, ServeError> {
     let rate = args.rate.map(checked_rate).transpose()?;
     let registry = Registry::new();
     let exporter = OffloadExporter::register(&registry, ExporterConfig::new(&args.model_name, 1))?;
+    if let Some(gpu) = &args.gpu {
+        let report = sizing::report(gpu).map_err(ServeError::Gpu)?;
+        let info = report
+            .cache_config_info(gpu.block_size)
+            .ok_or(ServeError::NoGpuFigures)?;
+        exporter.set_cache_config(0, &info)?;
+    }
     let collector = StatsCollector::spawn::<kvtier_core::BlockKey>(
         exporter,
         Vec::new(),

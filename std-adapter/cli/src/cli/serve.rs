@@ -7,6 +7,7 @@ pub use crate::serve::{MIN_RATE, ServeOptions, ServeSummary, Serving};
 
 use super::replay::ReplayArgs;
 use crate::serve::start;
+use crate::sizing::{CapacityOptions, PoolLayoutArg, parse_size_floor};
 
 /// Options of `kvtier serve`: every `replay` option, plus where to listen and how fast to go.
 #[derive(Debug, Clone, clap::Args)]
@@ -23,6 +24,23 @@ pub struct ServeArgs {
     /// Milliseconds between two exports of the collected stats.
     #[arg(long, default_value_t = 200, value_name = "MS")]
     pub export_interval_ms: u64,
+    /// GPU memory for the KV cache per worker (as `kvtier capacity --memory`): with the
+    /// model (`--model`, `--layout` or `--hf-config`), `vllm:cache_config_info` is served with
+    /// the GPU blocks, `kv_cache_size_tokens` and `kv_cache_max_concurrency` that `kvtier
+    /// capacity` prints for them.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size_floor, allow_hyphen_values = true)]
+    pub gpu_memory: Option<u64>,
+    /// GPU blocks instead of dividing --gpu-memory (as `kvtier capacity
+    /// --num-gpu-blocks-override`), for `vllm:cache_config_info`.
+    #[arg(long, value_name = "N")]
+    pub gpu_blocks: Option<u64>,
+    /// Tokens per GPU block, for `vllm:cache_config_info` (as `kvtier capacity --block-size`).
+    #[arg(long, default_value_t = 16, value_name = "N")]
+    pub gpu_block_size: u32,
+    /// Longest request in tokens, for `vllm:cache_config_info` (as `kvtier capacity
+    /// --max-model-len`; default: the layout's).
+    #[arg(long, value_name = "N")]
+    pub max_model_len: Option<u64>,
 }
 
 impl ServeArgs {
@@ -35,7 +53,34 @@ impl ServeArgs {
             listen: self.listen.clone(),
             rate: self.rate,
             export_interval_ms: self.export_interval_ms,
+            gpu: self.gpu_options(),
         }
+    }
+}
+
+impl ServeArgs {
+    /// The GPU to size `vllm:cache_config_info` with, when `--gpu-memory` or `--gpu-blocks`
+    /// is given: the replay's model and these options, as `kvtier capacity` takes them.
+    fn gpu_options(&self) -> Option<CapacityOptions> {
+        if self.gpu_memory.is_none() && self.gpu_blocks.is_none() {
+            return None;
+        }
+        Some(CapacityOptions {
+            source: self.replay.options.transfer.source.clone(),
+            memory: self.gpu_memory,
+            num_gpu_blocks_override: self.gpu_blocks,
+            block_size: self.gpu_block_size,
+            max_model_len: self.max_model_len,
+            // `kvtier capacity`'s defaults for the rest.
+            max_num_batched_tokens: None,
+            max_concurrent_batches: None,
+            disable_hybrid_kv_cache_manager: false,
+            workers: 1,
+            pool_layout: PoolLayoutArg::LayerOutermost,
+            cpu_bytes: None,
+            blocks_per_chunk: 1,
+            world_size: 1,
+        })
     }
 }
 

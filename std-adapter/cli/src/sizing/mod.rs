@@ -15,6 +15,7 @@ pub use size::{SizeError, parse_size_floor};
 
 use std::fmt;
 
+use kvtier::export::CacheConfigInfo;
 use kvtier_core::capacity::{
     CpuTierConfig, GpuCapacityError, GroupedLayout, GroupingError, PoolLayout, Ratio, SizingError,
     Workload, WorkloadError, gpu_capacity, size_cpu_tier,
@@ -269,6 +270,24 @@ pub struct CapacityReport {
     pub groups: Vec<GroupReport>,
     /// The CPU tier, when --cpu-bytes is given.
     pub cpu: Option<CpuReport>,
+}
+
+impl CapacityReport {
+    /// The engine's `vllm:cache_config_info` attributes this report gives (`block_size`,
+    /// `num_gpu_blocks`, `kv_cache_size_tokens`, `kv_cache_max_concurrency`, the same numbers
+    /// the report prints), or `None` without GPU figures.
+    #[must_use]
+    pub fn cache_config_info(&self, block_size: u32) -> Option<CacheConfigInfo> {
+        let blocks = self.num_blocks?;
+        let tokens = self.kv_cache_size_tokens?;
+        let concurrency = Ratio::new(blocks, self.blocks_per_request)?;
+        let mut info = CacheConfigInfo::new();
+        info.set_capacity(tokens, concurrency);
+        // Both are attributes of the family: `set` cannot refuse them.
+        let _ = info.set("block_size", block_size.to_string());
+        let _ = info.set("num_gpu_blocks", blocks.to_string());
+        Some(info)
+    }
 }
 
 /// vLLM's `int(max_concurrency * max_model_len)` with f64 arithmetic, for comparison.
