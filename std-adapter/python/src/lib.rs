@@ -1,9 +1,12 @@
 //! The `kvtier` Python package's native module, `kvtier._native`: kvtier's offload manager
 //! behind vLLM 0.33.0's `OffloadingManager` calling conventions (see `python/kvtier/vllm.py`).
 
+mod collect;
 mod fastcall;
 mod keys;
 mod manager;
+mod positions;
+mod request;
 mod vocab;
 
 use pyo3::prelude::*;
@@ -13,7 +16,7 @@ use pyo3::prelude::*;
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<manager::Manager>()?;
-    m.add_class::<manager::RequestState>()?;
+    m.add_class::<request::RequestState>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
