@@ -21,7 +21,7 @@ prefix; then complete_load and prepare_store of the rest; then complete_store of
 store and on_request_finished. The trace is parsed, and each request's ReqContext built with
 its positions, before the clock starts: the timed loop holds the manager calls and the
 protocol's own bookkeeping.
-Importing vLLM's modules needs the test suite's import hook (tests/conftest.py), which this
+Importing vLLM's modules needs the test suite's import hook (tests/vllm_stubs.py), which this
 script installs.
 """
 
@@ -79,7 +79,9 @@ def rss_kb() -> int:
 
 def worker(args) -> None:
     sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-    import conftest  # noqa: F401  (the import hook for vLLM's modules)
+    import vllm_stubs  # the import hook for vLLM's modules
+
+    vllm_stubs.install()
     from vllm.v1.kv_offload.base import LookupResult, ReqContext
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
 

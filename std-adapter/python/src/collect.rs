@@ -10,13 +10,15 @@ use pyo3::{ffi, intern};
 
 use crate::keys::{Interner, VKey};
 use crate::positions::{Cursors, PositionMap, Step, position};
+use crate::request::Context;
 
 /// How a call treats keys the manager has never seen.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Unknown {
     /// Intern them (a store offer).
     Intern,
-    /// Pass a key the manager cannot hold (it answers as for any absent key).
+    /// Pass a key the manager cannot hold (it answers as for any absent key), as for any
+    /// hashable key that is not bytes.
     Absent,
 }
 
@@ -37,25 +39,31 @@ impl KeyArgs {
         &mut self,
         interner: &mut Interner<Py<PyBytes>>,
         keys: &Bound<'py, PyAny>,
-        ctx: Option<&Bound<'py, PyAny>>,
+        ctx: Option<Context<'_, 'py>>,
         unknown: Unknown,
     ) -> PyResult<bool> {
         let py = keys.py();
         self.scratch.clear();
         self.positions.clear();
-        let map = match ctx {
-            Some(c) => {
+        let source = match ctx {
+            Some(Context::Exact(c)) => {
                 let d = c.getattr(intern!(py, "_offload_key_positions"))?;
                 let d = d.cast_into::<PyDict>()?;
-                (!d.is_empty()).then(|| PositionMap::new(d, &self.cursors))
+                match d.is_empty() {
+                    true => Source::None,
+                    false => Source::Map(PositionMap::new(d, &self.cursors)),
+                }
             }
-            None => None,
+            Some(Context::Other(c)) => {
+                Source::Method(c.getattr(intern!(py, "get_offload_key_position"))?)
+            }
+            None => Source::None,
         };
         let mut c = Collector {
             keys: interner,
             scratch: &mut self.scratch,
             positions: &mut self.positions,
-            map,
+            source,
             missing: 0,
             unknown,
         };
@@ -88,11 +96,12 @@ impl KeyArgs {
                 c.one(obj?.as_borrowed())?;
             }
         }
-        let (map, missing) = (c.map, c.missing);
-        let Some(map) = map else {
-            return Ok(false);
-        };
-        self.cursors.store(&map);
+        let (source, missing) = (c.source, c.missing);
+        match source {
+            Source::None => return Ok(false),
+            Source::Map(map) => self.cursors.store(&map),
+            Source::Method(_) => {}
+        }
         match missing {
             _ if self.scratch.is_empty() => Ok(false),
             0 => Ok(true),
@@ -109,12 +118,22 @@ impl KeyArgs {
     }
 }
 
+/// Where a call's end-token positions come from.
+enum Source<'py> {
+    /// Nowhere: the call reads none, or the context's position map is empty.
+    None,
+    /// An exact `ReqContext`'s position map.
+    Map(PositionMap<'py>),
+    /// Another context's bound `get_offload_key_position`.
+    Method(Bound<'py, PyAny>),
+}
+
 /// What [`KeyArgs::collect`] fills, key by key.
 struct Collector<'a, 'py> {
     keys: &'a mut Interner<Py<PyBytes>>,
     scratch: &'a mut Vec<VKey>,
     positions: &'a mut Vec<u64>,
-    map: Option<PositionMap<'py>>,
+    source: Source<'py>,
     missing: usize,
     unknown: Unknown,
 }
@@ -131,13 +150,18 @@ impl<'py> Collector<'_, 'py> {
             self.one_slow(&obj.to_owned(), None)?;
             return Ok(true);
         };
-        if let Some(map) = &mut self.map {
-            match map.int_at_cursor(obj.as_ptr()) {
+        match &mut self.source {
+            Source::None => {}
+            Source::Map(map) => match map.int_at_cursor(obj.as_ptr()) {
                 Step::Int(p) => self.positions.push(p),
                 step => {
                     self.one_slow(&obj.to_owned(), Some((k, step)))?;
                     return Ok(true);
                 }
+            },
+            Source::Method(_) => {
+                self.one_slow(&obj.to_owned(), Some((k, Step::Elsewhere)))?;
+                return Ok(true);
             }
         }
         self.scratch.push(k);
@@ -152,24 +176,28 @@ impl<'py> Collector<'_, 'py> {
             Some(found) => found,
             None => {
                 let k = resolve_by_hash(self.keys, obj, self.unknown)?;
-                let step = match &mut self.map {
-                    Some(map) => map.int_at_cursor(obj.as_ptr()),
-                    None => Step::Elsewhere,
+                let step = match &mut self.source {
+                    Source::Map(map) => map.int_at_cursor(obj.as_ptr()),
+                    Source::None | Source::Method(_) => Step::Elsewhere,
                 };
                 (k, step)
             }
         };
         self.scratch.push(k);
-        if let Some(map) = &mut self.map {
-            if let Step::Int(p) = step {
+        let p = match (&mut self.source, step) {
+            (Source::None, _) => return Ok(()),
+            (Source::Map(_), Step::Int(p)) => {
                 self.positions.push(p);
                 return Ok(());
             }
-            match map.get(obj, step)? {
-                // vLLM reads the map with `dict.get` and takes None for no position.
-                Some(p) if !p.is_none() => self.positions.push(position(&p)?),
-                _ => self.missing += 1,
-            }
+            // vLLM reads the map with `dict.get`.
+            (Source::Map(map), step) => map.get(obj, step)?,
+            (Source::Method(get), _) => Some(get.call1((obj,))?),
+        };
+        match p {
+            // None is no position, as vLLM reads it.
+            Some(p) if !p.is_none() => self.positions.push(position(&p)?),
+            _ => self.missing += 1,
         }
         Ok(())
     }
@@ -206,7 +234,12 @@ fn resolve_by_hash(
     obj: &Bound<'_, PyAny>,
     unknown: Unknown,
 ) -> PyResult<VKey> {
-    let b = key_bytes(obj)?;
+    let b = match obj.cast::<PyBytes>() {
+        Ok(b) => b,
+        // Only a store offer needs the bytes.
+        Err(_) if unknown == Unknown::Absent => return find_as_dict_does(keys, obj),
+        Err(_) => return Err(not_bytes(obj)),
+    };
     let h = py_hash(b)?;
     let k = match unknown {
         Unknown::Intern => keys
@@ -221,6 +254,31 @@ fn resolve_by_hash(
     Ok(k)
 }
 
+/// The manager key a key object that is not bytes stands for, found as vLLM's dicts find it:
+/// by its hash (an unhashable key raises, as `hash()` does), then by `==` with the interned
+/// keys of that hash (a `memoryview` of a held key's bytes is that key). Any other key is
+/// one no chunk has. Python code may run (the key's `__hash__` and `__eq__`); the first error
+/// it raises is the call's.
+#[cold]
+#[inline(never)]
+fn find_as_dict_does(keys: &Interner<Py<PyBytes>>, obj: &Bound<'_, PyAny>) -> PyResult<VKey> {
+    let h = obj.hash()?.cast_unsigned() as u64;
+    let failed = std::cell::RefCell::new(None);
+    let found = keys.find(h, |held| {
+        if failed.borrow().is_some() {
+            return false;
+        }
+        PyAnyMethods::eq(held.bind(obj.py()).as_any(), obj).unwrap_or_else(|e| {
+            *failed.borrow_mut() = Some(e);
+            false
+        })
+    });
+    match failed.into_inner() {
+        Some(e) => Err(e),
+        None => Ok(found.unwrap_or_else(VKey::absent)),
+    }
+}
+
 /// Whether an interned key object holds the bytes of `probe` (the very object, or equal bytes).
 #[inline]
 fn is_key<'a>(probe: &'a Bound<'_, PyBytes>) -> impl Fn(&Py<PyBytes>) -> bool + 'a {
@@ -229,15 +287,15 @@ fn is_key<'a>(probe: &'a Bound<'_, PyBytes>) -> impl Fn(&Py<PyBytes>) -> bool + 
     }
 }
 
-fn key_bytes<'a, 'py>(obj: &'a Bound<'py, PyAny>) -> PyResult<&'a Bound<'py, PyBytes>> {
-    obj.cast::<PyBytes>().map_err(|_| {
-        PyTypeError::new_err(format!(
-            "offload keys are bytes (block hash + 4-byte group), got {}",
-            obj.get_type()
-                .name()
-                .map_or_else(|_| "?".to_owned(), |n| n.to_string())
-        ))
-    })
+/// The error for a store offer's key that is not bytes.
+#[cold]
+fn not_bytes(obj: &Bound<'_, PyAny>) -> PyErr {
+    PyTypeError::new_err(format!(
+        "offload keys offered for storing are bytes (block hash + 4-byte group), got {}",
+        obj.get_type()
+            .name()
+            .map_or_else(|_| "?".to_owned(), |n| n.to_string())
+    ))
 }
 
 /// Python's own (cached) hash of a bytes object.

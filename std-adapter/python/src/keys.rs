@@ -89,8 +89,8 @@ impl VKey {
         self.id == ABSENT_ID
     }
 
-    /// The interned id.
-    #[cfg(test)]
+    /// The interned id (dense: below the number of ids ever live at once).
+    #[must_use]
     pub(crate) fn id(&self) -> u32 {
         self.id
     }
@@ -193,14 +193,16 @@ impl core::fmt::Display for InternError {
 impl core::error::Error for InternError {}
 
 impl<V> Interner<V> {
-    /// The key whose value `is_key` accepts among those of hash `hash`, if interned.
+    /// The key whose value `is_key` accepts among those of hash `hash`, if interned
+    /// (`is_key` sees only values of that very hash).
     #[inline]
     #[must_use]
     pub(crate) fn find(&self, hash: u64, is_key: impl Fn(&V) -> bool) -> Option<VKey> {
         let slots = &self.slots;
         self.index
             .find(hash, |&i| {
-                slots[i as usize].value.as_ref().is_some_and(&is_key)
+                let slot = &slots[i as usize];
+                slot.hash == hash && slot.value.as_ref().is_some_and(&is_key)
             })
             .map(|&i| slots[i as usize].key)
     }
@@ -296,6 +298,13 @@ impl<V> Interner<V> {
     #[must_use]
     pub(crate) fn value(&self, key: &VKey) -> Option<&V> {
         self.slots.get(key.id as usize)?.value.as_ref()
+    }
+
+    /// Every live key with its value, in id order.
+    pub(crate) fn live(&self) -> impl Iterator<Item = (VKey, &V)> {
+        self.slots
+            .iter()
+            .filter_map(|s| s.value.as_ref().map(|v| (s.key, v)))
     }
 
     /// Live ids.

@@ -7,6 +7,7 @@ mod keys;
 mod manager;
 mod positions;
 mod request;
+mod reuse;
 mod vocab;
 
 use pyo3::prelude::*;

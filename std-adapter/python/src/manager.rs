@@ -23,6 +23,7 @@ use crate::collect::{KeyArgs, Unknown, resolve};
 use crate::fastcall;
 use crate::keys::{Interner, VKey};
 use crate::request::{Contexts, request_error};
+use crate::reuse::ReuseOrder;
 use crate::vocab::Vocab;
 
 /// The most request states live at once (contexts between their first call and
@@ -48,6 +49,8 @@ pub(crate) struct Manager {
     sizes_dropped: u64,
     plan: StorePlan<VKey>,
     args: KeyArgs,
+    /// The reuse tracker's order, with a reuse filter.
+    reuse: Option<ReuseOrder>,
 }
 
 fn assertion(e: impl std::fmt::Display) -> PyErr {
@@ -62,7 +65,7 @@ fn clamp_u32(v: i64) -> u32 {
 impl Manager {
     /// `types` = (LookupResult.MISS, LookupResult.HIT_PENDING, LookupResult.HIT,
     /// CPULoadStoreSpec, PrepareStoreOutput, OffloadingEvent, Medium.CPU,
-    /// RequestOffloadingContext).
+    /// RequestOffloadingContext, ReqContext).
     #[new]
     #[pyo3(signature = (num_chunks, cache_policy, store_threshold, max_tracker_size, enable_events, types))]
     fn new(
@@ -95,6 +98,7 @@ impl Manager {
         cfg.max_tracker_size = tracker;
         cfg.enable_events = enable_events;
         cfg.max_requests = MAX_REQUESTS;
+        let reuse = cfg.filter_enabled().then(ReuseOrder::default);
         let m = OffloadManager::new(cfg).map_err(|e| PyValueError::new_err(e.to_string()))?;
         let vocab = Vocab::new(types)?;
         Ok(Manager {
@@ -106,6 +110,7 @@ impl Manager {
             sizes_dropped: 0,
             plan: StorePlan::new(),
             args: KeyArgs::default(),
+            reuse,
         })
     }
 
@@ -133,12 +138,13 @@ impl Manager {
         req_context: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.contexts.release_orphans(&mut self.m);
+        let ctx = self.vocab.context(req_context);
         // The arguments are read before the request state is made, so that a bad argument
         // leaves no state behind.
-        let with_pos =
-            self.args
-                .collect(&mut self.keys, keys, Some(req_context), Unknown::Absent)?;
-        let req = self.contexts.request(&mut self.m, py, req_context, true)?;
+        let with_pos = self
+            .args
+            .collect(&mut self.keys, keys, Some(ctx), Unknown::Absent)?;
+        let req = self.contexts.request(&mut self.m, py, ctx, true)?;
         let pos = with_pos.then_some(self.args.positions.as_slice());
         let slots = match self.m.prepare_load(req, &self.args.scratch, pos) {
             Ok(s) => s,
@@ -182,22 +188,24 @@ impl Manager {
         req_context: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.contexts.release_orphans(&mut self.m);
+        let ctx = self.vocab.context(req_context);
         if self.keys.sweep_due() {
             let m = &self.m;
             self.keys
                 .sweep(|f| m.for_each_held_key(f), |v| v.as_ptr() as usize);
         }
-        let with_pos =
-            self.args
-                .collect(&mut self.keys, keys, Some(req_context), Unknown::Intern)?;
-        let req = self.contexts.request(&mut self.m, py, req_context, true)?;
+        let with_pos = self
+            .args
+            .collect(&mut self.keys, keys, Some(ctx), Unknown::Intern)?;
+        let req = self.contexts.request(&mut self.m, py, ctx, true)?;
         let pos = with_pos.then_some(self.args.positions.as_slice());
         match self
             .m
             .prepare_store(req, &self.args.scratch, pos, &mut self.plan)
         {
-            Ok(()) => {}
+            Ok(()) => self.record_offer(),
             Err(StoreError::NoRoom { need, .. }) => {
+                self.record_offer();
                 // vLLM samples the allocation size before finding there is no room: the
                 // candidates are the chunks to evict plus the free ones (which the failed
                 // call left as they were).
@@ -254,14 +262,16 @@ impl Manager {
         req_context: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.contexts.release_orphans(&mut self.m);
-        self.contexts.request(&mut self.m, py, req_context, false)?;
+        self.contexts
+            .request(&mut self.m, py, self.vocab.context(req_context), false)?;
         self.vocab.request_offloading_context(py)
     }
 
     /// vLLM's `on_request_finished`: commits the request's recency to the policy.
     fn on_request_finished(&mut self, req_context: &Bound<'_, PyAny>) -> PyResult<()> {
         self.contexts.release_orphans(&mut self.m);
-        self.contexts.finish(&mut self.m, req_context)
+        self.contexts
+            .finish(&mut self.m, self.vocab.context(req_context))
     }
 
     /// vLLM's `take_events`, as a list.
@@ -310,6 +320,26 @@ impl Manager {
         self.contexts.generation += 1;
     }
 
+    /// Store candidates the reuse filter skipped since the last `take_stats` (vLLM's
+    /// `stores_skipped_in_current_batch`; 0 without a filter).
+    fn stores_skipped(&self) -> u64 {
+        self.m.inspect().stores_skipped_undrained()
+    }
+
+    /// The reuse tracker's `(key, offer count)` pairs, least recently offered first (vLLM's
+    /// `counts`, in its order), or `None` without a reuse filter.
+    fn tracker_entries<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyList>>> {
+        let Some(reuse) = &self.reuse else {
+            return Ok(None);
+        };
+        let entries = reuse.entries(&self.m, &self.keys);
+        let list = PyList::empty(py);
+        for (key, count) in entries {
+            list.append((key.clone_ref(py), count))?;
+        }
+        Ok(Some(list))
+    }
+
     /// Distinct keys interned now (bounded by twice what the manager holds).
     fn interned_keys(&self) -> usize {
         self.keys.len()
@@ -354,6 +384,13 @@ impl Manager {
             LookupResult::Hit => &self.vocab.hit,
         };
         Ok(v.clone_ref(key.py()))
+    }
+
+    /// Stamps the offer in `args.scratch`, which the core's reuse tracker has just counted.
+    fn record_offer(&mut self) {
+        if let Some(reuse) = &mut self.reuse {
+            reuse.record(&self.m, &self.args.scratch);
+        }
     }
 }
 

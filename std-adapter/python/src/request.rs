@@ -53,6 +53,65 @@ impl Drop for RequestState {
     }
 }
 
+/// A call's request context, by the way the binding reads it.
+#[derive(Clone, Copy)]
+pub(crate) enum Context<'a, 'py> {
+    /// Of exactly vLLM's `ReqContext` class: its `_state` and `_offload_key_positions` dicts
+    /// are read directly (what its methods read).
+    Exact(&'a Bound<'py, PyAny>),
+    /// Of another class (a subclass, or a look-alike): its methods are called
+    /// (`get_state`, `set_state`, `get_offload_key_position` for each key).
+    Other(&'a Bound<'py, PyAny>),
+}
+
+/// Where a context keeps request states.
+enum Scratch<'a, 'py> {
+    /// An exact `ReqContext`'s `_state` dict, keyed by the state's type (what its
+    /// `get_state` and `set_state` use).
+    Dict(Bound<'py, PyDict>),
+    /// Another context, through its `get_state` and `set_state`.
+    Methods(&'a Bound<'py, PyAny>),
+}
+
+impl<'a, 'py> Scratch<'a, 'py> {
+    fn of(ctx: Context<'a, 'py>) -> PyResult<Self> {
+        Ok(match ctx {
+            Context::Exact(c) => Scratch::Dict(
+                c.getattr(intern!(c.py(), "_state"))?
+                    .cast_into::<PyDict>()?,
+            ),
+            Context::Other(c) => Scratch::Methods(c),
+        })
+    }
+
+    /// The [`RequestState`] kept there, if any (of any manager).
+    fn get(&self) -> PyResult<Option<Bound<'py, RequestState>>> {
+        let found = match self {
+            Scratch::Dict(d) => d.get_item(RequestState::type_object(d.py()))?,
+            Scratch::Methods(c) => {
+                let py = c.py();
+                let s =
+                    c.call_method1(intern!(py, "get_state"), (RequestState::type_object(py),))?;
+                (!s.is_none()).then_some(s)
+            }
+        };
+        match found {
+            Some(s) => Ok(Some(s.cast_into::<RequestState>()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Keeps `state` there, replacing any other.
+    fn set(&self, state: Bound<'py, RequestState>) -> PyResult<()> {
+        match self {
+            Scratch::Dict(d) => d.set_item(RequestState::type_object(d.py()), state),
+            Scratch::Methods(c) => c
+                .call_method1(intern!(c.py(), "set_state"), (state,))
+                .map(drop),
+        }
+    }
+}
+
 /// The request states of one manager: which contexts are its own, and the cache generation
 /// their states are checked against.
 #[derive(Debug)]
@@ -91,21 +150,12 @@ impl Contexts {
         }
     }
 
-    /// This manager's state on `ctx`, if any.
-    fn state_of<'py>(&self, ctx: &Bound<'py, PyAny>) -> PyResult<Option<Bound<'py, RequestState>>> {
-        self.state_in(&scratch_dict(ctx)?)
-    }
-
-    /// This manager's state in a context's scratch dict, if any.
+    /// This manager's state kept in `scratch`, if any.
     fn state_in<'py>(
         &self,
-        dict: &Bound<'py, PyDict>,
+        scratch: &Scratch<'_, 'py>,
     ) -> PyResult<Option<Bound<'py, RequestState>>> {
-        let Some(s) = dict.get_item(RequestState::type_object(dict.py()))? else {
-            return Ok(None);
-        };
-        let s = s.cast_into::<RequestState>()?;
-        Ok((s.get().owner == self.serial).then_some(s))
+        Ok(scratch.get()?.filter(|s| s.get().owner == self.serial))
     }
 
     /// The request handle of `ctx`, creating the request state when it has none from this
@@ -115,11 +165,11 @@ impl Contexts {
         &mut self,
         m: &mut OffloadManager<VKey>,
         py: Python<'_>,
-        ctx: &Bound<'_, PyAny>,
+        ctx: Context<'_, '_>,
         submit: bool,
     ) -> PyResult<RequestId> {
-        let dict = scratch_dict(ctx)?;
-        if let Some(state) = self.state_in(&dict)? {
+        let scratch = Scratch::of(ctx)?;
+        if let Some(state) = self.state_in(&scratch)? {
             let st = state.get();
             let generation = st.generation.load(Ordering::Acquire);
             if !st.finished.load(Ordering::Acquire) {
@@ -144,8 +194,7 @@ impl Contexts {
             finished: AtomicBool::new(false),
             orphans: Arc::clone(&self.orphans),
         };
-        let set =
-            Py::new(py, state).and_then(|st| dict.set_item(RequestState::type_object(py), st));
+        let set = Bound::new(py, state).and_then(|st| scratch.set(st));
         if let Err(e) = set {
             let _ = m.drop_request(id);
             return Err(e);
@@ -159,9 +208,9 @@ impl Contexts {
     pub(crate) fn finish(
         &self,
         m: &mut OffloadManager<VKey>,
-        ctx: &Bound<'_, PyAny>,
+        ctx: Context<'_, '_>,
     ) -> PyResult<()> {
-        let Some(state) = self.state_of(ctx)? else {
+        let Some(state) = self.state_in(&Scratch::of(ctx)?)? else {
             return Ok(());
         };
         let state = state.get();
@@ -177,11 +226,4 @@ impl Contexts {
 
 pub(crate) fn request_error(e: RequestError) -> PyErr {
     PyRuntimeError::new_err(e.to_string())
-}
-
-/// A `ReqContext`'s scratch dict (`_state`), where request states live.
-fn scratch_dict<'py>(ctx: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
-    Ok(ctx
-        .getattr(intern!(ctx.py(), "_state"))?
-        .cast_into::<PyDict>()?)
 }

@@ -15,6 +15,8 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 use pyo3::{ffi, intern};
 
+use crate::request::Context;
+
 /// Makes attribute-less instances of one class with `object.__new__(cls)`.
 #[derive(Debug)]
 pub(crate) struct Blank {
@@ -146,12 +148,15 @@ pub(crate) struct Vocab {
     request_offloading_context: Blank,
     /// The attributes `RequestOffloadingContext()` sets, with their (immutable) defaults.
     context_defaults: Vec<(Py<PyString>, Py<PyAny>)>,
+    /// vLLM's `ReqContext` class: a context of exactly this class is read through its fields
+    /// (what its methods read), any other through its methods.
+    req_context: Py<PyType>,
 }
 
 impl Vocab {
     /// From `types` = (LookupResult.MISS, LookupResult.HIT_PENDING, LookupResult.HIT,
     /// CPULoadStoreSpec, PrepareStoreOutput, OffloadingEvent, Medium.CPU,
-    /// RequestOffloadingContext).
+    /// RequestOffloadingContext, ReqContext).
     ///
     /// # Errors
     /// `TypeError` or `IndexError` when `types` is not that tuple.
@@ -180,7 +185,21 @@ impl Vocab {
             medium: item(6)?,
             request_offloading_context: Blank::new(ty(7)?)?,
             context_defaults,
+            req_context: ty(8)?.unbind(),
         })
+    }
+
+    /// `ctx` as the binding reads it: exact when of exactly vLLM's `ReqContext` class (not a
+    /// subclass), whose methods read its `_state` and `_offload_key_positions` dicts.
+    #[inline]
+    pub(crate) fn context<'a, 'py>(&self, ctx: &'a Bound<'py, PyAny>) -> Context<'a, 'py> {
+        // SAFETY: `ctx` is a live object, whose type pointer is only compared by address.
+        let ty = unsafe { ffi::Py_TYPE(ctx.as_ptr()) };
+        if std::ptr::eq(ty, self.req_context.as_ptr().cast()) {
+            Context::Exact(ctx)
+        } else {
+            Context::Other(ctx)
+        }
     }
 
     /// A `CPULoadStoreSpec` over `slots` (an int32 array, as vLLM builds it).

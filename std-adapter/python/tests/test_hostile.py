@@ -2,7 +2,8 @@
 Rust panic, never a crash) and changes nothing.
 
 Two kvtier managers built alike run the same random protocol, each with its own request
-contexts; between its calls one of them also receives bad calls: keys that are not bytes,
+contexts; between its calls one of them also receives bad calls: keys that are not bytes
+(unhashable, or offered for storing: a hashable one is a key no chunk has, as in vLLM),
 key lists that are not iterable or raise half-way, contexts of the wrong shape, positions
 that are not integers in 0..2^63, bytes subclasses whose ``__hash__`` raises, callbacks into
 the busy manager, and more. Every bad call must raise one of the exceptions a Python caller
@@ -20,7 +21,7 @@ import random
 
 import numpy as np
 import pytest
-from vllm.v1.kv_offload.base import ReqContext, make_offload_key
+from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
 
 from kvtier.vllm import KvtierOffloadingManager
 
@@ -64,6 +65,18 @@ class IndexReenters:
     def __index__(self):
         Reenters.poke()
         return 16
+
+
+def _absent_key(k) -> bool:
+    """Whether `k` is a hashable key that is not bytes (and so, for vLLM's dicts and kvtier,
+    a key no chunk has: the pool's keys are 12 to 36 bytes long)."""
+    if isinstance(k, bytes):
+        return False
+    try:
+        hash(k)
+    except TypeError:
+        return False
+    return True
 
 
 def _raising(keys):
@@ -165,6 +178,13 @@ def _hostile(rng: random.Random, m: KvtierOffloadingManager, ctx: ReqContext, ke
         args = (keys, ctx, rng.choice(["yes", 1.0, None, [True]]))
     desc = f"{method} with {shape} ({bad_key!r} at {at})" if shape == "bad key" else \
         f"{method} with {shape}"
+    if shape == "bad key" and _absent_key(bad_key) and method in ("lookup", "touch",
+                                                                  "complete_store"):
+        # As vLLM's dicts take it: a hashable key that is not bytes is one no chunk has,
+        # which these calls answer or pass over (alone, so that nothing else is touched).
+        answer = getattr(m, method)(*((bad_key, ctx) if method == "lookup" else ([bad_key], ctx)))
+        assert answer is (LookupResult.MISS if method == "lookup" else None), desc
+        return desc + " (accepted: a key no chunk has)"
     try:
         getattr(m, method)(*args)
     except ALLOWED + (Boom,):

@@ -16,6 +16,7 @@ not.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Collection, Iterable, Sequence
 
 from vllm.distributed.kv_transfer.kv_connector.v1.offloading.metrics import (
@@ -54,6 +55,7 @@ _VOCAB = (
     OffloadingEvent,
     Medium.CPU,
     RequestOffloadingContext,
+    ReqContext,
 )
 
 # The methods whose calls go straight to the native manager (no Python frame in between);
@@ -180,6 +182,22 @@ class KvtierOffloadingManager(OffloadingManager):
         if skipped is not None:
             stats.increase_counter(CPUOffloadingMetrics.STORES_SKIPPED, skipped)
         return stats
+
+    # vLLM's public state of the reuse filter.
+
+    @property
+    def counts(self) -> OrderedDict[OffloadKey, int] | None:
+        """vLLM's reuse tracker: the offer count of each tracked key, least recently offered
+        first; ``None`` without a reuse filter (``store_threshold`` below 2). Each read is a
+        new snapshot: changing it changes nothing in the manager."""
+        entries = self._native.tracker_entries()
+        return None if entries is None else OrderedDict(entries)
+
+    @property
+    def stores_skipped_in_current_batch(self) -> int:
+        """Store candidates the reuse filter skipped since the last ``get_stats()`` (0 without
+        a filter)."""
+        return self._native.stores_skipped()
 
     # Introspection for tests and operators.
 
