@@ -12,12 +12,20 @@ handles (``TypeError``, ``ValueError``, ``AssertionError``, ``AttributeError``,
 error of the caller's own object), and afterwards the two managers must keep answering alike,
 call for call: had a bad call changed the manager, their lookups, chunk ids, victims, events,
 stats or live requests would part.
+
+Also: a key whose ``__eq__`` calls back into the busy manager, threads meeting inside one
+manager (the call that finds it busy raises RuntimeError and changes nothing), and what a
+manager returned (an event iterator, a ``counts`` snapshot, its bound ``lookup``) outliving it.
+test_hostile_vllm.py compares hostile calls with vLLM's own manager.
 """
 
 from __future__ import annotations
 
+import gc
 import os
 import random
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -299,3 +307,122 @@ def test_numpy_integers_are_accepted_as_positions():
     m.on_new_request(ctx)
     out = m.prepare_store(keys, ctx)
     assert out.keys_to_store == keys
+
+
+class EqReenters(bytes):
+    """Equal to its bytes, but its ``__eq__`` (which a dict lookup of another object with the
+    same hash runs) calls back into the busy manager."""
+
+    __hash__ = bytes.__hash__
+
+    def __eq__(self, other):
+        Reenters.poke()
+        return bytes.__eq__(self, other)
+
+
+def test_a_key_whose_eq_calls_back_raises_and_changes_nothing():
+    ms = [KvtierOffloadingManager(num_chunks=4, enable_events=True) for _ in range(2)]
+    keys = [make_offload_key(bytes([i]) * 16, 0) for i in range(3)]
+    for m in ms:
+        ctx = _positions_ctx(keys)
+        out = m.prepare_store(keys[:2], ctx)
+        m.complete_store(out.keys_to_store, ctx)
+    # The position map holds the plain keys: looking up an equal object of another class runs
+    # its __eq__, which finds the manager busy.
+    Reenters.manager = ms[1]
+    bad = _positions_ctx(keys)
+    with pytest.raises(RuntimeError):
+        ms[1].prepare_store([keys[0], EqReenters(keys[1]), keys[2]], bad)
+    with pytest.raises(RuntimeError):
+        ms[1].prepare_load([EqReenters(keys[0])], bad)
+    for m in ms:
+        ctx = _positions_ctx(keys)
+        out = m.prepare_store(keys, ctx)
+        m.complete_store(out.keys_to_store, ctx)
+        m.on_request_finished(ctx)
+    probe = ReqContext(req_id="probe")
+    assert [ms[0].lookup(k, probe) for k in keys] == [ms[1].lookup(k, probe) for k in keys]
+    assert [e.keys for e in ms[0].take_events()] == [e.keys for e in ms[1].take_events()]
+    assert ms[0].get_stats().reduce() == ms[1].get_stats().reduce()
+    assert ms[0].live_requests() == ms[1].live_requests()
+
+
+class YieldingContext(ReqContext):
+    """A context whose state lookups let other threads run (``time.sleep(0)`` releases the GIL)
+    in the middle of the manager's call."""
+
+    def get_state(self, cls):
+        time.sleep(0)
+        return super().get_state(cls)
+
+
+def test_calls_from_several_threads_raise_when_busy_and_change_nothing():
+    # Four threads share one manager. A call that finds it busy (another thread's call is
+    # inside the context's get_state) raises RuntimeError and changes nothing, so each thread
+    # retries it; at the end every key is stored once, as if the calls had run one by one.
+    m = KvtierOffloadingManager(num_chunks=4 * 60, store_threshold=0)
+    busy = [0]
+    errors: list[BaseException] = []
+
+    def retry(call):
+        while True:
+            try:
+                return call()
+            except RuntimeError:
+                busy[0] += 1
+                time.sleep(0)
+
+    def work(t: int) -> None:
+        try:
+            for r in range(60):
+                ctx = YieldingContext(req_id=f"{t}-{r}")
+                k = make_offload_key(t.to_bytes(2, "big") + r.to_bytes(2, "big"), 0)
+                ctx.set_offload_key_position(k, 16)
+                retry(lambda: m.on_new_request(ctx))
+                out = retry(lambda: m.prepare_store([k], ctx))
+                assert out.keys_to_store == [k], out.keys_to_store
+                retry(lambda: m.complete_store([k], ctx))
+                assert retry(lambda: m.lookup(k, ctx)) is LookupResult.HIT
+                retry(lambda: m.on_request_finished(ctx))
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors
+    assert busy[0] > 0  # the threads did meet inside the manager
+    probe = ReqContext(req_id="probe")
+    keys = [make_offload_key(t.to_bytes(2, "big") + r.to_bytes(2, "big"), 0)
+            for t in range(4) for r in range(60)]
+    assert all(m.lookup(k, probe) is LookupResult.HIT for k in keys)
+    stats = m.get_stats().reduce()
+    assert stats["vllm:kv_offload_cpu_cache_usage_perc"] == 0.0  # all idle, none pinned
+    assert m._native.resident_chunks() == len(keys)
+    assert m.live_requests() == 0
+
+
+def test_what_a_manager_returned_outlives_it():
+    m = KvtierOffloadingManager(num_chunks=4, enable_events=True, store_threshold=2)
+    keys = [make_offload_key(bytes([i]) * 16, 0) for i in range(3)]
+    ctx = _positions_ctx(keys)
+    m.prepare_store(keys, ctx)
+    out = m.prepare_store(keys, ctx)
+    m.complete_store(out.keys_to_store, ctx)
+    events = m.take_events()  # an iterator
+    counts = m.counts
+    lookup = m.lookup  # a bound native method: it keeps the native manager
+    spec = m.prepare_load(keys[:1], ctx)
+    del m
+    gc.collect()
+    assert [e.keys for e in events] == [keys]
+    assert list(counts.values()) == [2, 2, 2]
+    assert spec.block_ids.tolist() == [0] and out.store_spec.block_ids.tolist() == [0, 1, 2]
+    assert lookup(keys[0], ReqContext(req_id="x")) is LookupResult.HIT
+    del lookup
+    gc.collect()
+    # The contexts still hold the dead manager's request state; freeing them is safe.
+    del ctx
+    gc.collect()
