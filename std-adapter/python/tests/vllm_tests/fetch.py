@@ -57,8 +57,12 @@ def download(to: Path) -> None:
         raise SystemExit(f"the index lists {NAME} with another SHA-256: {entry['hashes']}")
     to.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=to.parent, delete=False) as tmp:
-        with urllib.request.urlopen(entry["url"], timeout=180) as r:
-            shutil.copyfileobj(r, tmp)
+        try:
+            with urllib.request.urlopen(entry["url"], timeout=180) as r:
+                shutil.copyfileobj(r, tmp)
+        except BaseException:
+            os.unlink(tmp.name)
+            raise
     if sha256(Path(tmp.name)) != SHA256:
         os.unlink(tmp.name)
         raise SystemExit(f"{NAME}: the download's SHA-256 is not {SHA256}")
