@@ -33,8 +33,9 @@ pub(crate) struct KeyArgs {
 }
 
 impl KeyArgs {
-    /// Fills [`scratch`](Self::scratch) with the manager keys of `keys` and, if `ctx` is given and every key
-    /// has an end-token position there, [`positions`](Self::positions). Returns whether positions were found.
+    /// Fills [`scratch`](Self::scratch) with the manager keys of `keys` and, if `ctx` is
+    /// given and every key has an end-token position there, [`positions`](Self::positions).
+    /// Returns whether positions were found.
     pub(crate) fn collect<'py>(
         &mut self,
         interner: &mut Interner<Py<PyBytes>>,

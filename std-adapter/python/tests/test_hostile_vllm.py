@@ -106,7 +106,8 @@ class Pair:
 def test_hostile_calls_answer_as_vllms_manager(data, policy, threshold, capacity, raw):
     p = Pair(num_chunks=capacity, cache_policy=policy, enable_events=True,
              store_threshold=threshold, max_tracker_size=4)
-    pool = [make_offload_key(b, i % 2) for i, b in enumerate(raw)] + [bytes(5_000) + b"\x00\x00\x00\x01"]
+    pool = [make_offload_key(b, i % 2) for i, b in enumerate(raw)]
+    pool.append(make_offload_key(bytes(5_000), 1))
     live: list[tuple[tuple[ReqContext, ReqContext], list[bytes]]] = []
     pins: list[tuple[tuple[ReqContext, ReqContext], bytes]] = []
     draw = data.draw
