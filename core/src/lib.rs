@@ -17,6 +17,7 @@
 //! | [`allocator`] | [`allocator::SlotPool`] (the CPU tier's slot order) and [`allocator::FreeQueue`] (the GPU pool's free list) |
 //! | [`manager`] | [`manager::OffloadManager`]: lookup, load, store, eviction policies (LRU, ARC), the reuse filter, events |
 //! | [`block_pool`] | vLLM's GPU-style `BlockPool` with a null block and a prefix-hash map |
+//! | [`simple`] | [`simple::SimpleScheduler`]: vLLM's simple CPU offloader (scheduler side) on a `BlockPool`: lookups and pins, eager and lazy stores, the seven save outcomes, completions, reset, its stats |
 //! | [`stats`] | Self-describing stats payloads, the metric catalogue, integer histograms, the wire codec |
 //!
 //! Rules that hold everywhere: no panic on any input from outside (each operation returns its
@@ -38,6 +39,7 @@ pub mod key;
 pub mod manager;
 pub mod ratio;
 mod reserve;
+pub mod simple;
 pub mod stats;
 
 pub use key::{BlockKey, OffloadKey};

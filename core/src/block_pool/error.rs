@@ -205,3 +205,31 @@ impl fmt::Display for CacheError {
 }
 
 impl core::error::Error for CacheError {}
+
+/// Why [`BlockPool::insert_hash`](super::BlockPool::insert_hash) failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InsertHashError {
+    /// The block id was out of range.
+    OutOfRange(OutOfRange),
+    /// The null block never holds a hash.
+    NullBlock,
+    /// The block holds another hash.
+    AlreadyHashed {
+        /// The block.
+        block: u32,
+    },
+}
+
+impl fmt::Display for InsertHashError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            InsertHashError::OutOfRange(e) => write!(f, "cannot insert a hash: {e}"),
+            InsertHashError::NullBlock => f.write_str("the null block cannot hold a hash"),
+            InsertHashError::AlreadyHashed { block } => {
+                write!(f, "block {block} already holds another hash")
+            }
+        }
+    }
+}
+
+impl core::error::Error for InsertHashError {}

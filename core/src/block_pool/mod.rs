@@ -21,6 +21,8 @@
 
 mod error;
 mod index;
+#[cfg(test)]
+mod tests;
 mod types;
 
 use alloc::collections::VecDeque;
@@ -28,7 +30,9 @@ use alloc::collections::vec_deque::Drain;
 use alloc::vec::Vec;
 use core::hash::Hash;
 
-pub use error::{CacheError, FreeError, GetBlocksError, NewPoolError, OutOfRange, TouchError};
+pub use error::{
+    CacheError, FreeError, GetBlocksError, InsertHashError, NewPoolError, OutOfRange, TouchError,
+};
 pub use types::{BlockHash, BlockPoolConfig, PoolEvent, Usage};
 
 use crate::allocator::FreeQueue;
@@ -395,6 +399,37 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
             }
         }
         Ok(())
+    }
+
+    /// Gives `block` the hash `key` over `num_tokens` tokens without an event (vLLM's
+    /// `_insert_block_hash` for a block's primary hash, which the CPU offloader calls when a
+    /// copy into `block` completes). Returns false, changing nothing, when the block already
+    /// holds `key`.
+    ///
+    /// # Errors
+    /// [`InsertHashError`] for a block out of range, the null block, or a block holding another
+    /// hash (where vLLM would add a secondary hash, which this pool does not keep); nothing
+    /// changes then.
+    pub fn insert_hash(
+        &mut self,
+        block: u32,
+        key: K,
+        num_tokens: u64,
+    ) -> Result<bool, InsertHashError> {
+        if block >= self.config.num_blocks {
+            return Err(InsertHashError::OutOfRange(self.out_of_range(block)));
+        }
+        if block == Self::NULL_BLOCK {
+            return Err(InsertHashError::NullBlock);
+        }
+        match self.index.get(block) {
+            Some(h) if h.key == key => Ok(false),
+            Some(_) => Err(InsertHashError::AlreadyHashed { block }),
+            None => {
+                self.index.insert(block, BlockHash { key, num_tokens });
+                Ok(true)
+            }
+        }
     }
 
     /// Removes the hashes of the given blocks from the prefix cache, in the given order

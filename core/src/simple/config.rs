@@ -1,0 +1,392 @@
+//! The simple offloader's configuration, the CPU pool's size and lazy mode's `target_free`.
+
+use crate::stats::simple_offload::Backend;
+
+use super::error::ConfigError;
+
+/// How the CPU pool's size is chosen (vLLM's `_derive_cpu_config`).
+///
+/// The byte budget bounds every choice: `local_capacity = num_gpu_blocks · capacity_bytes /
+/// gpu_total_bytes` (floor), the blocks the budget holds at the GPU's bytes per block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PoolSize {
+    /// `max(1, local_capacity)`: the pool the byte budget holds.
+    FromBytes,
+    /// An explicit `num_cpu_blocks`; it must lie in `1..=local_capacity`.
+    Explicit(u32),
+    /// The count the workers agreed on (the minimum over ranks of what each rank's live
+    /// allocation holds; vLLM's `cache_config.simple_cpu_offload_num_blocks`), used as is.
+    Aligned(u32),
+}
+
+/// The CPU pool's sizing inputs, per rank.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PoolSizing {
+    /// Bytes this rank may use: the disk capacity in disk mode, otherwise the CPU budget per
+    /// rank (see [`per_rank_bytes`]).
+    pub capacity_bytes: u64,
+    /// Bytes of the GPU's KV cache on this rank (vLLM's `kv_cache_tensors[0].size`).
+    pub gpu_total_bytes: u64,
+    /// How the count is chosen.
+    pub size: PoolSize,
+}
+
+/// The server-wide CPU budget split over the ranks: `cpu_bytes_to_use / world_size` (floor),
+/// or the explicit `cpu_bytes_to_use_per_rank` when given (vLLM warns when they differ and
+/// uses the explicit value). `None` when `world_size == 0`.
+#[must_use]
+pub const fn per_rank_bytes(
+    cpu_bytes_to_use: u64,
+    world_size: u32,
+    explicit: Option<u64>,
+) -> Option<u64> {
+    if world_size == 0 {
+        return None;
+    }
+    match explicit {
+        Some(b) => Some(b),
+        None => Some(cpu_bytes_to_use / world_size as u64),
+    }
+}
+
+impl PoolSizing {
+    /// `floor(num_gpu_blocks · capacity_bytes / gpu_total_bytes)`, exact in 128 bits.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroGpuBytes`] when `gpu_total_bytes == 0`.
+    pub fn local_capacity(&self, num_gpu_blocks: u32) -> Result<u64, ConfigError> {
+        if self.gpu_total_bytes == 0 {
+            return Err(ConfigError::ZeroGpuBytes);
+        }
+        let q = u128::from(num_gpu_blocks) * u128::from(self.capacity_bytes)
+            / u128::from(self.gpu_total_bytes);
+        Ok(u64::try_from(q).unwrap_or(u64::MAX))
+    }
+
+    /// The number of CPU blocks (the null block included), as vLLM chooses it.
+    ///
+    /// # Errors
+    /// [`ConfigError::ZeroGpuBytes`]; [`ConfigError::ExplicitBlocks`] when an explicit count is
+    /// 0 or above the local capacity (vLLM's `ValueError`); [`ConfigError::PoolTooLarge`] when
+    /// the count does not fit in `u32`; [`ConfigError::ZeroCpuBlocks`] for an aligned count of 0.
+    pub fn num_cpu_blocks(&self, num_gpu_blocks: u32) -> Result<u32, ConfigError> {
+        let local = self.local_capacity(num_gpu_blocks)?;
+        let n = match self.size {
+            PoolSize::FromBytes => local.max(1),
+            PoolSize::Aligned(0) => return Err(ConfigError::ZeroCpuBlocks),
+            PoolSize::Aligned(n) => u64::from(n),
+            PoolSize::Explicit(n) => {
+                if n == 0 || u64::from(n) > local {
+                    return Err(ConfigError::ExplicitBlocks {
+                        num_cpu_blocks: n,
+                        local_capacity: local,
+                    });
+                }
+                u64::from(n)
+            }
+        };
+        u32::try_from(n).map_err(|_| ConfigError::PoolTooLarge { blocks: n })
+    }
+}
+
+/// One prefix-cacheable KV-cache group, for lazy mode's `target_free`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GroupSpec {
+    /// Full attention (or any other kind not listed): `cdiv(max_num_batched_tokens, block)`.
+    FullAttention {
+        /// The group's block size in tokens.
+        block_size: u32,
+        /// Whether DCP shards its blocks (the block then spans `block_size · dcp` tokens).
+        dcp_sharded: bool,
+    },
+    /// Sliding window: `cdiv(window, block) + 1`.
+    SlidingWindow {
+        /// The group's block size in tokens.
+        block_size: u32,
+        /// The window in tokens.
+        window: u32,
+        /// Whether DCP shards its blocks.
+        dcp_sharded: bool,
+    },
+    /// Mamba: 2.
+    Mamba,
+}
+
+/// Lazy mode's `target_free`: `2 · Σ_g c_g` over the prefix-cacheable groups, with block sizes
+/// resolved for DCP (vLLM's `_estimate_lazy_target_blocks`, watermark ratio 1). `None` when a
+/// block size (after DCP) is 0 or the sum overflows.
+#[must_use]
+pub fn lazy_target_blocks(
+    groups: &[GroupSpec],
+    max_num_batched_tokens: u32,
+    dcp_world_size: u32,
+) -> Option<u64> {
+    let resolve = |block: u32, sharded: bool| -> Option<u64> {
+        let b = u64::from(block).checked_mul(if sharded {
+            u64::from(dcp_world_size)
+        } else {
+            1
+        })?;
+        (b > 0).then_some(b)
+    };
+    let mut target = 0u64;
+    for g in groups {
+        let term = match *g {
+            GroupSpec::Mamba => 2,
+            GroupSpec::SlidingWindow {
+                block_size,
+                window,
+                dcp_sharded,
+            } => u64::from(window).div_ceil(resolve(block_size, dcp_sharded)?) + 1,
+            GroupSpec::FullAttention {
+                block_size,
+                dcp_sharded,
+            } => u64::from(max_num_batched_tokens).div_ceil(resolve(block_size, dcp_sharded)?),
+        };
+        target = target.checked_add(term)?;
+    }
+    target.checked_mul(2)
+}
+
+/// How to build a [`SimpleScheduler`](super::SimpleScheduler): `new(required…)`, then change
+/// the public optional fields; [`SimpleScheduler::new`](super::SimpleScheduler::new) validates
+/// everything once.
+///
+/// The scheduler models one full-attention KV-cache group whose block size is the scheduler's
+/// and the hash block size (vLLM's `UnitaryKVCacheCoordinator`), the layout of a dense model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SimpleConfig {
+    /// Tokens per block (scheduler, hash and group block size, DCP-resolved). Must be > 0.
+    pub block_size: u32,
+    /// Blocks in the GPU pool, the null block included (GPU block ids are below it).
+    pub num_gpu_blocks: u32,
+    /// The CPU pool's sizing.
+    pub sizing: PoolSizing,
+    /// Lazy offload (default false: eager).
+    pub lazy_offload: bool,
+    /// `max_num_batched_tokens` (default 2048), for lazy mode's `target_free`.
+    pub max_num_batched_tokens: u32,
+    /// Lazy mode's `target_free` when the model has more groups than the one modelled here
+    /// (see [`lazy_target_blocks`]); `None` (default): computed for the one full-attention group.
+    pub lazy_target_free: Option<u32>,
+    /// Workers that must report a store before it completes (vLLM's `world_size`, default 1).
+    pub world_size: u32,
+    /// `num_prefill_lookahead_tokens` (default 0): the last `max(0, n − 1)` computed tokens are
+    /// not yet cacheable.
+    pub num_prefill_lookahead_tokens: u32,
+    /// Where the pool lives (default CPU). Disk reports the STORAGE medium in events and
+    /// `backend="disk"` on the info gauge.
+    pub backend: Backend,
+    /// Disk mode with the OS page cache (reported only with [`Backend::Disk`]).
+    pub page_cache: bool,
+    /// Record events (vLLM's `enable_kv_cache_events`, default false).
+    pub enable_events: bool,
+    /// The most events held between two `take_events` calls (default 4096); more are dropped
+    /// and counted.
+    pub event_capacity: u32,
+    /// Requests tracked at once (pending hits, loads, store state; default 256).
+    pub max_requests: u32,
+    /// Blocks one request's table may hold (default: `num_gpu_blocks`).
+    pub max_blocks_per_request: u32,
+}
+
+impl SimpleConfig {
+    /// Eager mode on the CPU for `block_size`-token blocks, a GPU pool of `num_gpu_blocks` and
+    /// the given sizing.
+    #[must_use]
+    pub const fn new(block_size: u32, num_gpu_blocks: u32, sizing: PoolSizing) -> Self {
+        SimpleConfig {
+            block_size,
+            num_gpu_blocks,
+            sizing,
+            lazy_offload: false,
+            max_num_batched_tokens: 2048,
+            lazy_target_free: None,
+            world_size: 1,
+            num_prefill_lookahead_tokens: 0,
+            backend: Backend::Cpu,
+            page_cache: false,
+            enable_events: false,
+            event_capacity: 4096,
+            max_requests: 256,
+            max_blocks_per_request: num_gpu_blocks,
+        }
+    }
+
+    /// A config for a pool of exactly `num_cpu_blocks` blocks (the null block included), as
+    /// the workers' aligned count gives it.
+    #[must_use]
+    pub const fn with_cpu_blocks(
+        block_size: u32,
+        num_gpu_blocks: u32,
+        num_cpu_blocks: u32,
+    ) -> Self {
+        Self::new(
+            block_size,
+            num_gpu_blocks,
+            PoolSizing {
+                capacity_bytes: 0,
+                gpu_total_bytes: 1,
+                size: PoolSize::Aligned(num_cpu_blocks),
+            },
+        )
+    }
+
+    /// Validates the configuration, giving the facts the scheduler runs on.
+    ///
+    /// # Errors
+    /// The [`ConfigError`] of the first field that is out of range.
+    pub fn validate(&self) -> Result<Validated, ConfigError> {
+        if self.block_size == 0 {
+            return Err(ConfigError::ZeroBlockSize);
+        }
+        if self.num_gpu_blocks == 0 {
+            return Err(ConfigError::ZeroGpuBlocks);
+        }
+        if self.world_size == 0 {
+            return Err(ConfigError::ZeroWorldSize);
+        }
+        if self.max_requests == 0 || self.max_blocks_per_request == 0 {
+            return Err(ConfigError::ZeroBound);
+        }
+        let num_cpu_blocks = self.sizing.num_cpu_blocks(self.num_gpu_blocks)?;
+        let target_free = if !self.lazy_offload {
+            0
+        } else if let Some(t) = self.lazy_target_free {
+            t
+        } else {
+            let g = GroupSpec::FullAttention {
+                block_size: self.block_size,
+                dcp_sharded: false,
+            };
+            let t = lazy_target_blocks(&[g], self.max_num_batched_tokens, 1).unwrap_or(u64::MAX);
+            u32::try_from(t).unwrap_or(u32::MAX)
+        };
+        Ok(Validated {
+            num_cpu_blocks,
+            target_free,
+            reprefillable: self.num_prefill_lookahead_tokens.saturating_sub(1),
+        })
+    }
+}
+
+/// What [`SimpleConfig::validate`] derives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Validated {
+    /// The CPU pool's blocks, the null block included.
+    pub num_cpu_blocks: u32,
+    /// Lazy mode's `target_free` (0 in eager mode).
+    pub target_free: u32,
+    /// Computed tokens not yet cacheable: `max(0, num_prefill_lookahead_tokens − 1)`.
+    pub reprefillable: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GIB: u64 = 1 << 30;
+
+    fn sizing(capacity_bytes: u64, gpu_total_bytes: u64, size: PoolSize) -> PoolSizing {
+        PoolSizing {
+            capacity_bytes,
+            gpu_total_bytes,
+            size,
+        }
+    }
+
+    #[test]
+    fn pool_size_follows_vllm_derive_cpu_config() {
+        // 1000 GPU blocks in 10 GiB; a 4 GiB budget holds 400.
+        let s = sizing(4 * GIB, 10 * GIB, PoolSize::FromBytes);
+        assert_eq!(s.local_capacity(1000), Ok(400));
+        assert_eq!(s.num_cpu_blocks(1000), Ok(400));
+        // A budget below one block still gives one block.
+        assert_eq!(
+            sizing(1, 10 * GIB, PoolSize::FromBytes).num_cpu_blocks(1000),
+            Ok(1)
+        );
+        // Explicit within capacity, at capacity, above it, zero.
+        assert_eq!(
+            sizing(4 * GIB, 10 * GIB, PoolSize::Explicit(400)).num_cpu_blocks(1000),
+            Ok(400)
+        );
+        assert_eq!(
+            sizing(4 * GIB, 10 * GIB, PoolSize::Explicit(401)).num_cpu_blocks(1000),
+            Err(ConfigError::ExplicitBlocks {
+                num_cpu_blocks: 401,
+                local_capacity: 400
+            })
+        );
+        assert!(
+            sizing(4 * GIB, 10 * GIB, PoolSize::Explicit(0))
+                .num_cpu_blocks(1000)
+                .is_err()
+        );
+        // Aligned is used as is, even above the budget.
+        assert_eq!(
+            sizing(0, 10 * GIB, PoolSize::Aligned(77)).num_cpu_blocks(1000),
+            Ok(77)
+        );
+        assert_eq!(
+            sizing(1, 0, PoolSize::FromBytes).num_cpu_blocks(1),
+            Err(ConfigError::ZeroGpuBytes)
+        );
+        // 8 GiB over 4 ranks.
+        assert_eq!(per_rank_bytes(8 * GIB, 4, None), Some(2 * GIB));
+        assert_eq!(per_rank_bytes(8 * GIB, 4, Some(GIB)), Some(GIB));
+        assert_eq!(per_rank_bytes(8 * GIB, 0, None), None);
+    }
+
+    #[test]
+    fn lazy_target_follows_vllm_estimate() {
+        let fa = GroupSpec::FullAttention {
+            block_size: 16,
+            dcp_sharded: false,
+        };
+        // cdiv(2048, 16) = 128, doubled.
+        assert_eq!(lazy_target_blocks(&[fa], 2048, 1), Some(256));
+        let sw = GroupSpec::SlidingWindow {
+            block_size: 16,
+            window: 100,
+            dcp_sharded: true,
+        };
+        // FA 128 + SW cdiv(100, 32) + 1 = 5 + Mamba 2, doubled.
+        assert_eq!(
+            lazy_target_blocks(&[fa, sw, GroupSpec::Mamba], 2048, 2),
+            Some(270)
+        );
+        let zero = GroupSpec::FullAttention {
+            block_size: 0,
+            dcp_sharded: false,
+        };
+        assert_eq!(lazy_target_blocks(&[zero], 2048, 1), None);
+        let mut c = SimpleConfig::with_cpu_blocks(16, 100, 10);
+        c.lazy_offload = true;
+        assert_eq!(c.validate().map(|v| v.target_free), Ok(256));
+        c.lazy_target_free = Some(3);
+        assert_eq!(c.validate().map(|v| v.target_free), Ok(3));
+        c.lazy_offload = false;
+        assert_eq!(c.validate().map(|v| v.target_free), Ok(0));
+    }
+
+    #[test]
+    fn validate_rejects_zeroes() {
+        let ok = SimpleConfig::with_cpu_blocks(16, 100, 10);
+        assert_eq!(ok.validate().map(|v| v.num_cpu_blocks), Ok(10));
+        let mut c = ok;
+        c.block_size = 0;
+        assert_eq!(c.validate(), Err(ConfigError::ZeroBlockSize));
+        let mut c = ok;
+        c.world_size = 0;
+        assert_eq!(c.validate(), Err(ConfigError::ZeroWorldSize));
+        let mut c = ok;
+        c.num_prefill_lookahead_tokens = 3;
+        assert_eq!(c.validate().map(|v| v.reprefillable), Ok(2));
+        assert_eq!(
+            SimpleConfig::with_cpu_blocks(16, 100, 0).validate(),
+            Err(ConfigError::ZeroCpuBlocks)
+        );
+    }
+}

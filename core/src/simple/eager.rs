@@ -1,0 +1,279 @@
+//! Eager stores: boundary hand-offs classified one block at a time into the seven outcomes,
+//! the per-request cursor scan of confirmed blocks, and the finishing request's final flush.
+
+use super::gpu::{GpuBlocks, Progress, StepInput};
+use super::requests::NIL;
+use super::transfers::StoredMeta;
+use super::{InputError, SimpleScheduler, len32};
+use crate::BlockKey;
+use crate::stats::simple_offload::SaveOutcome;
+
+/// Why a GPU block is or is not stored (`_StoreAdmission`, in vLLM's check order).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Admission {
+    Ready,
+    NullBlock,
+    NotHashed,
+    InFlight,
+    AlreadyCached,
+}
+
+impl SimpleScheduler {
+    /// `_classify_store_candidate`.
+    pub(super) fn classify(&self, gpu: &impl GpuBlocks, block: u32) -> Admission {
+        if block == 0 {
+            return Admission::NullBlock;
+        }
+        let Some(h) = gpu.block_hash(block) else {
+            return Admission::NotHashed;
+        };
+        if self.is_in_flight(block) {
+            return Admission::InFlight;
+        }
+        if self.cpu.get_one_block(&h.key).is_some() {
+            return Admission::AlreadyCached;
+        }
+        Admission::Ready
+    }
+
+    /// Refuses an eager step input the tables cannot hold, before anything changes.
+    pub(super) fn check_eager_step(&mut self, step: &StepInput<'_>) -> Result<(), InputError> {
+        self.step = self.step.wrapping_add(1);
+        let bs = u64::from(self.config.block_size);
+        for sc in step.scheduled {
+            let Some(s) = self.reqs.find(sc.req) else {
+                continue;
+            };
+            let slot = &mut self.reqs.slots[s as usize];
+            if !slot.store.active || slot.store.finished {
+                continue;
+            }
+            if slot.stamp == self.step {
+                return Err(InputError::DuplicateRequest { req: sc.req });
+            }
+            slot.stamp = self.step;
+            let base = if sc.full_table || step.preempted.contains(&sc.req) {
+                0
+            } else {
+                slot.store.block_ids.len()
+            };
+            let add = sc.new_block_ids.map_or(0, <[u32]>::len);
+            if base + add > self.config.max_blocks_per_request as usize {
+                return Err(InputError::TooManyBlocks { req: sc.req });
+            }
+            if sc.num_scheduled_tokens > 0
+                && (sc.progress.block_hashes.len() as u64) < sc.progress.num_computed_tokens / bs
+            {
+                return Err(InputError::HashesTooShort { req: sc.req });
+            }
+        }
+        Ok(())
+    }
+
+    /// `_prepare_eager_store_specs`: appends this step's stores to the store lists.
+    pub(super) fn eager_stores(&mut self, gpu: &mut impl GpuBlocks, step: &StepInput<'_>) {
+        let event = self.store_counter;
+        let mut num_free = self.cpu.free_count();
+        for h in step.handoffs {
+            let slot = self.reqs.find(h.req);
+            let gone = match slot {
+                None => true,
+                Some(s) => {
+                    let st = &self.reqs.slots[s as usize].store;
+                    !st.active
+                        || st.finished
+                        || step.preempted.contains(&h.req)
+                        || step.finished.contains(&h.req)
+                }
+            };
+            let Some(s) = slot.filter(|_| !gone) else {
+                self.stats
+                    .record(SaveOutcome::DroppedRequestGone, h.gpu_blocks.len() as u64);
+                continue;
+            };
+            for &g in h.gpu_blocks {
+                let outcome = match self.classify(gpu, g) {
+                    Admission::NullBlock => SaveOutcome::DroppedNullBlock,
+                    Admission::NotHashed => SaveOutcome::DroppedNotHashed,
+                    Admission::InFlight => SaveOutcome::SkippedInFlight,
+                    Admission::AlreadyCached => SaveOutcome::SkippedAlreadyCached,
+                    Admission::Ready if num_free == 0 => SaveOutcome::DroppedCpuFull,
+                    Admission::Ready => SaveOutcome::Stored,
+                };
+                self.stats.record(outcome, 1);
+                if outcome != SaveOutcome::Stored {
+                    continue;
+                }
+                self.alloc_cpu(1);
+                let c = self.got[0];
+                self.push_store(g, c, None);
+                self.mark_request(s, c, event);
+                self.set_in_flight(g, true);
+                gpu.touch(&[g]);
+                num_free -= 1;
+            }
+        }
+        for &r in step.preempted {
+            if let Some(s) = self.reqs.find(r) {
+                let st = &mut self.reqs.slots[s as usize].store;
+                if st.active {
+                    st.block_ids.clear();
+                    st.cursor = 0;
+                }
+            }
+        }
+        for sc in step.scheduled {
+            let Some(s) = self.reqs.find(sc.req) else {
+                continue;
+            };
+            let st = &mut self.reqs.slots[s as usize].store;
+            if !st.active || st.finished {
+                continue;
+            }
+            if sc.full_table {
+                st.block_ids.clear();
+            }
+            if let Some(new) = sc.new_block_ids {
+                st.block_ids.extend_from_slice(new); // within capacity: checked
+            }
+            if sc.num_scheduled_tokens == 0 {
+                continue;
+            }
+            let ids = core::mem::take(&mut st.block_ids);
+            let cursor = st.cursor;
+            let advanced = self.select(gpu, &ids, cursor, &sc.progress);
+            let st = &mut self.reqs.slots[s as usize].store;
+            st.block_ids = ids;
+            st.cursor = st.cursor.saturating_add(advanced);
+            let n = len32(self.sel_gpu.len());
+            if n > 0 {
+                self.alloc_cpu(n);
+                for i in 0..n as usize {
+                    let (g, c) = (self.sel_gpu[i], self.got[i]);
+                    let meta = self.sel_meta.get(i).copied().flatten();
+                    self.push_store(g, c, meta);
+                    self.set_in_flight(g, true);
+                }
+                self.mark_request(s, self.got[0], event);
+                gpu.touch(&self.sel_gpu);
+            }
+        }
+    }
+
+    /// `_select_eager_blocks_to_store` for the one group: fills `sel_gpu` (and `sel_meta`
+    /// with events on) with the confirmed blocks from `cursor` on that are ready to store,
+    /// while CPU blocks are free; returns how far the cursor advances.
+    pub(super) fn select(
+        &mut self,
+        gpu: &impl GpuBlocks,
+        ids: &[u32],
+        cursor: u32,
+        p: &Progress<'_>,
+    ) -> u32 {
+        self.sel_gpu.clear();
+        self.sel_meta.clear();
+        let num_free = self.cpu.free_count() as usize;
+        if num_free == 0 {
+            return 0;
+        }
+        let bs = u64::from(self.config.block_size);
+        let confirmed = p
+            .num_computed_tokens
+            .saturating_sub(p.num_output_placeholders);
+        let cacheable = confirmed.saturating_sub(u64::from(self.v.reprefillable));
+        let ready = ids
+            .len()
+            .min(usize::try_from(cacheable / bs).unwrap_or(usize::MAX));
+        let mut advanced = 0u32;
+        let start = cursor as usize;
+        for (i, &id) in ids.iter().enumerate().take(ready).skip(start) {
+            let mut g = id;
+            if g == 0 {
+                let recovered = p
+                    .block_hashes
+                    .get(i)
+                    .and_then(|&h| gpu.cached_block(BlockKey::new(h, 0)))
+                    .filter(|&b| b < self.config.num_gpu_blocks);
+                let Some(b) = recovered else {
+                    advanced += 1;
+                    continue;
+                };
+                g = b;
+            }
+            if self.classify(gpu, g) != Admission::Ready {
+                advanced += 1;
+                continue;
+            }
+            if self.sel_gpu.len() >= num_free.min(self.sel_gpu.capacity()) {
+                break;
+            }
+            self.sel_gpu.push(g);
+            advanced += 1;
+            if self.config.enable_events {
+                let parent_hash = i
+                    .checked_sub(1)
+                    .and_then(|j| p.block_hashes.get(j).copied());
+                self.sel_meta.push(Some(StoredMeta {
+                    parent_hash,
+                    token_start: i as u64 * bs,
+                }));
+            }
+        }
+        advanced
+    }
+
+    /// `_queue_finished_eager_store`: the finishing request's confirmed blocks not yet
+    /// stored become a flush, issued with the next step's store event.
+    pub(super) fn queue_flush(
+        &mut self,
+        gpu: &mut impl GpuBlocks,
+        s: u32,
+        block_ids: &[u32],
+        p: &Progress<'_>,
+    ) {
+        let st = &self.reqs.slots[s as usize].store;
+        if !st.active {
+            return;
+        }
+        let cursor = st.cursor;
+        self.select(gpu, block_ids, cursor, p);
+        let n = len32(self.sel_gpu.len());
+        if n == 0 {
+            return;
+        }
+        self.alloc_cpu(n);
+        for i in 0..n as usize {
+            let c = self.got[i] as usize;
+            self.xfer.req[c] = (NIL, 0);
+            if let Some(m) = self.xfer.meta.get_mut(c) {
+                *m = self.sel_meta.get(i).copied().flatten();
+            }
+            self.set_in_flight(self.sel_gpu[i], true);
+        }
+        let chain = self.xfer.thread(&self.sel_gpu, &self.got);
+        self.xfer.flushes.push(chain);
+        self.xfer.pending_blocks += u64::from(n);
+        gpu.touch(&self.sel_gpu);
+    }
+
+    /// Appends one store to the step's lists, with no request mark yet.
+    fn push_store(&mut self, g: u32, c: u32, meta: Option<StoredMeta>) {
+        self.store_gpu.push(g);
+        self.store_cpu.push(c);
+        self.xfer.req[c as usize] = (NIL, 0);
+        if let Some(m) = self.xfer.meta.get_mut(c as usize) {
+            *m = meta;
+        }
+    }
+
+    /// Counts slot `s` once in store event `event`, marking CPU block `c` as its reference.
+    fn mark_request(&mut self, s: u32, c: u32, event: u64) {
+        let slot = &mut self.reqs.slots[s as usize];
+        if slot.store.last_event == Some(event) {
+            return;
+        }
+        slot.store.last_event = Some(event);
+        slot.store.events += 1;
+        self.xfer.req[c as usize] = (s, slot.generation);
+    }
+}
