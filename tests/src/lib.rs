@@ -12,6 +12,8 @@ pub mod manager_checks;
 pub mod manager_model;
 pub mod prometheus_server;
 pub mod scenarios;
+pub mod simple_model;
+pub mod simple_ops;
 pub mod stats_model;
 pub mod store;
 pub mod trace_order;

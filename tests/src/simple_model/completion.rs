@@ -1,0 +1,236 @@
+//! The model's worker-output, finish, reset and drain paths (`manager.py`'s
+//! `update_connector_output`, `request_finished*`, `reset`, `get_stats`).
+
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test model: block counts are small"
+)]
+
+use std::collections::BTreeMap;
+
+use kvtier_core::simple::{Finished, SimpleEvent};
+
+use super::{Gpu, LoadSt, ModelStats, SimpleModel, Transfer, get, pop};
+
+impl SimpleModel {
+    /// `update_connector_output`: loads in `recv` order, then `(event, count)` reports.
+    pub fn output(&mut self, gpu: &mut Gpu, recv: &[u64], stores: &[(u64, u32)]) {
+        for &r in recv {
+            let n = self.cleanup_load(gpu, r);
+            self.interval_load += n;
+        }
+        for &(e, c) in stores {
+            let total = self.counts.get(&e).copied().unwrap_or(0).saturating_add(c);
+            if total >= self.world {
+                self.counts.remove(&e);
+                self.process(gpu, e);
+            } else {
+                self.counts.insert(e, total);
+            }
+        }
+    }
+
+    fn process(&mut self, gpu: &mut Gpu, e: u64) {
+        let Some(t) = self.events_to_blocks.remove(&e) else {
+            if let Some(t) = self.abandoned.remove(&e) {
+                self.release(gpu, &t);
+            }
+            return;
+        };
+        if !self.lazy {
+            for g in &t.gpu {
+                self.in_flight.remove(g);
+            }
+        }
+        for (i, (&g, &c)) in t.gpu.iter().zip(&t.cpu).enumerate() {
+            let h = gpu
+                .block_hash(g)
+                .expect("stored GPU blocks keep their hash");
+            self.cpu.hash[c as usize] = Some(h.key);
+            self.cpu.map.entry(h.key).or_default().push(c);
+            if self.events_on {
+                let meta = t.meta.get(i).copied().flatten();
+                let medium = self.medium();
+                self.events.push(SimpleEvent::Stored {
+                    key: h.key,
+                    block_size: self.bs as u32,
+                    meta,
+                    medium,
+                });
+            }
+        }
+        self.cpu.free_blocks(&t.cpu);
+        gpu.free_blocks(&t.gpu).expect("the scheduler's own pins");
+        if !self.lazy {
+            for r in self.event_reqs.remove(&e).unwrap_or_default() {
+                let Some(st) = get(&mut self.reqs_to_store, r) else {
+                    continue;
+                };
+                st.events.remove(&e);
+                if st.finished && st.events.is_empty() {
+                    pop(&mut self.reqs_to_store, r);
+                }
+            }
+        }
+    }
+
+    fn release(&mut self, gpu: &mut Gpu, t: &Transfer) {
+        self.cpu.free_blocks(&t.cpu);
+        gpu.free_blocks(&t.gpu).expect("the scheduler's own pins");
+    }
+
+    fn cleanup_load(&mut self, gpu: &mut Gpu, r: u64) -> u64 {
+        let st: Option<LoadSt> =
+            pop(&mut self.reqs_to_load, r).or_else(|| pop(&mut self.abandoned_loads, r));
+        let Some(st) = st else {
+            return 0;
+        };
+        self.cpu.free_blocks(&st.cpu);
+        gpu.free_blocks(&st.gpu).expect("the scheduler's own pins");
+        if st.event.is_some() {
+            st.gpu.len() as u64
+        } else {
+            0
+        }
+    }
+
+    /// `request_finished`.
+    pub fn finished(&mut self, gpu: &mut Gpu, r: u64) {
+        if let Some(p) = self.pending_hits.iter().position(|(i, _, _)| *i == r) {
+            let (_, blocks, _) = self.pending_hits.remove(p);
+            self.cpu.free_blocks(&blocks);
+        }
+        if let Some(l) = get(&mut self.reqs_to_load, r)
+            && l.event.is_none()
+        {
+            self.cleanup_load(gpu, r);
+        }
+        if !self.lazy
+            && let Some(st) = get(&mut self.reqs_to_store, r)
+        {
+            if st.events.is_empty() {
+                pop(&mut self.reqs_to_store, r);
+            } else {
+                st.finished = true;
+            }
+        }
+    }
+
+    /// `request_finished_all_groups`.
+    pub fn finished_all(&mut self, gpu: &mut Gpu, f: &Finished<'_>) {
+        if let Some(st) = get(&mut self.reqs_to_store, f.req) {
+            let cursor = st.cursor;
+            let p = f.progress;
+            let (sel, meta, _) = self.select(
+                gpu,
+                f.block_ids,
+                cursor,
+                p.num_computed_tokens,
+                p.num_output_placeholders,
+                p.block_hashes,
+            );
+            if !sel.is_empty() {
+                let cpu = self.get_new(sel.len());
+                self.in_flight.extend(&sel);
+                gpu.touch(&sel).expect("in range");
+                let meta = if self.events_on {
+                    meta
+                } else {
+                    vec![None; sel.len()]
+                };
+                self.flushes.push(Transfer {
+                    gpu: sel,
+                    cpu,
+                    meta,
+                });
+            }
+        }
+        self.finished(gpu, f.req);
+    }
+
+    /// `reset`.
+    pub fn reset(&mut self, gpu: &mut Gpu) -> bool {
+        for (_, blocks, _) in std::mem::take(&mut self.pending_hits) {
+            self.cpu.free_blocks(&blocks);
+        }
+        let live = std::mem::take(&mut self.events_to_blocks);
+        self.abandoned.extend(live);
+        for t in std::mem::take(&mut self.flushes) {
+            self.release(gpu, &t);
+        }
+        self.in_flight.clear();
+        for (r, st) in std::mem::take(&mut self.reqs_to_load) {
+            if st.event.is_none() {
+                self.cpu.free_blocks(&st.cpu);
+                gpu.free_blocks(&st.gpu).expect("the scheduler's own pins");
+            } else if let Some(old) = get(&mut self.abandoned_loads, r) {
+                *old = st;
+            } else {
+                self.abandoned_loads.push((r, st));
+            }
+        }
+        self.reqs_to_store.clear();
+        self.event_reqs.clear();
+        let abandoned = &self.abandoned;
+        self.counts.retain(|e, _| abandoned.contains_key(e));
+        self.cursor = None;
+        for (c, s) in self.current.iter_mut().zip(self.snapshot) {
+            *c = c.saturating_sub(s);
+        }
+        self.snapshot = [0; 7];
+        if !self.abandoned.is_empty() || !self.abandoned_loads.is_empty() {
+            return false;
+        }
+        if self.num_cpu as usize - self.cpu.free.len() != 1 {
+            return false;
+        }
+        self.cpu.map = BTreeMap::new();
+        self.cpu.hash.iter_mut().for_each(|h| *h = None);
+        if self.events_on {
+            self.events.push(SimpleEvent::AllCleared);
+        }
+        true
+    }
+
+    /// `get_stats`.
+    pub fn drain(&mut self) -> ModelStats {
+        let outcomes = (0..7)
+            .map(|i| {
+                let d = self.current[i] - self.snapshot[i];
+                (d > 0).then_some(d)
+            })
+            .collect();
+        self.snapshot = self.current;
+        let load_blocks = (self.interval_load > 0).then_some(self.interval_load);
+        self.interval_load = 0;
+        let pending = self
+            .events_to_blocks
+            .values()
+            .chain(&self.flushes)
+            .chain(self.abandoned.values())
+            .map(|t| t.cpu.len() as i64)
+            .sum();
+        ModelStats {
+            outcomes,
+            load_blocks,
+            used: i64::from(self.num_cpu) - self.cpu.free.len() as i64,
+            pending,
+        }
+    }
+
+    /// Hand-offs classified since construction or the last reset (`published`).
+    pub fn published(&self) -> u64 {
+        self.current.iter().sum()
+    }
+
+    /// Blocks free on the CPU and not pinned: the invariant "no block both free and pinned"
+    /// reads this as an empty list.
+    pub fn free_and_pinned(&self) -> Vec<u32> {
+        self.cpu
+            .free
+            .iter()
+            .copied()
+            .filter(|&b| self.cpu.refs[b as usize] > 0)
+            .collect()
+    }
+}

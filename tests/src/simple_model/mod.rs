@@ -1,0 +1,580 @@
+//! A reference model of vLLM 0.33.0's `SimpleCPUOffloadScheduler` for one full-attention
+//! group, written as a direct restatement of `manager.py`: insertion-ordered `Vec`s for its
+//! dicts, `BTreeMap`/`BTreeSet` where order does not matter, and a naive CPU `BlockPool`
+//! (a `VecDeque` free list, a map from key to the blocks holding it in insertion order).
+//!
+//! It drives the same kind of GPU pool as the module (a kvtier `BlockPool`), so a harness can
+//! run both on twin GPU pools and compare every answer, plan, stats payload and event.
+
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test model: block counts, ids and token counts are small"
+)]
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use kvtier_core::BlockKey;
+use kvtier_core::block_pool::BlockPool;
+use kvtier_core::simple::{LookupRequest, Medium, Scheduled, SimpleEvent, StepInput, StoredMeta};
+
+mod completion;
+use kvtier_core::stats::simple_offload::SaveOutcome;
+
+/// The GPU pool both sides drive.
+pub type Gpu = BlockPool<BlockKey>;
+
+/// The naive CPU pool: vLLM's `BlockPool` with caching on.
+#[derive(Clone, Debug)]
+pub struct NaivePool {
+    /// Free queue, front first.
+    pub free: VecDeque<u32>,
+    /// Reference counts.
+    pub refs: Vec<u32>,
+    /// Each block's hash.
+    pub hash: Vec<Option<BlockKey>>,
+    /// Key → blocks holding it, first inserted first.
+    pub map: BTreeMap<BlockKey, Vec<u32>>,
+}
+
+impl NaivePool {
+    fn new(n: u32) -> Self {
+        NaivePool {
+            free: (1..n).collect(),
+            refs: vec![0; n as usize],
+            hash: vec![None; n as usize],
+            map: BTreeMap::new(),
+        }
+    }
+    /// `get_one_block`.
+    pub fn get_one(&self, k: &BlockKey) -> Option<u32> {
+        self.map.get(k).and_then(|v| v.first().copied())
+    }
+    fn get_new(&mut self, n: usize, removed: &mut Vec<BlockKey>) -> Vec<u32> {
+        let got: Vec<u32> = self.free.drain(..n).collect();
+        for &b in &got {
+            if let Some(k) = self.hash[b as usize].take() {
+                let v = self.map.get_mut(&k).expect("hashed blocks are mapped");
+                v.retain(|&x| x != b);
+                if v.is_empty() {
+                    self.map.remove(&k);
+                }
+                removed.push(k);
+            }
+            self.refs[b as usize] += 1;
+        }
+        got
+    }
+    pub(crate) fn touch(&mut self, blocks: &[u32]) {
+        for &b in blocks.iter().filter(|&&b| b != 0) {
+            if self.refs[b as usize] == 0 {
+                self.free.retain(|&x| x != b);
+            }
+            self.refs[b as usize] += 1;
+        }
+    }
+    pub(crate) fn free_blocks(&mut self, blocks: &[u32]) {
+        let (mut front, mut back) = (Vec::new(), Vec::new());
+        for &b in blocks.iter().filter(|&&b| b != 0) {
+            self.refs[b as usize] -= 1;
+            if self.refs[b as usize] == 0 {
+                if self.hash[b as usize].is_some() {
+                    back.push(b);
+                } else {
+                    front.push(b);
+                }
+            }
+        }
+        for &b in front.iter().rev() {
+            self.free.push_front(b);
+        }
+        self.free.extend(back);
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Transfer {
+    pub(crate) gpu: Vec<u32>,
+    pub(crate) cpu: Vec<u32>,
+    pub(crate) meta: Vec<Option<StoredMeta>>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct LoadSt {
+    pub(crate) event: Option<u64>,
+    pub(crate) gpu: Vec<u32>,
+    pub(crate) cpu: Vec<u32>,
+}
+
+#[derive(Clone, Debug)]
+pub(crate) struct StoreSt {
+    pub(crate) block_ids: Vec<u32>,
+    pub(crate) cursor: usize,
+    pub(crate) events: BTreeSet<u64>,
+    pub(crate) finished: bool,
+}
+
+/// What a drain reports, read the same way off the module's payload.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelStats {
+    /// Outcome deltas in `SaveOutcome::ALL` order (`None` when not emitted).
+    pub outcomes: Vec<Option<u64>>,
+    /// `load_blocks_total` (`None` when not emitted).
+    pub load_blocks: Option<u64>,
+    /// `used_blocks`.
+    pub used: i64,
+    /// `pending_store_blocks`.
+    pub pending: i64,
+}
+
+/// A plan as owned lists.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelPlan {
+    /// Store event.
+    pub store_event: Option<u64>,
+    /// Store GPU list.
+    pub store_gpu: Vec<u32>,
+    /// Store CPU list.
+    pub store_cpu: Vec<u32>,
+    /// Load event.
+    pub load_event: Option<u64>,
+    /// Load GPU list.
+    pub load_gpu: Vec<u32>,
+    /// Load CPU list.
+    pub load_cpu: Vec<u32>,
+}
+
+/// The model.
+#[derive(Clone, Debug)]
+pub struct SimpleModel {
+    pub(crate) bs: u64,
+    pub(crate) num_cpu: u32,
+    pub(crate) lazy: bool,
+    pub(crate) target_free: usize,
+    pub(crate) world: u32,
+    pub(crate) events_on: bool,
+    /// The CPU pool.
+    pub cpu: NaivePool,
+    pub(crate) pending_hits: Vec<(u64, Vec<u32>, u64)>,
+    pub(crate) reqs_to_load: Vec<(u64, LoadSt)>,
+    pub(crate) abandoned_loads: Vec<(u64, LoadSt)>,
+    pub(crate) reqs_to_store: Vec<(u64, StoreSt)>,
+    pub(crate) events_to_blocks: BTreeMap<u64, Transfer>,
+    pub(crate) abandoned: BTreeMap<u64, Transfer>,
+    pub(crate) event_reqs: BTreeMap<u64, Vec<u64>>,
+    pub(crate) in_flight: BTreeSet<u32>,
+    pub(crate) flushes: Vec<Transfer>,
+    pub(crate) counts: BTreeMap<u64, u32>,
+    pub(crate) cursor: Option<u32>,
+    pub(crate) load_counter: u64,
+    pub(crate) store_counter: u64,
+    pub(crate) current: [u64; 7],
+    pub(crate) snapshot: [u64; 7],
+    pub(crate) interval_load: u64,
+    /// Events recorded (drained by the harness).
+    pub events: Vec<SimpleEvent>,
+}
+
+pub(crate) fn idx(o: SaveOutcome) -> usize {
+    SaveOutcome::ALL.iter().position(|&x| x == o).unwrap_or(0)
+}
+
+pub(crate) fn get<T>(v: &mut [(u64, T)], id: u64) -> Option<&mut T> {
+    v.iter_mut().find(|(i, _)| *i == id).map(|(_, t)| t)
+}
+
+pub(crate) fn pop<T>(v: &mut Vec<(u64, T)>, id: u64) -> Option<T> {
+    let p = v.iter().position(|(i, _)| *i == id)?;
+    Some(v.remove(p).1)
+}
+
+impl SimpleModel {
+    /// A model for the given facts (see `SimpleConfig`).
+    pub fn new(
+        bs: u32,
+        num_cpu: u32,
+        lazy: bool,
+        target_free: u32,
+        world: u32,
+        events_on: bool,
+    ) -> Self {
+        SimpleModel {
+            bs: u64::from(bs),
+            num_cpu,
+            lazy,
+            target_free: target_free as usize,
+            world,
+            events_on,
+            cpu: NaivePool::new(num_cpu),
+            pending_hits: Vec::new(),
+            reqs_to_load: Vec::new(),
+            abandoned_loads: Vec::new(),
+            reqs_to_store: Vec::new(),
+            events_to_blocks: BTreeMap::new(),
+            abandoned: BTreeMap::new(),
+            event_reqs: BTreeMap::new(),
+            in_flight: BTreeSet::new(),
+            flushes: Vec::new(),
+            counts: BTreeMap::new(),
+            cursor: None,
+            load_counter: 0,
+            store_counter: 0,
+            current: [0; 7],
+            snapshot: [0; 7],
+            interval_load: 0,
+            events: Vec::new(),
+        }
+    }
+
+    pub(crate) fn medium(&self) -> Medium {
+        Medium::Cpu
+    }
+
+    pub(crate) fn get_new(&mut self, n: usize) -> Vec<u32> {
+        let mut removed = Vec::new();
+        let got = self.cpu.get_new(n, &mut removed);
+        if self.events_on {
+            for key in removed {
+                self.events.push(SimpleEvent::Removed {
+                    key,
+                    medium: self.medium(),
+                });
+            }
+        }
+        got
+    }
+
+    /// `get_num_new_matched_tokens(request, num_computed_tokens)`.
+    pub fn lookup(&mut self, r: &LookupRequest<'_>, computed: u64) -> (u64, bool) {
+        let (req, hashes, num_tokens) = (r.req, r.block_hashes, r.num_tokens);
+        if let Some(p) = self.pending_hits.iter().position(|(i, _, _)| *i == req) {
+            let (_, blocks, _) = self.pending_hits.remove(p);
+            self.cpu.free_blocks(&blocks);
+        }
+        if r.skip_reading_prefix_cache {
+            return (0, false);
+        }
+        if !computed.is_multiple_of(self.bs) {
+            return (0, false);
+        }
+        let skipped = (computed / self.bs) as usize;
+        let remaining = hashes.get(skipped..).unwrap_or_default();
+        if remaining.is_empty() {
+            return (0, false);
+        }
+        let max_hit = num_tokens as i64 - 1 - computed as i64;
+        if max_hit <= 0 {
+            return (0, false);
+        }
+        let mut hit = Vec::new();
+        for &h in remaining.iter().take((max_hit as u64 / self.bs) as usize) {
+            match self.cpu.get_one(&BlockKey::new(h, 0)) {
+                Some(b) => hit.push(b),
+                None => break,
+            }
+        }
+        if hit.is_empty() {
+            return (0, false);
+        }
+        self.cpu.touch(&hit);
+        let n = hit.len() as u64;
+        self.pending_hits.push((req, hit, computed));
+        (n * self.bs, true)
+    }
+
+    /// `update_state_after_alloc(request, blocks, num_external_tokens)`.
+    pub fn after_alloc(&mut self, gpu: &mut Gpu, req: u64, block_ids: &[u32], ext: u64) {
+        if !self.lazy && get(&mut self.reqs_to_store, req).is_none() {
+            self.reqs_to_store.push((
+                req,
+                StoreSt {
+                    block_ids: Vec::new(),
+                    cursor: 0,
+                    events: BTreeSet::new(),
+                    finished: false,
+                },
+            ));
+        }
+        let pending = self
+            .pending_hits
+            .iter()
+            .position(|(i, _, _)| *i == req)
+            .map(|p| self.pending_hits.remove(p));
+        let Some((_, hit, computed)) = pending else {
+            return;
+        };
+        if ext == 0 {
+            self.cpu.free_blocks(&hit);
+            return;
+        }
+        let take = (ext.div_ceil(self.bs) as usize).min(hit.len());
+        let start = (computed / self.bs) as usize;
+        let gpu_ids: Vec<u32> = (0..take).map(|i| block_ids[start + i]).collect();
+        let cpu_ids = hit[..take].to_vec();
+        self.cpu.touch(&cpu_ids);
+        self.cpu.free_blocks(&hit);
+        gpu.touch(&gpu_ids).expect("in range");
+        self.reqs_to_load.push((
+            req,
+            LoadSt {
+                event: None,
+                gpu: gpu_ids,
+                cpu: cpu_ids,
+            },
+        ));
+    }
+
+    fn classify(&self, gpu: &Gpu, g: u32) -> Option<SaveOutcome> {
+        if g == 0 {
+            return Some(SaveOutcome::DroppedNullBlock);
+        }
+        let Some(h) = gpu.block_hash(g) else {
+            return Some(SaveOutcome::DroppedNotHashed);
+        };
+        if self.in_flight.contains(&g) {
+            return Some(SaveOutcome::SkippedInFlight);
+        }
+        if self.cpu.get_one(&h.key).is_some() {
+            return Some(SaveOutcome::SkippedAlreadyCached);
+        }
+        None
+    }
+
+    pub(crate) fn select(
+        &self,
+        gpu: &Gpu,
+        ids: &[u32],
+        cursor: usize,
+        computed: u64,
+        placeholders: u64,
+        hashes: &[u64],
+    ) -> (Vec<u32>, Vec<Option<StoredMeta>>, usize) {
+        let (mut sel, mut meta, mut adv) = (Vec::new(), Vec::new(), 0);
+        let num_free = self.cpu.free.len();
+        if num_free == 0 {
+            return (sel, meta, 0);
+        }
+        let confirmed = computed.saturating_sub(placeholders);
+        let ready = ids.len().min((confirmed / self.bs) as usize);
+        for i in cursor..ready {
+            let mut g = ids[i];
+            if g == 0 {
+                match hashes
+                    .get(i)
+                    .and_then(|&h| gpu.get_one_block(&BlockKey::new(h, 0)))
+                {
+                    Some(b) => g = b,
+                    None => {
+                        adv += 1;
+                        continue;
+                    }
+                }
+            }
+            if self.classify(gpu, g).is_some() {
+                adv += 1;
+                continue;
+            }
+            if sel.len() >= num_free {
+                break;
+            }
+            sel.push(g);
+            adv += 1;
+            if self.events_on {
+                let parent_hash = if i == 0 { None } else { Some(hashes[i - 1]) };
+                meta.push(Some(StoredMeta {
+                    parent_hash,
+                    token_start: i as u64 * self.bs,
+                }));
+            }
+        }
+        (sel, meta, adv)
+    }
+
+    /// `build_connector_meta(scheduler_output)`.
+    pub fn build(&mut self, gpu: &mut Gpu, step: &StepInput<'_>) -> ModelPlan {
+        let mut t = Transfer::default();
+        let mut req_ids: Vec<u64> = Vec::new();
+        if self.lazy {
+            self.lazy_walk(gpu, &mut t);
+        } else {
+            self.eager(gpu, step, &mut t, &mut req_ids);
+        }
+        for f in std::mem::take(&mut self.flushes) {
+            t.gpu.extend(f.gpu);
+            t.cpu.extend(f.cpu);
+            t.meta.extend(f.meta);
+        }
+        let mut plan = ModelPlan {
+            store_event: None,
+            store_gpu: t.gpu.clone(),
+            store_cpu: t.cpu.clone(),
+            load_event: None,
+            load_gpu: vec![],
+            load_cpu: vec![],
+        };
+        if !t.gpu.is_empty() {
+            let e = self.store_counter;
+            self.store_counter += 1;
+            self.events_to_blocks.insert(e, t);
+            if !req_ids.is_empty() {
+                for &r in &req_ids {
+                    if let Some(st) = get(&mut self.reqs_to_store, r) {
+                        st.events.insert(e);
+                    }
+                }
+                self.event_reqs.insert(e, req_ids);
+            }
+            plan.store_event = Some(e);
+        }
+        let unissued: Vec<usize> = (0..self.reqs_to_load.len())
+            .filter(|&i| self.reqs_to_load[i].1.event.is_none())
+            .collect();
+        if !unissued.is_empty() {
+            let e = self.load_counter;
+            self.load_counter += 1;
+            for i in unissued {
+                let l = &mut self.reqs_to_load[i].1;
+                plan.load_gpu.extend(&l.gpu);
+                plan.load_cpu.extend(&l.cpu);
+                l.event = Some(e);
+            }
+            plan.load_event = Some(e);
+        }
+        plan
+    }
+
+    fn lazy_walk(&mut self, gpu: &mut Gpu, t: &mut Transfer) {
+        if self.target_free == 0 {
+            return;
+        }
+        let num_cpu_free = self.cpu.free.len();
+        if self
+            .cursor
+            .is_some_and(|c| gpu.ref_count(c).unwrap_or(0) > 0)
+        {
+            self.cursor = None;
+        }
+        let mut last = self.cursor;
+        let nodes: Vec<u32> = gpu.free_queue().iter_after(self.cursor).collect();
+        for (covered, node) in nodes.into_iter().enumerate() {
+            if covered >= self.target_free || t.gpu.len() >= num_cpu_free {
+                break;
+            }
+            last = Some(node);
+            if let Some(h) = gpu.block_hash(node)
+                && node != 0
+                && self.cpu.get_one(&h.key).is_none()
+            {
+                t.gpu.push(node);
+            }
+        }
+        self.cursor = last;
+        if !t.gpu.is_empty() {
+            t.cpu = self.get_new(t.gpu.len());
+            t.meta = vec![None; t.gpu.len()];
+            gpu.touch(&t.gpu).expect("in range");
+        }
+    }
+
+    fn eager(
+        &mut self,
+        gpu: &mut Gpu,
+        step: &StepInput<'_>,
+        t: &mut Transfer,
+        req_ids: &mut Vec<u64>,
+    ) {
+        let mut num_free = self.cpu.free.len();
+        for h in step.handoffs {
+            let gone = match get(&mut self.reqs_to_store, h.req) {
+                None => true,
+                Some(st) => {
+                    st.finished || step.preempted.contains(&h.req) || step.finished.contains(&h.req)
+                }
+            };
+            if gone {
+                self.current[idx(SaveOutcome::DroppedRequestGone)] += h.gpu_blocks.len() as u64;
+                continue;
+            }
+            let mut scheduled = false;
+            for &g in h.gpu_blocks {
+                if let Some(o) = self.classify(gpu, g) {
+                    self.current[idx(o)] += 1;
+                    continue;
+                }
+                if num_free == 0 {
+                    self.current[idx(SaveOutcome::DroppedCpuFull)] += 1;
+                    continue;
+                }
+                let c = self.get_new(1)[0];
+                t.gpu.push(g);
+                t.cpu.push(c);
+                t.meta.push(None);
+                self.in_flight.insert(g);
+                gpu.touch(&[g]).expect("in range");
+                num_free -= 1;
+                self.current[idx(SaveOutcome::Stored)] += 1;
+                scheduled = true;
+            }
+            if scheduled {
+                req_ids.push(h.req);
+            }
+        }
+        for &r in step.preempted {
+            if let Some(st) = get(&mut self.reqs_to_store, r) {
+                st.block_ids.clear();
+                st.cursor = 0;
+            }
+        }
+        for sc in step.scheduled {
+            self.eager_one(gpu, sc, t, req_ids);
+        }
+        let mut seen = BTreeSet::new();
+        req_ids.retain(|r| seen.insert(*r));
+    }
+
+    fn eager_one(
+        &mut self,
+        gpu: &mut Gpu,
+        sc: &Scheduled<'_>,
+        t: &mut Transfer,
+        req_ids: &mut Vec<u64>,
+    ) {
+        let Some(st) = get(&mut self.reqs_to_store, sc.req).filter(|s| !s.finished) else {
+            return;
+        };
+        if sc.full_table {
+            st.block_ids.clear();
+        }
+        if let Some(new) = sc.new_block_ids {
+            st.block_ids.extend_from_slice(new);
+        }
+        if sc.num_scheduled_tokens == 0 {
+            return;
+        }
+        let (ids, cursor) = (st.block_ids.clone(), st.cursor);
+        let p = sc.progress;
+        let (sel, meta, adv) = self.select(
+            gpu,
+            &ids,
+            cursor,
+            p.num_computed_tokens,
+            p.num_output_placeholders,
+            p.block_hashes,
+        );
+        if !sel.is_empty() {
+            let cpu = self.get_new(sel.len());
+            req_ids.push(sc.req);
+            t.gpu.extend(&sel);
+            t.cpu.extend(cpu);
+            self.in_flight.extend(&sel);
+            t.meta.extend(if self.events_on {
+                meta
+            } else {
+                vec![None; sel.len()]
+            });
+            gpu.touch(&sel).expect("in range");
+        }
+        if let Some(st) = get(&mut self.reqs_to_store, sc.req) {
+            st.cursor += adv;
+        }
+    }
+}

@@ -1,0 +1,534 @@
+//! Call sequences for the simple offloader, shared by the proptests (`tests/simple_model.rs`)
+//! and the fuzz target (`fuzz/fuzz_targets/simple_ops.rs`).
+//!
+//! [`World`] plays vLLM's scheduler: it owns twin GPU pools (one for [`SimpleScheduler`], one
+//! for the reference [`SimpleModel`]), the requests and their block tables, and turns each
+//! [`SimpleOp`] into the same call on both sides, allocating and freeing GPU blocks the way
+//! vLLM's KV-cache manager does. Every call it makes respects the GPU-side contract, so both
+//! sides must answer alike: [`World::apply`] returns the first difference it sees.
+
+#![allow(
+    clippy::cast_possible_truncation,
+    reason = "test model: block counts, ids and token counts are small"
+)]
+
+use kvtier_core::BlockKey;
+use kvtier_core::block_pool::{BlockPool, BlockPoolConfig};
+use kvtier_core::simple::{
+    Finished, Handoff, LookupRequest, Progress, Scheduled, SimpleConfig, SimpleScheduler,
+    StepInput, WorkerOutput,
+};
+use kvtier_core::stats::Gauge;
+use kvtier_core::stats::catalogue::{
+    SIMPLE_LOAD_BLOCKS, SIMPLE_PENDING_STORE_BLOCKS, SIMPLE_SAVE_OUTCOMES, SIMPLE_USED_BLOCKS,
+};
+use kvtier_core::stats::simple_offload::SaveOutcome;
+
+use crate::simple_model::{Gpu, ModelPlan, ModelStats, SimpleModel};
+
+/// Tokens per block.
+pub const BS: u32 = 4;
+/// Requests alive at once.
+const MAX_ALIVE: usize = 6;
+
+/// One call (or scheduler action) of a sequence.
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Clone, Debug)]
+pub enum SimpleOp {
+    /// A request over prompt `template` (shared prefixes) with `blocks % 6 + 1` full blocks.
+    Arrive {
+        /// Prompt family.
+        template: u8,
+        /// Full blocks.
+        blocks: u8,
+    },
+    /// `get_num_new_matched_tokens` with `computed % (blocks + 1)` blocks computed locally.
+    Lookup {
+        /// Request index.
+        req: u8,
+        /// Local blocks.
+        computed: u8,
+    },
+    /// Allocation: a table of `blocks + 1` GPU blocks, the first `hashed` cached, then
+    /// `update_state_after_alloc` with `take` of the hit's blocks.
+    Alloc {
+        /// Request index.
+        req: u8,
+        /// Blocks cached on the GPU.
+        hashed: u8,
+        /// Hit blocks accepted.
+        take: u8,
+    },
+    /// `build_connector_meta`.
+    Step {
+        /// Which allocated requests are scheduled.
+        sched: u8,
+        /// Tokens scheduled per request (`% 3 · BS`).
+        advance: u8,
+        /// Boundary hand-offs: (request index, table position; 255 = the null block).
+        handoffs: Vec<(u8, u8)>,
+        /// Which requests are preempted / finished in the output.
+        preempt: u8,
+        /// Which requests are in `finished_req_ids`.
+        finish: u8,
+    },
+    /// A store report: the `which`-th outstanding event, `count % 2 + 1` workers.
+    CompleteStore {
+        /// Event choice.
+        which: u8,
+        /// Workers.
+        count: u8,
+    },
+    /// `finished_recving` for the requests in the mask.
+    CompleteLoad {
+        /// Request mask.
+        mask: u8,
+    },
+    /// `request_finished_all_groups`, then the request's blocks freed.
+    Finish {
+        /// Request index.
+        req: u8,
+    },
+    /// `reset`.
+    Reset,
+    /// `get_stats`.
+    Drain,
+}
+
+#[derive(Clone, Debug)]
+struct Req {
+    id: u64,
+    hashes: Vec<u64>,
+    num_tokens: u64,
+    table: Vec<u32>,
+    computed: u64,
+    hit: u64,
+    lookup_computed: u64,
+    alive: bool,
+    allocated: bool,
+    sent_table: bool,
+}
+
+/// Both sides and the scheduler's state around them.
+#[derive(Debug)]
+pub struct World {
+    /// The module.
+    pub module: SimpleScheduler,
+    /// The reference model.
+    pub model: SimpleModel,
+    gpu_a: Gpu,
+    gpu_b: Gpu,
+    reqs: Vec<Req>,
+    outstanding: Vec<u64>,
+    world_size: u32,
+}
+
+fn pool(n: u32) -> Gpu {
+    BlockPool::new(BlockPoolConfig::new(n, true)).expect("a small pool builds")
+}
+
+/// Reads a module payload as the model's drain.
+pub fn stats_of(p: &kvtier_core::stats::Payload) -> ModelStats {
+    let int = |g: Option<Gauge>| {
+        g.filter(|g| g.denominator() == 1)
+            .map_or(i64::MIN, Gauge::numerator)
+    };
+    ModelStats {
+        outcomes: SaveOutcome::ALL
+            .iter()
+            .map(|o| p.counter(SIMPLE_SAVE_OUTCOMES, &[o.label()]))
+            .collect(),
+        load_blocks: p.counter(SIMPLE_LOAD_BLOCKS, &[]),
+        used: int(p.gauge(SIMPLE_USED_BLOCKS, &[])),
+        pending: int(p.gauge(SIMPLE_PENDING_STORE_BLOCKS, &[])),
+    }
+}
+
+impl World {
+    /// Both sides over a GPU pool of `gpu_blocks` and a CPU pool of `cpu_blocks`.
+    pub fn new(
+        cpu_blocks: u32,
+        gpu_blocks: u32,
+        lazy: bool,
+        world_size: u32,
+        events: bool,
+    ) -> Option<Self> {
+        let mut c = SimpleConfig::with_cpu_blocks(BS, gpu_blocks, cpu_blocks);
+        c.lazy_offload = lazy;
+        c.max_num_batched_tokens = 8;
+        c.world_size = world_size;
+        c.enable_events = events;
+        c.max_requests = 64;
+        let module = SimpleScheduler::new(c).ok()?;
+        let model = SimpleModel::new(
+            BS,
+            cpu_blocks,
+            lazy,
+            module.target_free(),
+            world_size,
+            events,
+        );
+        Some(World {
+            module,
+            model,
+            gpu_a: pool(gpu_blocks),
+            gpu_b: pool(gpu_blocks),
+            reqs: Vec::new(),
+            outstanding: Vec::new(),
+            world_size,
+        })
+    }
+
+    fn pick(&self, i: u8, f: impl Fn(&Req) -> bool) -> Option<usize> {
+        let c: Vec<usize> = (0..self.reqs.len()).filter(|&j| f(&self.reqs[j])).collect();
+        (!c.is_empty()).then(|| c[i as usize % c.len()])
+    }
+
+    /// Runs one op on both sides; `Err` describes the first difference.
+    pub fn apply(&mut self, op: &SimpleOp) -> Result<(), String> {
+        match *op {
+            SimpleOp::Arrive { template, blocks } => {
+                if self.reqs.iter().filter(|r| r.alive).count() >= MAX_ALIVE {
+                    return Ok(());
+                }
+                let n = u64::from(blocks % 6 + 1);
+                let t = u64::from(template % 3);
+                self.reqs.push(Req {
+                    id: self.reqs.len() as u64 + 100,
+                    hashes: (0..n).map(|i| t * 1000 + i + 1).collect(),
+                    num_tokens: n * u64::from(BS) + 1,
+                    table: Vec::new(),
+                    computed: 0,
+                    hit: 0,
+                    lookup_computed: 0,
+                    alive: true,
+                    allocated: false,
+                    sent_table: false,
+                });
+            }
+            SimpleOp::Lookup { req, computed } => {
+                let Some(i) = self.pick(req, |r| r.alive && !r.allocated) else {
+                    return Ok(());
+                };
+                let r = &self.reqs[i];
+                let computed = u64::from(computed) % (r.hashes.len() as u64 + 1) * u64::from(BS);
+                let l = LookupRequest {
+                    req: r.id,
+                    block_hashes: &r.hashes,
+                    num_tokens: r.num_tokens,
+                    skip_reading_prefix_cache: false,
+                };
+                let a = self
+                    .module
+                    .get_num_new_matched_tokens(&l, computed)
+                    .map_err(|e| e.to_string())?;
+                let b = self.model.lookup(&l, computed);
+                if a != b {
+                    return Err(format!("lookup: module {a:?}, model {b:?}"));
+                }
+                let r = &mut self.reqs[i];
+                (r.hit, r.lookup_computed) = (a.0, computed);
+            }
+            SimpleOp::Alloc { req, hashed, take } => {
+                let Some(i) = self.pick(req, |r| r.alive && !r.allocated) else {
+                    return Ok(());
+                };
+                let n = self.reqs[i].hashes.len() as u32 + 1;
+                if self.gpu_a.free_count() < n {
+                    return Ok(());
+                }
+                let (mut ta, mut tb) = (Vec::new(), Vec::new());
+                self.gpu_a
+                    .get_new_blocks(n, |b| ta.push(b))
+                    .map_err(|e| e.to_string())?;
+                self.gpu_b
+                    .get_new_blocks(n, |b| tb.push(b))
+                    .map_err(|e| e.to_string())?;
+                if ta != tb {
+                    return Err(format!("GPU pools diverged: {ta:?} vs {tb:?}"));
+                }
+                let r = &self.reqs[i];
+                let h = u32::from(hashed) % n;
+                let keys: Vec<BlockKey> = r.hashes.iter().map(|&x| BlockKey::new(x, 0)).collect();
+                for g in [&mut self.gpu_a, &mut self.gpu_b] {
+                    g.cache_full_blocks(&ta, &keys, 0, h, BS, None)
+                        .map_err(|e| e.to_string())?;
+                }
+                let ext = (r.hit / u64::from(BS)).min(u64::from(take % 4)) * u64::from(BS);
+                let (id, lc) = (r.id, r.lookup_computed);
+                self.module
+                    .update_state_after_alloc(&mut self.gpu_a, id, &ta, ext)
+                    .map_err(|e| e.to_string())?;
+                self.model.after_alloc(&mut self.gpu_b, id, &ta, ext);
+                let r = &mut self.reqs[i];
+                (r.table, r.allocated, r.computed) = (ta, true, lc + ext);
+            }
+            SimpleOp::Step {
+                sched,
+                advance,
+                ref handoffs,
+                preempt,
+                finish,
+            } => self.step(sched, advance, handoffs, preempt, finish)?,
+            SimpleOp::CompleteStore { which, count } => {
+                if self.outstanding.is_empty() {
+                    return Ok(());
+                }
+                let k = which as usize % self.outstanding.len();
+                let e = self.outstanding[k];
+                let c = u32::from(count % 2) + 1;
+                let stores = [(e, c)];
+                let out = WorkerOutput {
+                    finished_recving: &[],
+                    completed_stores: &stores,
+                };
+                self.module
+                    .update_connector_output(&mut self.gpu_a, &out)
+                    .map_err(|e| e.to_string())?;
+                self.model.output(&mut self.gpu_b, &[], &stores);
+                if c >= self.world_size {
+                    self.outstanding.remove(k);
+                }
+            }
+            SimpleOp::CompleteLoad { mask } => {
+                let ids: Vec<u64> = self
+                    .reqs
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| mask & (1 << (j % 8)) != 0)
+                    .map(|(_, r)| r.id)
+                    .collect();
+                let out = WorkerOutput {
+                    finished_recving: &ids,
+                    completed_stores: &[],
+                };
+                self.module
+                    .update_connector_output(&mut self.gpu_a, &out)
+                    .map_err(|e| e.to_string())?;
+                self.model.output(&mut self.gpu_b, &ids, &[]);
+            }
+            SimpleOp::Finish { req } => {
+                let Some(i) = self.pick(req, |r| r.alive) else {
+                    return Ok(());
+                };
+                let r = &self.reqs[i];
+                let f = Finished {
+                    req: r.id,
+                    block_ids: &r.table,
+                    progress: Progress {
+                        num_computed_tokens: r.computed,
+                        num_output_placeholders: 0,
+                        block_hashes: &r.hashes,
+                    },
+                };
+                self.module
+                    .request_finished_all_groups(&mut self.gpu_a, &f)
+                    .map_err(|e| e.to_string())?;
+                self.model.finished_all(&mut self.gpu_b, &f);
+                let rev: Vec<u32> = r.table.iter().rev().copied().collect();
+                for g in [&mut self.gpu_a, &mut self.gpu_b] {
+                    g.free_blocks(&rev).map_err(|e| e.to_string())?;
+                }
+                self.reqs[i].alive = false;
+            }
+            SimpleOp::Reset => {
+                let (a, b) = (
+                    self.module.reset(&mut self.gpu_a),
+                    self.model.reset(&mut self.gpu_b),
+                );
+                if a != b {
+                    return Err(format!("reset: module {a}, model {b}"));
+                }
+            }
+            SimpleOp::Drain => {
+                let (a, b) = (stats_of(&self.module.get_stats()), self.model.drain());
+                if a != b {
+                    return Err(format!("drain: module {a:?}, model {b:?}"));
+                }
+            }
+        }
+        self.compare()
+    }
+
+    fn step(
+        &mut self,
+        sched: u8,
+        advance: u8,
+        handoffs: &[(u8, u8)],
+        preempt: u8,
+        finish: u8,
+    ) -> Result<(), String> {
+        let bit = |m: u8, j: usize| m & (1 << (j % 8)) != 0;
+        let adv = u64::from(advance % 3) * u64::from(BS);
+        let picked: Vec<usize> = (0..self.reqs.len())
+            .filter(|&j| self.reqs[j].alive && self.reqs[j].allocated && bit(sched, j))
+            .collect();
+        let preempted: Vec<u64> = (0..self.reqs.len())
+            .filter(|&j| self.reqs[j].alive && bit(preempt, j))
+            .map(|j| self.reqs[j].id)
+            .collect();
+        let finished: Vec<u64> = (0..self.reqs.len())
+            .filter(|&j| bit(finish, j))
+            .map(|j| self.reqs[j].id)
+            .collect();
+        let blocks: Vec<(u64, Vec<u32>)> = handoffs
+            .iter()
+            .filter(|_| !self.reqs.is_empty())
+            .map(|&(r, p)| {
+                let r = &self.reqs[r as usize % self.reqs.len()];
+                let g = if p == 255 || r.table.is_empty() {
+                    0
+                } else {
+                    r.table[p as usize % r.table.len()]
+                };
+                (r.id, vec![g])
+            })
+            .collect();
+        let h: Vec<Handoff<'_>> = blocks
+            .iter()
+            .map(|(id, g)| Handoff {
+                req: *id,
+                gpu_blocks: g,
+            })
+            .collect();
+        let sc: Vec<Scheduled<'_>> = picked
+            .iter()
+            .map(|&j| {
+                let r = &self.reqs[j];
+                let full = !r.sent_table;
+                Scheduled {
+                    req: r.id,
+                    new_block_ids: full.then_some(&r.table[..]),
+                    full_table: full,
+                    num_scheduled_tokens: adv,
+                    progress: Progress {
+                        num_computed_tokens: r.computed,
+                        num_output_placeholders: 0,
+                        block_hashes: &r.hashes,
+                    },
+                }
+            })
+            .collect();
+        let step = StepInput {
+            handoffs: &h,
+            preempted: &preempted,
+            finished: &finished,
+            scheduled: &sc,
+        };
+        let a = {
+            let p = self
+                .module
+                .build_connector_meta(&mut self.gpu_a, &step)
+                .map_err(|e| e.to_string())?;
+            ModelPlan {
+                store_event: p.store_event,
+                store_gpu: p.store_gpu_blocks.to_vec(),
+                store_cpu: p.store_cpu_blocks.to_vec(),
+                load_event: p.load_event,
+                load_gpu: p.load_gpu_blocks.to_vec(),
+                load_cpu: p.load_cpu_blocks.to_vec(),
+            }
+        };
+        let b = self.model.build(&mut self.gpu_b, &step);
+        if a != b {
+            return Err(format!("plan: module {a:?}, model {b:?}"));
+        }
+        if let Some(e) = a.store_event {
+            self.outstanding.push(e);
+        }
+        for &j in &picked {
+            let r = &mut self.reqs[j];
+            r.sent_table = true;
+            r.computed = (r.computed + adv).min(r.num_tokens);
+        }
+        for r in self.reqs.iter_mut().filter(|r| preempted.contains(&r.id)) {
+            r.sent_table = false;
+        }
+        Ok(())
+    }
+
+    /// Both sides agree on everything observable, and the invariants hold.
+    fn compare(&mut self) -> Result<(), String> {
+        let m = &self.module;
+        let cpu = m.cpu_pool();
+        let queue: Vec<u32> = cpu.free_queue().iter().collect();
+        let model_queue: Vec<u32> = self.model.cpu.free.iter().copied().collect();
+        if queue != model_queue {
+            return Err(format!(
+                "CPU free queue: module {queue:?}, model {model_queue:?}"
+            ));
+        }
+        for b in 0..m.num_cpu_blocks() {
+            let (ra, rb) = (
+                cpu.ref_count(b).unwrap_or(0),
+                self.model.cpu.refs[b as usize],
+            );
+            let (ha, hb) = (
+                cpu.block_hash(b).map(|h| h.key),
+                self.model.cpu.hash[b as usize],
+            );
+            if ra != rb || ha != hb {
+                return Err(format!(
+                    "CPU block {b}: module ({ra}, {ha:?}), model ({rb}, {hb:?})"
+                ));
+            }
+        }
+        let qa: Vec<u32> = self.gpu_a.free_queue().iter().collect();
+        let qb: Vec<u32> = self.gpu_b.free_queue().iter().collect();
+        if qa != qb {
+            return Err(format!(
+                "GPU free queue: module side {qa:?}, model side {qb:?}"
+            ));
+        }
+        if m.published() != self.model.published() {
+            return Err(format!(
+                "published: module {}, model {}",
+                m.published(),
+                self.model.published()
+            ));
+        }
+        let sum: u64 = SaveOutcome::ALL.iter().map(|&o| m.boundary_total(o)).sum();
+        if sum != m.published() {
+            return Err("outcomes do not sum to the hand-offs published".into());
+        }
+        if m.num_cpu_blocks() - cpu.free_count() < 1 {
+            return Err("used blocks below 1".into());
+        }
+        if queue.iter().any(|&b| cpu.ref_count(b) != Some(0))
+            || !self.model.free_and_pinned().is_empty()
+        {
+            return Err("a block is both free and pinned".into());
+        }
+        let ea: Vec<_> = self.module.take_events().collect();
+        let eb = std::mem::take(&mut self.model.events);
+        if ea != eb {
+            return Err(format!("events: module {ea:?}, model {eb:?}"));
+        }
+        Ok(())
+    }
+
+    /// Issues the queued flushes with an empty step, then completes every outstanding store
+    /// and load; then nothing may be pending.
+    pub fn quiesce(&mut self) -> Result<(), String> {
+        let empty = SimpleOp::Step {
+            sched: 0,
+            advance: 0,
+            handoffs: Vec::new(),
+            preempt: 0,
+            finish: 0,
+        };
+        self.apply(&empty)?;
+        while !self.outstanding.is_empty() {
+            let op = SimpleOp::CompleteStore { which: 0, count: 1 };
+            self.apply(&op)?;
+        }
+        self.apply(&SimpleOp::CompleteLoad { mask: 0xff })?;
+        if self.module.pending_store_blocks() != 0 || self.module.has_pending_stores() {
+            return Err(format!(
+                "pending after quiesce: {}",
+                self.module.pending_store_blocks()
+            ));
+        }
+        self.apply(&SimpleOp::Drain)
+    }
+}
