@@ -12,6 +12,7 @@ pub mod manager_checks;
 pub mod manager_model;
 pub mod prometheus_server;
 pub mod scenarios;
+pub mod simple_fixture;
 pub mod simple_model;
 pub mod simple_ops;
 pub mod stats_model;
