@@ -109,7 +109,9 @@ impl Requests {
         free.extend((0..max_requests).rev());
         Ok(Requests {
             hasher: FixedState::default(),
-            index: table(n)?,
+            // Twice the live maximum: at most half full, so hashbrown clears tombstones in
+            // place instead of growing.
+            index: table(n.saturating_mul(2))?,
             slots,
             free,
             hit_order: with_capacity(n)?,
@@ -141,7 +143,7 @@ impl Requests {
         slot.live = true;
         let h = self.hasher.hash_one(id);
         let (slots, hasher) = (&self.slots, &self.hasher);
-        // Room for max_requests entries was reserved; at most that many are live.
+        // Room for 2 · max_requests entries was reserved; at most max_requests are live.
         self.index
             .insert_unique(h, s, |&t| hasher.hash_one(slots[t as usize].id));
         Some(s)

@@ -417,3 +417,32 @@ fn errors_change_nothing() {
     s.update_state_after_alloc(&mut g, 2, &[3, 4], 32).unwrap();
     assert_eq!(s.heap_bytes(), bytes);
 }
+
+#[test]
+fn tables_never_grow_under_churn() {
+    // Requests and store events come and go far more often than the tables hold entries, with
+    // the request table kept near full: tombstones are cleared in place, so the heap stays
+    // what construction took.
+    const WINDOW: u64 = 27;
+    let mut c = SimpleConfig::with_cpu_blocks(BS, 16, 64);
+    c.max_requests = 28;
+    let (mut s, mut g) = (SimpleScheduler::new(c).unwrap(), gpu(16));
+    let bytes = s.heap_bytes();
+    for r in 0..2000u64 {
+        let h = [r % 200 + 1];
+        store_all(&mut s, &mut g, r, &h);
+        s.request_finished(&mut g, r);
+        let look = LookupRequest {
+            req: r + 10_000,
+            block_hashes: &h,
+            num_tokens: 17,
+            skip_reading_prefix_cache: false,
+        };
+        assert_eq!(s.get_num_new_matched_tokens(&look, 0), Ok((16, true)));
+        if r >= WINDOW {
+            s.request_finished(&mut g, r - WINDOW + 10_000);
+        }
+        assert_eq!(s.heap_bytes(), bytes, "request {r}");
+    }
+    assert_eq!(s.pending_store_blocks(), 0);
+}

@@ -80,7 +80,9 @@ impl Transfers {
             gpu: filled(n, NIL)?,
             req: filled(n, (NIL, 0))?,
             meta: filled(if with_meta { n } else { 0 }, None)?,
-            events: table(n)?,
+            // Twice the live maximum (one event per CPU block): at most half full, so
+            // hashbrown clears tombstones in place instead of growing.
+            events: table(n.saturating_mul(2))?,
             flushes: with_capacity(n)?,
             pending_blocks: 0,
             live_events: 0,
@@ -123,7 +125,7 @@ impl Transfers {
     pub(super) fn issue(&mut self, idx: u64, chain: Chain) {
         let h = self.hasher.hash_one(idx);
         let hasher = &self.hasher;
-        // At most one event per CPU block is live: room was reserved for that many.
+        // At most one event per CPU block is live; room was reserved for twice that many.
         self.events.insert_unique(
             h,
             Event {
