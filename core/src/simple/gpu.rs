@@ -10,10 +10,14 @@ use crate::block_pool::{BlockHash, BlockPool};
 /// `BlockPool` with `bind_gpu_block_pool`).
 ///
 /// Block ids are `0..num_blocks()`; block 0 is the null block. The scheduler validates every
-/// id it is given before it calls a method here, calls [`GpuBlocks::touch`] only on in-range,
-/// non-null blocks, and [`GpuBlocks::free`] only on blocks it touched itself, once per touch.
-/// An implementation honouring vLLM's `BlockPool` semantics therefore never sees a call it
-/// must refuse.
+/// id it is given before it calls a method here, passes [`GpuBlocks::touch`] only in-range ids
+/// (a load target taken from the caller's block table may be the null block, which vLLM's
+/// pool skips and an implementation must skip too), and passes [`GpuBlocks::free`] only
+/// blocks it touched itself, once per touch, in the order vLLM frees them. An implementation
+/// with vLLM's `BlockPool` semantics therefore never sees a call it must refuse. The
+/// scheduler never allocates, caches or evicts GPU blocks: that stays the caller's (the GPU
+/// KV-cache manager's) part, done between the scheduler's calls exactly as vLLM's scheduler
+/// does it.
 pub trait GpuBlocks {
     /// Blocks in the pool, the null block included.
     fn num_blocks(&self) -> u32;
