@@ -17,6 +17,7 @@
 //! | [`replay`] | [`replay::Replayer`]: the kvtrace replay protocol over one manager |
 //! | [`replay_stats`] | what a replay adds to the manager's stats: the transfer model, requests running |
 //! | [`replay_run`] | a whole replay run into a [`replay_run::ReplayReport`] |
+//! | [`engine`] | the GPU prefix cache in front of the tier and the engine step model (`--gpu-blocks`) |
 //! | [`layout`] | model layouts: presets, layout JSON, Hugging Face `config.json` |
 //! | [`sizing`] | the capacity report model |
 //! | [`sweep`] | many configurations of one parsed trace on threads |
@@ -29,6 +30,7 @@
 
 pub mod cli;
 pub mod convert;
+pub mod engine;
 pub mod error;
 mod from_variants;
 pub mod input;

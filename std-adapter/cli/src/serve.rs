@@ -16,8 +16,9 @@ use std::time::{Duration, Instant};
 
 use prometheus::Registry;
 
+use crate::engine::{Engine, EngineCounts};
 use crate::replay::{ReplayCounts, Replayer};
-use crate::replay_run::{ReplayOptions, RunError};
+use crate::replay_run::{ReplayOptions, RunError, TierConnector, add_gpu_series, finish_engine};
 use crate::replay_stats::ReplayStats;
 use crate::sizing::{self, CapacityOptions, ReportError};
 use crate::trace::{Record, RecordSource};
@@ -184,13 +185,45 @@ struct Drive<'a> {
     sender: &'a PayloadSender,
     replayer: Replayer,
     stats: ReplayStats,
+    /// The GPU front (`--gpu-blocks`) and its counts at the last drain.
+    engine: Option<(Engine, EngineCounts)>,
+    keys: Vec<kvtier_core::BlockKey>,
 }
 
 impl Drive<'_> {
     fn drain(&mut self) -> Result<(), RunError> {
         let mut payload = self.replayer.drain_stats().to_step_payload();
         payload.aggregate(&self.stats.drain(&self.replayer))?;
+        if let Some((engine, last)) = &mut self.engine {
+            add_gpu_series(&mut payload, engine, last)?;
+            *last = engine.counts();
+        }
         Ok(self.sender.send(0, payload)?)
+    }
+
+    fn apply(&mut self, rec: Record<'_>, n: u64) -> Result<(), RunError> {
+        let Some((engine, _)) = &mut self.engine else {
+            return self
+                .stats
+                .apply(&mut self.replayer, rec)
+                .map_err(|error| RunError::Record {
+                    line: None,
+                    record: n,
+                    error,
+                });
+        };
+        let mut tier = TierConnector {
+            stats: &mut self.stats,
+            replayer: &mut self.replayer,
+            keys: &mut self.keys,
+        };
+        engine
+            .apply(rec, &mut tier)
+            .map_err(|error| RunError::Engine {
+                line: None,
+                record: n,
+                error,
+            })
     }
 }
 
@@ -214,6 +247,11 @@ where
         sender,
         replayer: args.manager.replayer(manager, block_tokens),
         stats: ReplayStats::new(args.transfer.model(block_tokens)?),
+        engine: match args.gpu {
+            Some(g) => Some((g.engine(block_tokens)?, EngineCounts::default())),
+            None => None,
+        },
+        keys: Vec::new(),
     };
     let start = Instant::now();
     let mut last_drain = Instant::now();
@@ -230,13 +268,7 @@ where
         };
         let is_load = matches!(rec, Record::Load { .. });
         n += 1;
-        d.stats
-            .apply(&mut d.replayer, rec)
-            .map_err(|error| RunError::Record {
-                line: None,
-                record: n,
-                error,
-            })?;
+        d.apply(rec, n)?;
         if !is_load {
             continue;
         }
@@ -256,6 +288,9 @@ where
             d.drain()?;
             last_drain = Instant::now();
         }
+    }
+    if let Some((engine, _)) = &mut d.engine {
+        finish_engine(engine, &mut d.stats, &mut d.replayer, &mut d.keys, n)?;
     }
     d.drain()?;
     Ok(ServeSummary {

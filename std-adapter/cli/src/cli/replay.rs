@@ -7,7 +7,8 @@ use std::io::{IsTerminal, Write};
 pub use crate::replay_run::{ManagerArgs, ReplayOptions, parse_policy};
 
 use super::OutputError;
-use crate::replay_run::{ReplayReport, replay};
+use crate::engine::EngineArgs;
+use crate::replay_run::{GpuFront, GpuReport, ReplayReport, replay};
 
 /// Options of `kvtier replay`.
 #[derive(Debug, Clone, clap::Args)]
@@ -25,6 +26,28 @@ pub struct ReplayArgs {
     /// The `model_name` label of `--metrics`.
     #[arg(long, default_value = "kvtier-replay", value_name = "NAME")]
     pub model_name: String,
+    /// Put a GPU prefix cache of N blocks (the null block included) in front of the tier,
+    /// with the engine model of docs/engine-model.md: the tier then sees only the GPU's
+    /// misses, and the report adds the GPU's series. In `kvtier serve`, also the GPU blocks
+    /// of `vllm:cache_config_info` (as `kvtier capacity --num-gpu-blocks-override`).
+    #[arg(long, value_name = "N")]
+    pub gpu_blocks: Option<u32>,
+    /// The engine model's options (used with --gpu-blocks).
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+impl ReplayArgs {
+    /// The replay options, with the GPU front of `--gpu-blocks` when given.
+    #[must_use]
+    pub fn replay_options(&self) -> ReplayOptions {
+        let mut o = self.options.clone();
+        o.gpu = self.gpu_blocks.map(|num_gpu_blocks| GpuFront {
+            num_gpu_blocks,
+            engine: self.engine,
+        });
+        o
+    }
 }
 
 /// Runs `kvtier replay`.
@@ -32,7 +55,7 @@ pub struct ReplayArgs {
 /// # Errors
 /// Any error of reading or replaying the trace, or of printing the report.
 pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
-    let report = replay(&args.options, std::io::stderr().is_terminal())?;
+    let report = replay(&args.replay_options(), std::io::stderr().is_terminal())?;
     let mut out = std::io::stdout().lock();
     let mut text = if args.json {
         let mut s = serde_json::to_string(&json_value(&report)).map_err(OutputError::Json)?;
@@ -82,6 +105,54 @@ fn per_chunk(r: &ReplayReport) -> f64 {
 /// The report for people.
 #[must_use]
 pub fn human(r: &ReplayReport) -> String {
+    let mut s = tier_report(r);
+    if let Some(g) = &r.gpu {
+        s.push_str(&gpu_report(g));
+    }
+    s
+}
+
+/// The GPU front's section of the report.
+fn gpu_report(g: &GpuReport) -> String {
+    let c = &g.counts;
+    format!(
+        "\n\
+         GPU front (engine model, docs/engine-model.md): {blocks} blocks, \
+         max_num_batched_tokens {mbt}, max_num_seqs {seqs}, {dec} output tokens, \
+         transfers {ts} steps\n\
+         engine steps          {steps:>14}\n\
+         finished requests     {fin:>14}\n\
+         preemptions           {pre:>14}\n\
+         loads from the tier   {loads:>14}\n\
+         prefix cache queries  {q:>14} tokens\n\
+         prefix cache hits     {h:>14} tokens ({rate:.2}%)\n\
+         external queries      {eq:>14} tokens\n\
+         external hits         {eh:>14} tokens\n\
+         peak used blocks      {peak:>14}\n\
+         cached blocks (end)   {cached:>14}\n\
+         kv cache usage (end)  {usage:>14.4}\n",
+        blocks = g.gpu_blocks,
+        mbt = g.max_num_batched_tokens,
+        seqs = g.max_num_seqs,
+        dec = g.decode_tokens,
+        ts = g.transfer_steps,
+        steps = c.steps,
+        fin = c.finished,
+        pre = c.preemptions,
+        loads = c.loads,
+        q = c.prefix_cache_queries,
+        h = c.prefix_cache_hits,
+        rate = 100.0 * g.prefix_cache_hit_rate,
+        eq = c.external_prefix_cache_queries,
+        eh = c.external_prefix_cache_hits,
+        peak = c.peak_used_blocks,
+        cached = g.cached_blocks,
+        usage = g.kv_cache_usage_perc,
+    )
+}
+
+/// The tier's report (all of it without `--gpu-blocks`).
+fn tier_report(r: &ReplayReport) -> String {
     let c = &r.counts;
     let skipped = c
         .stores_skipped

@@ -30,10 +30,6 @@ pub struct ServeArgs {
     /// capacity` prints for them.
     #[arg(long, value_name = "SIZE", value_parser = parse_size_floor, allow_hyphen_values = true)]
     pub gpu_memory: Option<u64>,
-    /// GPU blocks instead of dividing --gpu-memory (as `kvtier capacity
-    /// --num-gpu-blocks-override`), for `vllm:cache_config_info`.
-    #[arg(long, value_name = "N")]
-    pub gpu_blocks: Option<u64>,
     /// Tokens per GPU block, for `vllm:cache_config_info` (as `kvtier capacity --block-size`).
     #[arg(long, default_value_t = 16, value_name = "N")]
     pub gpu_block_size: u32,
@@ -48,7 +44,7 @@ impl ServeArgs {
     #[must_use]
     pub fn options(&self) -> ServeOptions {
         ServeOptions {
-            replay: self.replay.options.clone(),
+            replay: self.replay.replay_options(),
             model_name: self.replay.model_name.clone(),
             listen: self.listen.clone(),
             rate: self.rate,
@@ -62,13 +58,14 @@ impl ServeArgs {
     /// The GPU to size `vllm:cache_config_info` with, when `--gpu-memory` or `--gpu-blocks`
     /// is given: the replay's model and these options, as `kvtier capacity` takes them.
     fn gpu_options(&self) -> Option<CapacityOptions> {
-        if self.gpu_memory.is_none() && self.gpu_blocks.is_none() {
+        let gpu_blocks = self.replay.gpu_blocks.map(u64::from);
+        if self.gpu_memory.is_none() && gpu_blocks.is_none() {
             return None;
         }
         Some(CapacityOptions {
             source: self.replay.options.transfer.source.clone(),
             memory: self.gpu_memory,
-            num_gpu_blocks_override: self.gpu_blocks,
+            num_gpu_blocks_override: gpu_blocks,
             block_size: self.gpu_block_size,
             max_model_len: self.max_model_len,
             // `kvtier capacity`'s defaults for the rest.

@@ -137,6 +137,8 @@ pub struct Replayer {
     hit_slots: Vec<u32>,
     /// The reused output of `prepare_store`.
     plan: StorePlan<BlockKey>,
+    /// The most leading keys an `L`'s lookup scans ([`Replayer::set_max_hits`]).
+    max_hits: usize,
 }
 
 impl Replayer {
@@ -166,6 +168,7 @@ impl Replayer {
             last_lookup: Duration::ZERO,
             hit_slots: Vec::new(),
             plan: StorePlan::new(),
+            max_hits: usize::MAX,
         }
     }
 
@@ -182,6 +185,13 @@ impl Replayer {
     pub const fn with_max_open_blocks(mut self, max_open_blocks: u64) -> Self {
         self.max_open_blocks = max_open_blocks;
         self
+    }
+
+    /// Limits the lookup scan of the next `L` records to their first `max_hits` keys (all of
+    /// them by default, `usize::MAX`); the keys past the hits are still offered at `S`. A GPU
+    /// in front sets it to keep a hit short of the request's last token, as vLLM does.
+    pub fn set_max_hits(&mut self, max_hits: usize) {
+        self.max_hits = max_hits;
     }
 
     /// The manager, for inspection.
@@ -377,7 +387,7 @@ impl Replayer {
             stopped_at_pending: pending,
         } = self
             .manager
-            .scan_hit_prefix_slots(&self.keys, &mut self.hit_slots);
+            .scan_hit_prefix_slots(&self.keys[..n.min(self.max_hits)], &mut self.hit_slots);
         self.last_lookup = scan.elapsed();
         self.repeat_in(rid, &hashes[k..], k as u64)?;
         self.make_room(rid, n)?;

@@ -7,8 +7,11 @@
 //! applies every record through [`ReplayStats`] to a [`Replayer`] and times parsing and the
 //! replay loop apart. [`ManagerArgs`] are the manager options every replaying command shares.
 
+mod gpu;
 mod manager;
 
+pub use gpu::{GpuFront, GpuReport, add_gpu_series};
+pub(crate) use gpu::{TierConnector, finish as finish_engine};
 pub use manager::{ManagerArgs, ManagerError, parse_policy};
 
 use std::convert::Infallible;
@@ -19,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use kvtier_core::manager::{OffloadManager, PolicyKind};
-use kvtier_core::stats::{AggregateError, Payload, catalogue};
+use kvtier_core::stats::{AggregateError, Payload, UpdateError, catalogue};
 
+use crate::engine::{EngineCounts, EngineError};
 use crate::input::{FormatArgs, OpenError, TraceInputError};
 use crate::replay::{ReplayCounts, ReplayError, Replayer};
 use crate::replay_stats::{ReplayStats, TransferArgs, TransferError};
@@ -67,6 +71,10 @@ pub struct ReplayOptions {
     /// The transfer model of the `vllm:kv_offload_load_*` / `_store_*` families.
     #[command(flatten)]
     pub transfer: TransferArgs,
+    /// A GPU prefix cache in front of the tier (`kvtier replay --gpu-blocks`); set by the
+    /// command, not parsed here.
+    #[arg(skip)]
+    pub gpu: Option<GpuFront>,
 }
 
 /// Why a replay run failed.
@@ -96,6 +104,17 @@ pub enum RunError {
     },
     /// The stats could not be aggregated.
     Stats(AggregateError),
+    /// The engine model in front of the tier stopped (`--gpu-blocks`).
+    Engine {
+        /// The record's line, when the source has lines (none at the trace's end).
+        line: Option<u64>,
+        /// The 1-based record (the record count at the trace's end).
+        record: u64,
+        /// Why.
+        error: EngineError<ReplayError>,
+    },
+    /// A GPU series could not be added to the stats.
+    Series(UpdateError),
     /// The stats collector of `kvtier serve` has stopped.
     Collector(kvtier::shared::CollectorClosed),
     /// An error while replaying the trace file `path`.
@@ -128,6 +147,13 @@ impl fmt::Display for RunError {
                 }
             }
             RunError::Stats(e) => e.fmt(f),
+            RunError::Engine {
+                line: Some(line),
+                error,
+                ..
+            } => write!(f, "line {line}: {error}"),
+            RunError::Engine { record, error, .. } => write!(f, "record {record}: {error}"),
+            RunError::Series(e) => e.fmt(f),
             RunError::Collector(e) => e.fmt(f),
             RunError::Trace { path, error } => write!(f, "{}: {error}", path.display()),
         }
@@ -145,6 +171,8 @@ impl std::error::Error for RunError {
             RunError::Read(e) => Some(e),
             RunError::Record { error, .. } => Some(error),
             RunError::Stats(e) => Some(e),
+            RunError::Engine { error, .. } => Some(error),
+            RunError::Series(e) => Some(e),
             RunError::Collector(e) => Some(e),
             RunError::Trace { error, .. } => Some(error.as_ref()),
         }
@@ -158,6 +186,7 @@ crate::from_variants::from_variants!(
     ManagerError => Manager,
     TransferError => Transfer,
     AggregateError => Stats,
+    UpdateError => Series,
     kvtier::shared::CollectorClosed => Collector,
 );
 
@@ -249,6 +278,9 @@ pub struct ReplayReport {
     /// and the tier's info series.
     #[serde(skip)]
     pub payload: Payload,
+    /// The GPU front's figures, with `--gpu-blocks`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuReport>,
 }
 
 impl ReplayOptions {
@@ -385,6 +417,8 @@ impl Run<'_> {
         }
         let mut replayer = args.manager.replayer(manager, block_tokens);
         let mut stats = ReplayStats::new(args.transfer.model(block_tokens)?);
+        let mut engine = args.gpu.map(|g| g.engine(block_tokens)).transpose()?;
+        let mut keys = Vec::new();
         let header = source.header().clone();
         let mut log = IntervalLog::new(args.log_interval);
         let mut waited = self.parse_s;
@@ -431,13 +465,28 @@ impl Run<'_> {
                     while let Some((rec, line)) = cursor.next_with_line() {
                         records += 1;
                         let is_load = rec.kind() == RecordKind::Load;
-                        stats
-                            .apply(&mut replayer, rec)
-                            .map_err(|error| RunError::Record {
-                                line,
-                                record: records,
-                                error,
-                            })?;
+                        if let Some(engine) = engine.as_mut() {
+                            let mut tier = TierConnector {
+                                stats: &mut stats,
+                                replayer: &mut replayer,
+                                keys: &mut keys,
+                            };
+                            engine
+                                .apply(rec, &mut tier)
+                                .map_err(|error| RunError::Engine {
+                                    line,
+                                    record: records,
+                                    error,
+                                })?;
+                        } else {
+                            stats
+                                .apply(&mut replayer, rec)
+                                .map_err(|error| RunError::Record {
+                                    line,
+                                    record: records,
+                                    error,
+                                })?;
+                        }
                         if is_load && log.due() {
                             let l = Instant::now();
                             log.write(&mut replayer, self.bar)?;
@@ -460,8 +509,16 @@ impl Run<'_> {
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             outcome.map(|()| read)
         })?;
+        let finish = Instant::now();
+        if let Some(engine) = engine.as_mut() {
+            finish_engine(engine, &mut stats, &mut replayer, &mut keys, records)?;
+        }
+        replay += finish.elapsed();
         let counts = replayer.counts();
         let mut payload = log.total;
+        if let Some(engine) = &engine {
+            add_gpu_series(&mut payload, engine, &EngineCounts::default())?;
+        }
         payload.aggregate(&replayer.drain_stats().to_step_payload())?;
         payload.aggregate(&stats.drain(&replayer))?;
         // The report lists allocation_failure even when there was none (a catalogue counter
@@ -486,6 +543,7 @@ impl Run<'_> {
             replay_request_blocks_per_s: per_second(counts.request_blocks, replay_s),
             request_blocks_per_s: per_second(counts.request_blocks, wall_s),
             payload,
+            gpu: engine.as_ref().map(GpuReport::new),
         })
     }
 }

@@ -1,0 +1,209 @@
+//! `--gpu-blocks`: the replay's CPU tier behind the engine model's GPU prefix cache
+//! ([`crate::engine`]). The tier sees only the GPU's misses: a request's lookup starts after
+//! the blocks the GPU holds, and its store offers the blocks the GPU computed.
+//!
+//! The engine's hooks become the kvtrace records of the replay protocol, so the tier, its
+//! counts and its stats are those of [`Replayer`]: `L` (the keys past the GPU's hit, the scan
+//! capped short of the last token) at the request's first admission, `S` when its prompt is
+//! computed, `C` when it finished and its stores completed.
+
+use kvtier_core::BlockKey;
+use kvtier_core::block_pool::BlockPool;
+use kvtier_core::stats::{Gauge, Payload, UpdateError, catalogue};
+
+use super::RunError;
+use crate::engine::{Connector, Engine, EngineArgs, EngineCounts, LookupQuery};
+use crate::replay::{ReplayError, Replayer};
+use crate::replay_stats::ReplayStats;
+use crate::trace::Record;
+
+/// The GPU in front of a replay's tier: its size and the engine model's options.
+#[derive(Clone, Copy, Debug)]
+pub struct GpuFront {
+    /// GPU blocks, the null block included.
+    pub num_gpu_blocks: u32,
+    /// The engine model's options.
+    pub engine: EngineArgs,
+}
+
+impl GpuFront {
+    /// The engine of this GPU with `block_tokens` tokens per block.
+    ///
+    /// # Errors
+    /// [`RunError::Engine`] for a configuration out of range or a pool that cannot be built.
+    pub fn engine(&self, block_tokens: u32) -> Result<Engine, RunError> {
+        let config = self.engine.config(self.num_gpu_blocks, block_tokens);
+        Engine::new(config).map_err(|error| RunError::Engine {
+            line: None,
+            record: 0,
+            error: error.map_connector(|never| match never {}),
+        })
+    }
+}
+
+/// Runs `engine` to its end over the replay's tier (after the trace's last of `records`).
+pub(crate) fn finish(
+    engine: &mut Engine,
+    stats: &mut ReplayStats,
+    replayer: &mut Replayer,
+    keys: &mut Vec<BlockKey>,
+    records: u64,
+) -> Result<(), RunError> {
+    let mut tier = TierConnector {
+        stats,
+        replayer,
+        keys,
+    };
+    engine.finish(&mut tier).map_err(|error| RunError::Engine {
+        line: None,
+        record: records,
+        error,
+    })
+}
+
+/// The replay's tier as the engine's connector.
+#[derive(Debug)]
+pub(crate) struct TierConnector<'a> {
+    pub(crate) stats: &'a mut ReplayStats,
+    pub(crate) replayer: &'a mut Replayer,
+    pub(crate) keys: &'a mut Vec<BlockKey>,
+}
+
+impl Connector for TierConnector<'_> {
+    type Error = ReplayError;
+
+    fn lookup(&mut self, q: &LookupQuery<'_>) -> Result<usize, ReplayError> {
+        let remaining = q.remaining();
+        let scan = remaining.get(..q.max_hit_blocks).unwrap_or(remaining);
+        self.keys.clear();
+        self.keys.extend(scan.iter().map(|&h| BlockKey::new(h, 0)));
+        Ok(self.replayer.manager().scan_hit_prefix(self.keys).hits)
+    }
+
+    fn allocated(
+        &mut self,
+        _gpu: &mut BlockPool<BlockKey>,
+        q: &LookupQuery<'_>,
+        _block_ids: &[u32],
+        _external_blocks: usize,
+    ) -> Result<(), ReplayError> {
+        self.replayer.set_max_hits(q.max_hit_blocks);
+        let rec = Record::Load {
+            rid: q.rid,
+            hashes: q.remaining(),
+        };
+        // The scan repeats `lookup`'s, with nothing changed in between: the same hits.
+        self.stats.apply(self.replayer, rec)
+    }
+
+    fn prefill_done(&mut self, rid: u64) -> Result<(), ReplayError> {
+        self.stats.apply(self.replayer, Record::Start { rid })
+    }
+
+    fn finished(
+        &mut self,
+        _gpu: &mut BlockPool<BlockKey>,
+        rid: u64,
+        _block_ids: &[u32],
+    ) -> Result<(), ReplayError> {
+        self.stats.apply(self.replayer, Record::Complete { rid })
+    }
+}
+
+/// What the GPU front adds to a replay report.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct GpuReport {
+    /// GPU blocks, the null block included.
+    pub gpu_blocks: u32,
+    /// `--max-num-batched-tokens`.
+    pub max_num_batched_tokens: u64,
+    /// `--max-num-seqs`.
+    pub max_num_seqs: usize,
+    /// `--decode-tokens`.
+    pub decode_tokens: u32,
+    /// `--transfer-steps`.
+    pub transfer_steps: u64,
+    /// The engine's counts.
+    #[serde(flatten)]
+    pub counts: EngineCounts,
+    /// `prefix_cache_hits / prefix_cache_queries` (0 without queries).
+    pub prefix_cache_hit_rate: f64,
+    /// `vllm:kv_cache_usage_perc` at the end (0 once every request has freed its blocks).
+    pub kv_cache_usage_perc: f64,
+    /// Blocks in the GPU prefix cache at the end.
+    pub cached_blocks: usize,
+}
+
+impl GpuReport {
+    /// The report of `engine` after its run.
+    #[must_use]
+    pub fn new(engine: &Engine) -> Self {
+        let c = engine.counts();
+        let cfg = engine.config();
+        #[expect(clippy::cast_precision_loss, reason = "a rate for people")]
+        let rate = if c.prefix_cache_queries == 0 {
+            0.0
+        } else {
+            c.prefix_cache_hits as f64 / c.prefix_cache_queries as f64
+        };
+        GpuReport {
+            gpu_blocks: cfg.num_gpu_blocks,
+            max_num_batched_tokens: cfg.max_num_batched_tokens,
+            max_num_seqs: cfg.max_num_seqs,
+            decode_tokens: cfg.decode_tokens,
+            transfer_steps: cfg.transfer_steps,
+            counts: c,
+            prefix_cache_hit_rate: rate,
+            kv_cache_usage_perc: engine.gpu().usage().as_f64(),
+            cached_blocks: engine.gpu().pool().cached_key_count(),
+        }
+    }
+}
+
+/// Adds the GPU prefix-cache series of `engine` to `payload`: `vllm:kv_cache_usage_perc` (now),
+/// `vllm:prefix_cache_queries` / `_hits`, `vllm:external_prefix_cache_queries` / `_hits` and
+/// `vllm:prompt_tokens_cached_by_source{source="device"}` (what the engine counted since
+/// `since`, its counts at the previous call; the default for totals).
+///
+/// # Errors
+/// [`UpdateError`] when the payload refuses a series.
+pub fn add_gpu_series(
+    payload: &mut Payload,
+    engine: &Engine,
+    since: &EngineCounts,
+) -> Result<(), UpdateError> {
+    let now = engine.counts();
+    let c = EngineCounts {
+        prefix_cache_queries: now.prefix_cache_queries - since.prefix_cache_queries,
+        prefix_cache_hits: now.prefix_cache_hits - since.prefix_cache_hits,
+        external_prefix_cache_queries: now.external_prefix_cache_queries
+            - since.external_prefix_cache_queries,
+        external_prefix_cache_hits: now.external_prefix_cache_hits
+            - since.external_prefix_cache_hits,
+        ..now
+    };
+    let u = engine.gpu().usage();
+    payload.set_gauge(
+        catalogue::KV_CACHE_USAGE_PERC,
+        &[],
+        Gauge::fraction(u64::from(u.used), u64::from(u.total)),
+    )?;
+    payload.increase_counter(catalogue::PREFIX_CACHE_QUERIES, &[], c.prefix_cache_queries)?;
+    payload.increase_counter(catalogue::PREFIX_CACHE_HITS, &[], c.prefix_cache_hits)?;
+    payload.increase_counter(
+        catalogue::EXTERNAL_PREFIX_CACHE_QUERIES,
+        &[],
+        c.external_prefix_cache_queries,
+    )?;
+    payload.increase_counter(
+        catalogue::EXTERNAL_PREFIX_CACHE_HITS,
+        &[],
+        c.external_prefix_cache_hits,
+    )?;
+    payload.increase_counter(
+        catalogue::PROMPT_TOKENS_CACHED_BY_SOURCE,
+        &["device"],
+        c.prefix_cache_hits,
+    )?;
+    Ok(())
+}
