@@ -280,3 +280,102 @@ fn a_gpu_that_holds_everything_leaves_the_tier_only_first_time_blocks() {
     assert_eq!(gpu.counts.prefix_cache_queries, tokens);
     assert!(gpu_hit_blocks > 0);
 }
+
+fn parse(argv: &[&str]) -> kvtier_cli::cli::Command {
+    use clap::Parser;
+    let mut full = vec!["kvtier"];
+    full.extend_from_slice(argv);
+    kvtier_cli::cli::Cli::try_parse_from(full).unwrap().command
+}
+
+/// The GPU series `serve --gpu-blocks` exports (one payload per drain, deltas) add up to the
+/// totals `replay --gpu-blocks --metrics` prints.
+#[test]
+fn serve_and_replay_export_the_same_gpu_series() {
+    use kvtier_cli::cli::Command;
+    let argv = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--requests",
+        "3000",
+        "--capacity",
+        "128",
+        "--gpu-blocks",
+        "600",
+        "--model-name",
+        "m",
+    ];
+    let Command::Serve(args) = parse(&argv) else {
+        panic!("not serve");
+    };
+    let report = kvtier_cli::replay_run::replay(&args.replay.replay_options(), false).unwrap();
+    let gpu = report.gpu.unwrap();
+    assert!(gpu.counts.prefix_cache_hits > 0 && gpu.counts.external_prefix_cache_hits > 0);
+    let config = kvtier::export::ExporterConfig::new("m", 1);
+    let printed = kvtier::export::render(&report.payload, config).unwrap();
+    let mut serving = kvtier_cli::serve::start(&args.options()).unwrap();
+    serving.wait_replay().unwrap();
+    let served = kvtier::export::encode_text(serving.registry()).unwrap();
+    serving.stop();
+    let gpu_lines = |t: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| {
+                [
+                    "vllm:prefix_cache_",
+                    "vllm:external_prefix_cache_",
+                    "vllm:kv_cache_usage_perc",
+                ]
+                .iter()
+                .any(|p| l.starts_with(p))
+                    || l.starts_with("vllm:prompt_tokens_cached_by_source_total{")
+                        && l.contains("source=\"device\"")
+            })
+            .map(str::to_owned)
+            .collect()
+    };
+    let printed = gpu_lines(&printed);
+    assert_eq!(printed.len(), 6, "{printed:?}");
+    let value = |name: &str| -> f64 {
+        let line = printed.iter().find(|l| l.starts_with(name)).unwrap();
+        line.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    #[expect(clippy::cast_precision_loss, reason = "small counts, exact in f64")]
+    let hits = gpu.counts.prefix_cache_hits as f64;
+    assert_eq!(value("vllm:prefix_cache_hits_total{"), hits);
+    assert_eq!(printed, gpu_lines(&served));
+}
+
+/// `sweep --gpu-blocks` puts the same front before every case: with a GPU that holds
+/// everything, no case's tier hits, and every case sees the same GPU misses.
+#[test]
+fn sweep_behind_a_gpu_that_holds_everything_never_hits() {
+    use kvtier_cli::cli::Command;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
+    let Command::Sweep(args) = parse(&[
+        "sweep",
+        "--trace",
+        path,
+        "--capacities",
+        "64,4096",
+        "--gpu-blocks",
+        "1000000",
+        "--max-num-batched-tokens",
+        "1000000000",
+    ]) else {
+        panic!("not sweep");
+    };
+    let r = kvtier_cli::sweep_run::sweep(&args.options, false).unwrap();
+    assert_eq!(r.rows.len(), 4);
+    for row in &r.rows {
+        assert_eq!(row.hit_blocks, 0, "{row:?}");
+        assert_eq!(row.request_blocks, r.rows[0].request_blocks);
+    }
+    // Without the GPU, the large tier hits.
+    let Command::Sweep(plain) = parse(&["sweep", "--trace", path, "--capacities", "4096"]) else {
+        panic!("not sweep");
+    };
+    let p = kvtier_cli::sweep_run::sweep(&plain.options, false).unwrap();
+    assert!(p.rows.iter().all(|row| row.hit_blocks > 0));
+    assert!(r.rows[0].request_blocks < p.rows[0].request_blocks);
+}

@@ -212,11 +212,8 @@ impl Drive<'_> {
                     error,
                 });
         };
-        let mut tier = TierConnector {
-            stats: &mut self.stats,
-            replayer: &mut self.replayer,
-            keys: &mut self.keys,
-        };
+        let mut tier =
+            TierConnector::new(Some(&mut self.stats), &mut self.replayer, &mut self.keys);
         engine
             .apply(rec, &mut tier)
             .map_err(|error| RunError::Engine {

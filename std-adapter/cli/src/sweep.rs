@@ -13,7 +13,7 @@
 //!
 //! ```
 //! use kvtier_cli::replay::Replayer;
-//! use kvtier_cli::sweep::{SweepGrid, run};
+//! use kvtier_cli::sweep::{CaseReplay, SweepGrid, run};
 //! use kvtier_cli::trace::OwnedRecord;
 //! use kvtier_cli::workload::{Generator, GeneratorConfig};
 //! use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
@@ -24,11 +24,11 @@
 //!     policies: vec![PolicyKind::Lru, PolicyKind::Arc],
 //!     thresholds: vec![1],
 //! };
-//! let make_replayer = |case: &kvtier_cli::sweep::SweepCase| -> Result<Replayer, kvtier_cli::sweep::CaseError> {
+//! let make_replayer = |case: &kvtier_cli::sweep::SweepCase| -> Result<CaseReplay, kvtier_cli::sweep::CaseError> {
 //!     let mut cfg = ManagerConfig::new(case.capacity);
 //!     cfg.policy = case.policy;
 //!     cfg.store_threshold = case.threshold;
-//!     Ok(Replayer::new(OffloadManager::new(cfg)?, 16))
+//!     Ok(Replayer::new(OffloadManager::new(cfg)?, 16).into())
 //! };
 //! let records = || records.iter().map(|r| r.as_record());
 //! let sweep = run(&grid.cases(), 2, &make_replayer, &records, &|_| {})?;
@@ -43,7 +43,9 @@ use std::sync::{Arc, Mutex};
 use kvtier_core::hashing::Set;
 use kvtier_core::manager::PolicyKind;
 
+use crate::engine::{Engine, EngineError};
 use crate::replay::{ReplayCounts, ReplayError, Replayer};
+use crate::replay_run::TierConnector;
 use crate::trace::Record;
 
 /// The configurations of a sweep, as three lists.
@@ -145,6 +147,15 @@ pub enum SweepError {
         /// Why.
         error: ReplayError,
     },
+    /// The GPU front of a case stopped (`--gpu-blocks`).
+    Engine {
+        /// The case.
+        case: SweepCase,
+        /// The 1-based record (the record count at the trace's end).
+        record: u64,
+        /// Why.
+        error: EngineError<ReplayError>,
+    },
     /// A worker thread could not be started or panicked.
     Thread(String),
 }
@@ -166,6 +177,11 @@ impl core::fmt::Display for SweepError {
                 record,
                 error,
             } => write!(f, "{}: record {record}: {error}", name(case)),
+            SweepError::Engine {
+                case,
+                record,
+                error,
+            } => write!(f, "{}: record {record}: {error}", name(case)),
             SweepError::Thread(m) => write!(f, "sweep thread: {m}"),
         }
     }
@@ -175,22 +191,61 @@ impl core::error::Error for SweepError {
     fn source(&self) -> Option<&(dyn core::error::Error + 'static)> {
         match self {
             SweepError::Replay { error, .. } => Some(error),
+            SweepError::Engine { error, .. } => Some(error),
             SweepError::Manager { error, .. } => Some(error.as_ref()),
             SweepError::Thread(_) => None,
         }
     }
 }
 
-/// Replays `records` through `replayer` to the end: the counts and the chunks resident.
+/// What replays one case: the tier's replayer, alone or behind a GPU front.
+#[derive(Debug)]
+pub struct CaseReplay {
+    /// The tier's replayer.
+    pub replayer: Replayer,
+    /// The GPU front (`--gpu-blocks`): the replayer then sees only the GPU's misses.
+    pub engine: Option<Engine>,
+}
+
+impl From<Replayer> for CaseReplay {
+    fn from(replayer: Replayer) -> Self {
+        CaseReplay {
+            replayer,
+            engine: None,
+        }
+    }
+}
+
+/// Replays `records` through `case` to the end: the tier's counts and the chunks resident.
 ///
 /// # Errors
-/// The 1-based record that could not be replayed, and the replayer's [`ReplayError`].
+/// The 1-based record that could not be replayed (the record count for the GPU front's
+/// last steps), and why: a replayer's error is [`EngineError::Connector`].
 pub fn replay_one<'a>(
-    mut replayer: Replayer,
+    case: CaseReplay,
     records: impl Iterator<Item = Record<'a>>,
-) -> Result<(ReplayCounts, u32), (u64, ReplayError)> {
+) -> Result<(ReplayCounts, u32), (u64, EngineError<ReplayError>)> {
+    let CaseReplay {
+        mut replayer,
+        mut engine,
+    } = case;
+    let mut keys = Vec::new();
+    let mut n = 0;
     for (i, record) in records.enumerate() {
-        replayer.apply(record).map_err(|e| (i as u64 + 1, e))?;
+        n = i as u64 + 1;
+        match engine.as_mut() {
+            Some(e) => {
+                let mut tier = TierConnector::new(None, &mut replayer, &mut keys);
+                e.apply(record, &mut tier).map_err(|e| (n, e))?;
+            }
+            None => replayer
+                .apply(record)
+                .map_err(|e| (n, EngineError::Connector(e)))?,
+        }
+    }
+    if let Some(e) = engine.as_mut() {
+        let mut tier = TierConnector::new(None, &mut replayer, &mut keys);
+        e.finish(&mut tier).map_err(|e| (n, e))?;
     }
     Ok((replayer.counts(), replayer.manager().inspect().allocated()))
 }
@@ -198,8 +253,8 @@ pub fn replay_one<'a>(
 /// Why the replayer of a case could not be built: any error of the caller's factory.
 pub type CaseError = Box<dyn core::error::Error + Send + Sync>;
 
-/// The replayer (its manager, block size and limits) of a case.
-pub type MakeReplayer<'a> = dyn Fn(&SweepCase) -> Result<Replayer, CaseError> + Sync + 'a;
+/// The replayer (its manager, block size and limits, and its GPU front if any) of a case.
+pub type MakeReplayer<'a> = dyn Fn(&SweepCase) -> Result<CaseReplay, CaseError> + Sync + 'a;
 
 /// Replays every case on `jobs` threads (at least 1), each case from a fresh iterator of
 /// `records` (which must give the same records every time: a cursor over a parsed trace).
@@ -232,10 +287,17 @@ where
                     error: Arc::from(e),
                 })
                 .and_then(|r| {
-                    replay_one(r, records()).map_err(|(record, error)| SweepError::Replay {
-                        case,
-                        record,
-                        error,
+                    replay_one(r, records()).map_err(|(record, error)| match error {
+                        EngineError::Connector(error) => SweepError::Replay {
+                            case,
+                            record,
+                            error,
+                        },
+                        error => SweepError::Engine {
+                            case,
+                            record,
+                            error,
+                        },
                     })
                 })
                 .map(|(counts, resident_blocks)| SweepPoint {

@@ -14,13 +14,13 @@ use std::time::Instant;
 use kvtier_core::manager::PolicyKind;
 use serde::Serialize;
 
+use crate::engine::{Engine, EngineArgs};
 use crate::input::{FormatArgs, OpenError, TraceInputError};
 use crate::plot::{KNEE_MARGIN, PlotError, PlotSpec, draw, parse_size};
-use crate::replay::Replayer;
 use crate::replay_run::{ManagerArgs, parse_policy, progress_bar};
 use crate::sizing::{CapacityOptions, ModelArgs, ReportError, report};
 use crate::sweep::{
-    CaseError, RangeError, Sweep, SweepCase, SweepError, SweepGrid, SweepPoint,
+    CaseError, CaseReplay, RangeError, Sweep, SweepCase, SweepError, SweepGrid, SweepPoint,
     geometric_capacities, repeat_bound,
 };
 use crate::trace::{CompactError, CompactLimits, CompactTrace};
@@ -85,6 +85,13 @@ pub struct SweepOptions {
     /// The plot's size in pixels.
     #[arg(long, default_value = "1200x750", value_parser = parse_size, value_name = "WxH")]
     pub plot_size: (u32, u32),
+    /// Put a GPU prefix cache of N blocks in front of every case's tier (as `kvtier replay
+    /// --gpu-blocks`): the curve is then the tier's behind the GPU.
+    #[arg(long, value_name = "N")]
+    pub gpu_blocks: Option<u32>,
+    /// The engine model's options (used with --gpu-blocks).
+    #[command(flatten)]
+    pub engine: EngineArgs,
 }
 
 /// One row of the sweep.
@@ -441,11 +448,18 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
         .max(1);
     let bar = progress_bar(progress, "sweep", cases.len() as u64, "configurations");
-    let make_replayer = |case: &SweepCase| -> Result<Replayer, CaseError> {
+    let make_replayer = |case: &SweepCase| -> Result<CaseReplay, CaseError> {
         let manager = args
             .manager
             .manager(case.policy, case.capacity, case.threshold)?;
-        Ok(args.manager.replayer(manager, block_tokens))
+        let engine = args
+            .gpu_blocks
+            .map(|n| Engine::new(args.engine.config(n, block_tokens)))
+            .transpose()?;
+        Ok(CaseReplay {
+            replayer: args.manager.replayer(manager, block_tokens),
+            engine,
+        })
     };
     let t = Instant::now();
     let result = crate::sweep::run(&cases, jobs, &make_replayer, &|| trace.cursor(), &|_| {

@@ -55,11 +55,14 @@ impl ServeArgs {
 }
 
 impl ServeArgs {
-    /// The GPU to size `vllm:cache_config_info` with, when `--gpu-memory` or `--gpu-blocks`
-    /// is given: the replay's model and these options, as `kvtier capacity` takes them.
+    /// The GPU to size `vllm:cache_config_info` with, when `--gpu-memory`, or `--gpu-blocks`
+    /// with a model, is given: the replay's model and these options, as `kvtier capacity`
+    /// takes them.
     fn gpu_options(&self) -> Option<CapacityOptions> {
         let gpu_blocks = self.replay.gpu_blocks.map(u64::from);
-        if self.gpu_memory.is_none() && gpu_blocks.is_none() {
+        // `--gpu-blocks` alone (no model) is the replay's GPU front only.
+        let model = self.replay.options.transfer.source.is_given();
+        if self.gpu_memory.is_none() && (gpu_blocks.is_none() || !model) {
             return None;
         }
         Some(CapacityOptions {

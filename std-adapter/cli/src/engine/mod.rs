@@ -155,7 +155,7 @@ pub struct EngineCounts {
 }
 
 /// Why the engine stopped.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum EngineError<E> {
     /// A parameter out of range (the message names the option).

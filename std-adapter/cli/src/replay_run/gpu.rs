@@ -49,11 +49,7 @@ pub(crate) fn finish(
     keys: &mut Vec<BlockKey>,
     records: u64,
 ) -> Result<(), RunError> {
-    let mut tier = TierConnector {
-        stats,
-        replayer,
-        keys,
-    };
+    let mut tier = TierConnector::new(Some(stats), replayer, keys);
     engine.finish(&mut tier).map_err(|error| RunError::Engine {
         line: None,
         record: records,
@@ -61,12 +57,34 @@ pub(crate) fn finish(
     })
 }
 
-/// The replay's tier as the engine's connector.
+/// The replay's tier as the engine's connector: each hook a record for `replayer`, through
+/// `stats` when given (`keys` is scratch).
 #[derive(Debug)]
 pub(crate) struct TierConnector<'a> {
-    pub(crate) stats: &'a mut ReplayStats,
-    pub(crate) replayer: &'a mut Replayer,
-    pub(crate) keys: &'a mut Vec<BlockKey>,
+    stats: Option<&'a mut ReplayStats>,
+    replayer: &'a mut Replayer,
+    keys: &'a mut Vec<BlockKey>,
+}
+
+impl<'a> TierConnector<'a> {
+    pub(crate) fn new(
+        stats: Option<&'a mut ReplayStats>,
+        replayer: &'a mut Replayer,
+        keys: &'a mut Vec<BlockKey>,
+    ) -> Self {
+        TierConnector {
+            stats,
+            replayer,
+            keys,
+        }
+    }
+
+    fn record(&mut self, rec: Record<'_>) -> Result<(), ReplayError> {
+        match self.stats.as_deref_mut() {
+            Some(stats) => stats.apply(self.replayer, rec),
+            None => self.replayer.apply(rec),
+        }
+    }
 }
 
 impl Connector for TierConnector<'_> {
@@ -93,11 +111,11 @@ impl Connector for TierConnector<'_> {
             hashes: q.remaining(),
         };
         // The scan repeats `lookup`'s, with nothing changed in between: the same hits.
-        self.stats.apply(self.replayer, rec)
+        self.record(rec)
     }
 
     fn prefill_done(&mut self, rid: u64) -> Result<(), ReplayError> {
-        self.stats.apply(self.replayer, Record::Start { rid })
+        self.record(Record::Start { rid })
     }
 
     fn finished(
@@ -106,7 +124,7 @@ impl Connector for TierConnector<'_> {
         rid: u64,
         _block_ids: &[u32],
     ) -> Result<(), ReplayError> {
-        self.stats.apply(self.replayer, Record::Complete { rid })
+        self.record(Record::Complete { rid })
     }
 }
 

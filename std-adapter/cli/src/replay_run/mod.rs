@@ -466,11 +466,8 @@ impl Run<'_> {
                         records += 1;
                         let is_load = rec.kind() == RecordKind::Load;
                         if let Some(engine) = engine.as_mut() {
-                            let mut tier = TierConnector {
-                                stats: &mut stats,
-                                replayer: &mut replayer,
-                                keys: &mut keys,
-                            };
+                            let mut tier =
+                                TierConnector::new(Some(&mut stats), &mut replayer, &mut keys);
                             engine
                                 .apply(rec, &mut tier)
                                 .map_err(|error| RunError::Engine {
