@@ -16,7 +16,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use kvtier_cli::engine::{Connector, EngineConfig, LookupQuery, StepRecord};
+use kvtier_cli::engine::{Connector, EngineConfig, FinishedRequest, LookupQuery, StepRecord};
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
 
@@ -159,10 +159,10 @@ impl Connector for Recorder {
     fn finished(
         &mut self,
         _gpu: &mut BlockPool<BlockKey>,
-        rid: u64,
-        block_ids: &[u32],
+        req: &FinishedRequest<'_>,
     ) -> Result<(), Self::Error> {
-        self.log.push(Call::Finished(rid, block_ids.to_vec()));
+        self.log
+            .push(Call::Finished(req.rid, req.block_ids.to_vec()));
         Ok(())
     }
 }

@@ -42,6 +42,19 @@ impl LookupQuery<'_> {
     }
 }
 
+/// A request that finished, as its stores completed (vLLM's `request_finished` arguments).
+#[derive(Clone, Copy, Debug)]
+pub struct FinishedRequest<'a> {
+    /// The request.
+    pub rid: u64,
+    /// Its block table, freed right after the call.
+    pub block_ids: &'a [u32],
+    /// Tokens it computed (its prompt and all outputs but the last).
+    pub num_computed_tokens: u64,
+    /// Its block hashes (its prompt's blocks).
+    pub block_hashes: &'a [u64],
+}
+
 /// One scheduled request of a step (the parts of vLLM's `SchedulerOutput` a connector reads).
 #[derive(Clone, Copy, Debug)]
 pub struct ScheduledRequest<'a> {
@@ -128,7 +141,7 @@ pub trait Connector {
         Ok(())
     }
 
-    /// The request finished and its stores completed; the engine frees `block_ids` right
+    /// The request finished and its stores completed; the engine frees its blocks right
     /// after this call.
     ///
     /// # Errors
@@ -136,8 +149,7 @@ pub trait Connector {
     fn finished(
         &mut self,
         gpu: &mut BlockPool<BlockKey>,
-        rid: u64,
-        block_ids: &[u32],
+        req: &FinishedRequest<'_>,
     ) -> Result<(), Self::Error>;
 }
 
@@ -169,8 +181,7 @@ impl Connector for NoConnector {
     fn finished(
         &mut self,
         _gpu: &mut BlockPool<BlockKey>,
-        _rid: u64,
-        _block_ids: &[u32],
+        _req: &FinishedRequest<'_>,
     ) -> Result<(), Self::Error> {
         Ok(())
     }

@@ -21,7 +21,9 @@ mod sched;
 
 use core::fmt;
 
-pub use connector::{Connector, LookupQuery, NoConnector, ScheduledRequest, StepRecord};
+pub use connector::{
+    Connector, FinishedRequest, LookupQuery, NoConnector, ScheduledRequest, StepRecord,
+};
 pub use gpu::{GpuCache, GpuError};
 pub use sched::Engine;
 

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use kvtier_core::hashing::Map;
 
-use super::connector::{Connector, LookupQuery, ScheduledRequest, StepRecord};
+use super::connector::{Connector, FinishedRequest, LookupQuery, ScheduledRequest, StepRecord};
 use super::gpu::GpuCache;
 use super::{EngineConfig, EngineCounts, EngineError};
 use crate::trace::Record;
@@ -117,6 +117,12 @@ impl Engine {
     #[must_use]
     pub const fn gpu(&self) -> &GpuCache {
         &self.gpu
+    }
+
+    /// The GPU prefix cache, mutably: for a connector's calls between steps (e.g. to finish
+    /// its own transfers after [`Engine::finish`]); the engine's own references stay its own.
+    pub fn gpu_mut(&mut self) -> &mut GpuCache {
+        &mut self.gpu
     }
 
     /// What the engine counted so far.
@@ -486,7 +492,13 @@ impl Engine {
         while i < self.finishing.len() {
             if self.finishing[i].transfer_end <= t {
                 let mut r = self.finishing.remove(i);
-                conn.finished(self.gpu.pool_mut(), r.rid, &r.table)
+                let done = FinishedRequest {
+                    rid: r.rid,
+                    block_ids: &r.table,
+                    num_computed_tokens: r.computed,
+                    block_hashes: &r.hashes,
+                };
+                conn.finished(self.gpu.pool_mut(), &done)
                     .map_err(EngineError::Connector)?;
                 self.gpu.free(&mut r.table)?;
                 self.open.remove(&r.rid);

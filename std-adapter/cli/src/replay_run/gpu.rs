@@ -12,7 +12,7 @@ use kvtier_core::block_pool::BlockPool;
 use kvtier_core::stats::{Gauge, Payload, UpdateError, catalogue};
 
 use super::RunError;
-use crate::engine::{Connector, Engine, EngineArgs, EngineCounts, LookupQuery};
+use crate::engine::{Connector, Engine, EngineArgs, EngineCounts, FinishedRequest, LookupQuery};
 use crate::replay::{ReplayError, Replayer};
 use crate::replay_stats::ReplayStats;
 use crate::trace::Record;
@@ -121,10 +121,9 @@ impl Connector for TierConnector<'_> {
     fn finished(
         &mut self,
         _gpu: &mut BlockPool<BlockKey>,
-        rid: u64,
-        _block_ids: &[u32],
+        req: &FinishedRequest<'_>,
     ) -> Result<(), ReplayError> {
-        self.record(Record::Complete { rid })
+        self.record(Record::Complete { rid: req.rid })
     }
 }
 
