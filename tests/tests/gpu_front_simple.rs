@@ -11,173 +11,17 @@
     reason = "test code: a failed unwrap is a failed test; small numbers"
 )]
 
-use std::collections::VecDeque;
-
-use kvtier_cli::engine::{
-    Connector, Engine, EngineConfig, FinishedRequest, LookupQuery, StepRecord,
-};
+use kvtier_cli::engine::{Engine, EngineConfig};
+use kvtier_cli::replay_simple::SimpleTier;
 use kvtier_cli::trace::Record;
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
-use kvtier_core::simple::{
-    Finished, LookupRequest, Progress, Scheduled, SimpleConfig, SimpleScheduler, StepInput,
-    WorkerOutput,
-};
+use kvtier_core::simple::{SimpleConfig, SimpleScheduler};
 use kvtier_core::stats::Gauge;
 use kvtier_core::stats::catalogue::{
     SIMPLE_LOAD_BLOCKS, SIMPLE_PENDING_STORE_BLOCKS, SIMPLE_USED_BLOCKS,
 };
 use kvtier_core::stats::simple_offload::SaveOutcome;
-
-/// The simple offloader as the engine's connector: loads complete when the engine says so,
-/// stores `transfer_steps` steps after the step that issued them.
-struct SimpleTier {
-    s: SimpleScheduler,
-    bt: u64,
-    transfer_steps: u64,
-    finished: Vec<u64>,
-    recv: Vec<u64>,
-    stores: VecDeque<(u64, u64)>,
-}
-
-impl SimpleTier {
-    /// The computed tokens the hashes cover (the model hashes prompt blocks only).
-    fn covered(&self, computed: u64, hashes: &[u64]) -> u64 {
-        computed.min(hashes.len() as u64 * self.bt)
-    }
-
-    /// Reports the loads done and the stores due by the end of step `t`.
-    fn complete(&mut self, gpu: &mut BlockPool<BlockKey>, t: u64) -> Result<(), String> {
-        let mut done = Vec::new();
-        while self.stores.front().is_some_and(|&(_, due)| due <= t) {
-            let (event, _) = self.stores.pop_front().unwrap();
-            done.push((event, 1));
-        }
-        let out = WorkerOutput {
-            finished_recving: &self.recv,
-            completed_stores: &done,
-        };
-        self.s
-            .update_connector_output(gpu, &out)
-            .map_err(|e| e.to_string())?;
-        self.recv.clear();
-        Ok(())
-    }
-
-    /// One step with nothing scheduled (issues queued flushes), then its completion.
-    fn idle_step(&mut self, gpu: &mut BlockPool<BlockKey>, t: u64) -> Result<(), String> {
-        let input = StepInput {
-            finished: &self.finished,
-            ..StepInput::default()
-        };
-        let plan = self
-            .s
-            .build_connector_meta(gpu, &input)
-            .map_err(|e| e.to_string())?;
-        if let Some(e) = plan.store_event {
-            self.stores.push_back((e, t + self.transfer_steps));
-        }
-        self.finished.clear();
-        self.complete(gpu, t)
-    }
-}
-
-impl Connector for SimpleTier {
-    type Error = String;
-
-    fn lookup(&mut self, q: &LookupQuery<'_>) -> Result<usize, String> {
-        let req = LookupRequest {
-            req: q.rid,
-            block_hashes: q.block_hashes,
-            num_tokens: q.num_tokens,
-            skip_reading_prefix_cache: false,
-        };
-        let (tokens, _) = self
-            .s
-            .get_num_new_matched_tokens(&req, q.gpu_hit_blocks as u64 * self.bt)
-            .map_err(|e| e.to_string())?;
-        Ok(((tokens / self.bt) as usize).min(q.max_hit_blocks))
-    }
-
-    fn allocated(
-        &mut self,
-        gpu: &mut BlockPool<BlockKey>,
-        q: &LookupQuery<'_>,
-        block_ids: &[u32],
-        external_blocks: usize,
-    ) -> Result<(), String> {
-        self.s
-            .update_state_after_alloc(gpu, q.rid, block_ids, external_blocks as u64 * self.bt)
-            .map_err(|e| e.to_string())
-    }
-
-    fn load_done(&mut self, rid: u64) -> Result<(), String> {
-        self.recv.push(rid);
-        Ok(())
-    }
-
-    fn prefill_done(&mut self, _rid: u64) -> Result<(), String> {
-        Ok(())
-    }
-
-    fn step(&mut self, gpu: &mut BlockPool<BlockKey>, step: &StepRecord<'_>) -> Result<(), String> {
-        let scheduled: Vec<Scheduled<'_>> = step
-            .scheduled
-            .iter()
-            .map(|r| Scheduled {
-                req: r.rid,
-                new_block_ids: Some(if r.full_table {
-                    r.block_ids
-                } else {
-                    &r.block_ids[r.block_ids.len() - r.num_new_blocks..]
-                }),
-                full_table: r.full_table,
-                num_scheduled_tokens: r.num_scheduled_tokens,
-                progress: Progress {
-                    num_computed_tokens: self.covered(r.num_computed_tokens, r.block_hashes),
-                    num_output_placeholders: 0,
-                    block_hashes: r.block_hashes,
-                },
-            })
-            .collect();
-        let input = StepInput {
-            handoffs: &[],
-            preempted: step.preempted,
-            finished: &self.finished,
-            scheduled: &scheduled,
-        };
-        let plan = self
-            .s
-            .build_connector_meta(gpu, &input)
-            .map_err(|e| e.to_string())?;
-        if let Some(e) = plan.store_event {
-            self.stores.push_back((e, step.step + self.transfer_steps));
-        }
-        self.finished.clear();
-        self.complete(gpu, step.step)
-    }
-
-    fn finished(
-        &mut self,
-        gpu: &mut BlockPool<BlockKey>,
-        req: &FinishedRequest<'_>,
-    ) -> Result<(), String> {
-        let done = Finished {
-            req: req.rid,
-            block_ids: req.block_ids,
-            progress: Progress {
-                num_computed_tokens: self.covered(req.num_computed_tokens, req.block_hashes),
-                num_output_placeholders: 0,
-                block_hashes: req.block_hashes,
-            },
-        };
-        self.s
-            .request_finished_all_groups(gpu, &done)
-            .map_err(|e| e.to_string())?;
-        self.finished.push(req.rid);
-        Ok(())
-    }
-}
 
 fn trace_requests() -> Vec<Vec<u64>> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
@@ -203,14 +47,7 @@ fn drive(lazy: bool, cpu_blocks: u32) -> (SimpleTier, Engine) {
     let mut sc = SimpleConfig::with_cpu_blocks(bt, gpu_blocks, cpu_blocks);
     sc.lazy_offload = lazy;
     sc.max_num_batched_tokens = 8192;
-    let mut tier = SimpleTier {
-        s: SimpleScheduler::new(sc).unwrap(),
-        bt: u64::from(bt),
-        transfer_steps: cfg.transfer_steps,
-        finished: Vec::new(),
-        recv: Vec::new(),
-        stores: VecDeque::new(),
-    };
+    let mut tier = SimpleTier::new(SimpleScheduler::new(sc).unwrap(), bt, cfg.transfer_steps);
     for (rid, hashes) in trace_requests().iter().enumerate() {
         let rec = Record::Load {
             rid: rid as u64,
@@ -221,7 +58,7 @@ fn drive(lazy: bool, cpu_blocks: u32) -> (SimpleTier, Engine) {
     engine.finish(&mut tier).unwrap();
     // The engine is idle; the offloader may still hold queued flushes and stores in flight.
     let mut t = engine.counts().steps;
-    while tier.s.has_pending_stores() || !tier.stores.is_empty() || !tier.finished.is_empty() {
+    while tier.busy() {
         let pool = engine_pool(&mut engine);
         tier.idle_step(pool, t).unwrap();
         t += 1;
@@ -242,29 +79,96 @@ fn the_engine_drives_the_simple_offloader_eager_and_lazy() {
             let (mut tier, engine) = drive(lazy, cpu_blocks);
             let outcomes: u64 = SaveOutcome::ALL
                 .iter()
-                .map(|&o| tier.s.boundary_total(o))
+                .map(|&o| tier.scheduler().boundary_total(o))
                 .sum();
-            assert_eq!(outcomes, tier.s.published(), "lazy {lazy} cpu {cpu_blocks}");
-            let stats = tier.s.get_stats();
+            assert_eq!(
+                outcomes,
+                tier.scheduler().published(),
+                "lazy {lazy} cpu {cpu_blocks}"
+            );
+            let stats = tier.scheduler().get_stats();
             let used = stats.gauge(SIMPLE_USED_BLOCKS, &[]).unwrap();
             assert!(used.numerator() >= 1);
             assert_eq!(
                 stats.gauge(SIMPLE_PENDING_STORE_BLOCKS, &[]),
                 Some(Gauge::int(0))
             );
-            assert_eq!(tier.s.pending_store_blocks(), 0);
+            assert_eq!(tier.scheduler().pending_store_blocks(), 0);
             // Every GPU pin the offloader took is released: the GPU is idle.
             assert_eq!(engine.gpu().usage().used, 0, "lazy {lazy} cpu {cpu_blocks}");
             // Idle, the pool is the null block in use; what was stored stays cached.
             assert_eq!(used, Gauge::int(1));
             // One full-attention group has no boundary hand-offs (vLLM's come from Mamba
             // "align" groups only): eager stores come from the cursor scan and the flushes.
-            assert_eq!(tier.s.published(), 0);
-            let cached = tier.s.cpu_pool().cached_key_count();
+            assert_eq!(tier.scheduler().published(), 0);
+            let cached = tier.scheduler().cpu_pool().cached_key_count();
             assert!(cached > 0, "lazy {lazy} cpu {cpu_blocks}: nothing stored");
             let loads = stats.counter(SIMPLE_LOAD_BLOCKS, &[]).unwrap_or(0);
             assert!(loads > 0, "lazy {lazy} cpu {cpu_blocks}: nothing loaded");
             assert_eq!(loads * 16, engine.counts().external_prefix_cache_hits);
         }
     }
+}
+
+/// `kvtier replay --offloader simple` runs the same steps: its report gives the numbers of the
+/// direct drive above, and it needs a GPU.
+#[test]
+fn replay_offloader_simple_reports_what_the_steps_give() {
+    use clap::Parser;
+    use kvtier_cli::cli::{Cli, Command};
+    use kvtier_cli::replay_simple::{SimpleOptions, SimpleRunError, replay_simple};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
+    let parse = |extra: &[&str]| {
+        let mut argv = vec!["kvtier", "replay", "--trace", path, "--offloader", "simple"];
+        argv.extend_from_slice(extra);
+        let Command::Replay(a) = Cli::try_parse_from(argv).unwrap().command else {
+            panic!("not a replay");
+        };
+        a
+    };
+    for lazy in [false, true] {
+        let mut extra = vec![
+            "--capacity",
+            "4096",
+            "--gpu-blocks",
+            "300",
+            "--max-num-seqs",
+            "32",
+            "--decode-tokens",
+            "8",
+        ];
+        if lazy {
+            extra.push("--lazy");
+        }
+        let a = parse(&extra);
+        let opts = SimpleOptions {
+            lazy: a.lazy,
+            world_size: a.world_size,
+        };
+        let r = replay_simple(&a.replay_options(), opts).unwrap();
+        let (mut tier, engine) = drive(lazy, 4096);
+        let stats = tier.scheduler().get_stats();
+        assert_eq!(
+            r.load_blocks,
+            stats.counter(SIMPLE_LOAD_BLOCKS, &[]).unwrap_or(0)
+        );
+        assert!(r.load_blocks > 0);
+        assert_eq!(r.gpu.counts, engine.counts());
+        assert_eq!((r.used_blocks, r.pending_store_blocks), (1, 0));
+        assert_eq!(r.outcomes.len(), 7);
+        assert_eq!(r.outcomes.values().sum::<u64>(), 0);
+        assert_eq!(
+            r.payload.counter(SIMPLE_LOAD_BLOCKS, &[]),
+            Some(r.load_blocks)
+        );
+    }
+    let a = parse(&["--capacity", "64"]);
+    let opts = SimpleOptions {
+        lazy: false,
+        world_size: 1,
+    };
+    assert!(matches!(
+        replay_simple(&a.replay_options(), opts),
+        Err(SimpleRunError::NeedsGpu)
+    ));
 }

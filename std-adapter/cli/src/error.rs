@@ -15,6 +15,7 @@ use crate::convert::ConvertError;
 use crate::from_variants::from_variants;
 use crate::input::{FormatError, OpenError};
 use crate::replay_run::{ManagerError, RunError};
+use crate::replay_simple::SimpleRunError;
 use crate::replay_stats::TransferError;
 use crate::serve::ServeError;
 use crate::sizing::{DtypeError, ReportError, SizeError};
@@ -57,6 +58,8 @@ pub enum Error {
     SweepRun(SweepRunError),
     /// Serving failed (a bad `--rate`, the endpoint, the replay thread).
     Serve(ServeError),
+    /// `replay --offloader simple` failed.
+    Simple(SimpleRunError),
     /// A command's report could not be printed.
     Output(OutputError),
     /// A report could not be serialised as JSON.
@@ -82,6 +85,7 @@ impl fmt::Display for Error {
             Error::Sweep(e) => e.fmt(f),
             Error::SweepRun(e) => e.fmt(f),
             Error::Serve(e) => e.fmt(f),
+            Error::Simple(e) => e.fmt(f),
             Error::Output(e) => e.fmt(f),
             Error::Json(e) => e.fmt(f),
         }
@@ -107,6 +111,7 @@ impl std::error::Error for Error {
             Error::Sweep(e) => Some(e),
             Error::SweepRun(e) => Some(e),
             Error::Serve(e) => Some(e),
+            Error::Simple(e) => Some(e),
             Error::Output(e) => Some(e),
             Error::Json(e) => Some(e),
         }
@@ -131,6 +136,7 @@ from_variants!(
     SweepError => Sweep,
     SweepRunError => SweepRun,
     ServeError => Serve,
+    SimpleRunError => Simple,
     OutputError => Output,
     serde_json::Error => Json,
 );

@@ -17,6 +17,7 @@
 //! | [`replay`] | [`replay::Replayer`]: the kvtrace replay protocol over one manager |
 //! | [`replay_stats`] | what a replay adds to the manager's stats: the transfer model, requests running |
 //! | [`replay_run`] | a whole replay run into a [`replay_run::ReplayReport`] |
+//! | [`replay_simple`] | `replay --offloader simple`: the simple CPU offloader behind the GPU front |
 //! | [`engine`] | the GPU prefix cache in front of the tier and the engine step model (`--gpu-blocks`) |
 //! | [`layout`] | model layouts: presets, layout JSON, Hugging Face `config.json` |
 //! | [`sizing`] | the capacity report model |
@@ -39,6 +40,7 @@ pub mod numfmt;
 pub mod plot;
 pub mod replay;
 pub mod replay_run;
+pub mod replay_simple;
 pub mod replay_stats;
 pub mod serve;
 pub mod sizing;

@@ -8,6 +8,7 @@ pub mod capacity;
 pub mod convert;
 pub mod output;
 pub mod replay;
+pub mod replay_simple;
 pub mod serve;
 pub mod sweep;
 

@@ -35,6 +35,26 @@ pub struct ReplayArgs {
     /// The engine model's options (used with --gpu-blocks).
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// The CPU offloader: `offloading` (vLLM's OffloadingConnector, the default) or `simple`
+    /// (vLLM's SimpleCPUOffloadConnector, behind --gpu-blocks; --capacity is then its CPU
+    /// blocks).
+    #[arg(long, value_enum, default_value_t = Offloader::Offloading)]
+    pub offloader: Offloader,
+    /// With --offloader simple: lazy offload (stores taken from the GPU free queue).
+    #[arg(long)]
+    pub lazy: bool,
+    /// With --offloader simple: workers that report each store.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub world_size: u32,
+}
+
+/// Which CPU offloader `kvtier replay` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Offloader {
+    /// vLLM's OffloadingConnector (`CPUOffloadingManager`).
+    Offloading,
+    /// vLLM's SimpleCPUOffloadConnector (`SimpleCPUOffloadScheduler`).
+    Simple,
 }
 
 impl ReplayArgs {
@@ -55,6 +75,9 @@ impl ReplayArgs {
 /// # Errors
 /// Any error of reading or replaying the trace, or of printing the report.
 pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
+    if args.offloader == Offloader::Simple {
+        return super::replay_simple::run(args);
+    }
     let report = replay(&args.replay_options(), std::io::stderr().is_terminal())?;
     let mut out = std::io::stdout().lock();
     let mut text = if args.json {

@@ -89,6 +89,9 @@ impl ServeArgs {
 /// # Errors
 /// Any error of starting or of the replay.
 pub fn run(args: &ServeArgs) -> Result<(), crate::Error> {
+    if args.replay.offloader == super::replay::Offloader::Simple {
+        return Err(crate::replay_simple::SimpleRunError::NotIn("kvtier serve").into());
+    }
     let mut serving = start(&args.options())?;
     eprintln!(
         "kvtier serve: metrics at http://{}/metrics",
