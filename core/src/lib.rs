@@ -33,6 +33,7 @@ extern crate std;
 pub mod allocator;
 pub mod block_pool;
 pub mod capacity;
+pub mod curve;
 pub mod hashing;
 pub mod key;
 pub mod manager;
