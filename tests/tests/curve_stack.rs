@@ -9,14 +9,11 @@
     reason = "test code: a failed unwrap is a failed test; sizes are small"
 )]
 
-use std::fs::File;
-use std::io::BufReader;
-
 use kvtier_cli::replay::{ReplayCounts, Replayer};
-use kvtier_cli::trace::{OwnedRecord, Record, TraceReader};
+use kvtier_cli::trace::OwnedRecord;
 use kvtier_core::curve::{Curve, LruStack, StackConfig};
 use kvtier_core::manager::{ManagerConfig, OffloadManager};
-use kvtier_tests::expected::data;
+use kvtier_tests::curve::{feed, read};
 use kvtier_tests::trace_order::interleave;
 use proptest::prelude::*;
 
@@ -33,13 +30,7 @@ fn replay(records: &[OwnedRecord], capacity: u32) -> ReplayCounts {
 
 fn stack_curve(records: &[OwnedRecord], max: u32) -> Curve {
     let mut s = LruStack::new(StackConfig::new(max)).unwrap();
-    for rec in records {
-        match rec.as_record() {
-            Record::Load { rid, hashes } => s.lookup(rid, hashes).unwrap(),
-            Record::Start { rid } => s.store(rid).unwrap(),
-            Record::Complete { rid } => s.finish(rid).unwrap(),
-        }
-    }
+    feed(records, &mut s).unwrap();
     s.curve().unwrap()
 }
 
@@ -163,15 +154,6 @@ fn distinct(records: &[OwnedRecord]) -> u32 {
     keys.sort_unstable();
     keys.dedup();
     keys.len() as u32
-}
-
-fn read(name: &str) -> Vec<OwnedRecord> {
-    let mut rd = TraceReader::new(BufReader::new(File::open(data(name)).unwrap())).unwrap();
-    let mut out = Vec::new();
-    while let Some(r) = rd.next_record().unwrap() {
-        out.push(r.to_owned_record());
-    }
-    out
 }
 
 /// small-a (1,000 requests, 32 in flight): every 61st certified capacity up to 8,192 equals

@@ -144,6 +144,44 @@ impl From<AllocError> for CurveError {
     }
 }
 
+/// The record-level calls every curve takes: one per kvtrace record (`L`, `S`, `C`).
+pub trait Sink {
+    /// An `L` record: request `rid` arrives with its block keys, head first.
+    ///
+    /// # Errors
+    /// The curve's [`CurveError`]; nothing changes then.
+    fn lookup(&mut self, rid: u64, keys: &[u64]) -> Result<(), CurveError>;
+    /// An `S` record: request `rid`'s store phase.
+    ///
+    /// # Errors
+    /// The curve's [`CurveError`]; nothing changes then.
+    fn store(&mut self, rid: u64) -> Result<(), CurveError>;
+    /// A `C` record: request `rid`'s stores complete and it finishes.
+    ///
+    /// # Errors
+    /// The curve's [`CurveError`]; nothing changes then.
+    fn finish(&mut self, rid: u64) -> Result<(), CurveError>;
+}
+
+/// Implements [`Sink`] by the type's own `lookup`, `store` and `finish`.
+macro_rules! sink_by_methods {
+    ($($t:ty),*) => {$(
+        impl $crate::curve::Sink for $t {
+            fn lookup(&mut self, rid: u64, keys: &[u64]) -> Result<(), $crate::curve::CurveError> {
+                <$t>::lookup(self, rid, keys)
+            }
+            fn store(&mut self, rid: u64) -> Result<(), $crate::curve::CurveError> {
+                <$t>::store(self, rid)
+            }
+            fn finish(&mut self, rid: u64) -> Result<(), $crate::curve::CurveError> {
+                <$t>::finish(self, rid)
+            }
+        }
+    )*};
+}
+
+sink_by_methods!(LruStack, SampledCurves, MiniReplay);
+
 /// One capacity of a curve.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CurvePoint {

@@ -94,7 +94,8 @@ pub struct SampledConfig {
     pub max_capacity: u32,
     /// Full-scale capacities at which each of `policies` is simulated in miniature.
     pub capacities: Vec<u32>,
-    /// Policies simulated in miniature (at every one of `capacities`).
+    /// Policies simulated in miniature (at every one of `capacities`); without a store
+    /// threshold the sampled LRU stack runs as well.
     pub policies: Vec<PolicyKind>,
     /// The store threshold of the miniature managers (0 or 1: no filter); their reuse
     /// tracker is scaled by the rate.
@@ -162,9 +163,6 @@ impl SampledCurves {
         };
         let mut minis = Vec::new();
         for &policy in &cfg.policies {
-            if policy == PolicyKind::Lru && !filter {
-                continue;
-            }
             for &capacity in &cfg.capacities {
                 let scaled = sampler.scaled(capacity);
                 let mut m = ManagerConfig::new(scaled);
@@ -274,17 +272,27 @@ impl SampledCurves {
 
     /// The estimated LRU block hit rate at full-scale `capacity`, from `curve` (the
     /// [`lru_curve`](Self::lru_curve)): sampled hit blocks over sampled blocks at the scaled
-    /// capacity.
+    /// capacity, `None` where the sampled stack does not certify that capacity (the in-flight
+    /// effects of a small scaled cache; a miniature LRU replay there stands for it).
     #[must_use]
     #[expect(clippy::cast_precision_loss, reason = "a rate")]
-    pub fn lru_rate(&self, curve: &Curve, capacity: u32) -> f64 {
+    pub fn lru_rate(&self, curve: &Curve, capacity: u32) -> Option<f64> {
         let c = self.sampler.scaled(capacity).min(curve.len());
         match curve.at(c) {
-            Some(p) if curve.request_blocks() > 0 => {
-                p.hit_blocks as f64 / curve.request_blocks() as f64
+            Some(p) if p.exact && curve.request_blocks() > 0 => {
+                Some(p.hit_blocks as f64 / curve.request_blocks() as f64)
             }
-            _ => 0.0,
+            Some(p) if p.exact => Some(0.0),
+            _ => None,
         }
+    }
+
+    /// The miniature replay of `policy` at full-scale `capacity`, if simulated.
+    #[must_use]
+    pub fn mini(&self, policy: PolicyKind, capacity: u32) -> Option<&Mini> {
+        self.minis
+            .iter()
+            .find(|m| m.policy == policy && m.capacity == capacity)
     }
 
     /// The miniature replays, in policy then capacity order.
