@@ -83,6 +83,7 @@ fn sampled_64(bencher: Bencher) {
         block_tokens: 16,
         max_requests: 1024,
         seed: DEFAULT_SEED,
+        stack: true,
     };
     bencher
         .counter(ItemsCount::new(blocks))

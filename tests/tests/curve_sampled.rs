@@ -35,6 +35,7 @@ fn sampled(records: &[OwnedRecord], rate: f64, capacities: &[u32], max: u32) -> 
         block_tokens: 16,
         max_requests: 1024,
         seed: DEFAULT_SEED,
+        stack: true,
     };
     let mut s = SampledCurves::new(&cfg).unwrap();
     feed(records, &mut s).unwrap();

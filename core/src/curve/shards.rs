@@ -108,6 +108,9 @@ pub struct SampledConfig {
     pub max_requests: u32,
     /// The sampler's hash seed ([`DEFAULT_SEED`] for [`Sampler::new`]'s keys).
     pub seed: u64,
+    /// Whether to run the sampled LRU stack (the whole sampled LRU curve; without a store
+    /// threshold only).
+    pub stack: bool,
 }
 
 /// One miniature replay: its policy and full-scale capacity.
@@ -154,7 +157,7 @@ impl SampledCurves {
     pub fn new(cfg: &SampledConfig) -> Result<Self, CurveError> {
         let sampler = Sampler::with_seed(cfg.rate, cfg.seed)?;
         let filter = cfg.store_threshold > 1;
-        let lru = if filter {
+        let lru = if filter || !cfg.stack {
             None
         } else {
             let mut s = StackConfig::new(sampler.scaled(cfg.max_capacity));
@@ -262,7 +265,7 @@ impl SampledCurves {
     }
 
     /// The sampled LRU stack's curve (over sampled capacities `1..=rate · max_capacity`),
-    /// `None` with a store threshold.
+    /// `None` with a store threshold or without [`SampledConfig::stack`].
     ///
     /// # Errors
     /// [`CurveError::OutOfMemory`].

@@ -134,6 +134,7 @@ pub fn sampled(
         block_tokens,
         max_requests,
         seed: DEFAULT_SEED,
+        stack: false,
     };
     let mut s = SampledCurves::new(&cfg)?;
     feed(trace, &mut s, tick)?;
@@ -393,24 +394,52 @@ fn sample_points(
         caps.dedup();
         let mut policies: Vec<PolicyKind> = mine.iter().map(|c| c.policy).collect();
         policies.dedup();
-        let bar = progress_bar(spec.progress, "sample", trace.records(), "records");
-        let s = sampled(
-            trace,
-            spec.rate,
-            &caps,
-            &policies,
-            t,
-            spec.block_tokens,
-            spec.max_requests,
-            &|n| bar.inc(n),
+        // The capacities split over the threads, each chunk its own miniature replays over
+        // the shared parsed trace.
+        let chunks: Vec<&[u32]> = caps
+            .chunks(caps.len().div_ceil(spec.jobs.max(1)).max(1))
+            .collect();
+        let bar = progress_bar(
+            spec.progress,
+            "sample",
+            trace.records() * chunks.len() as u64,
+            "records",
         );
+        let results: Vec<Result<SampledCurves, CurveRunError>> = std::thread::scope(|scope| {
+            let handles: Vec<_> = chunks
+                .iter()
+                .map(|chunk| {
+                    let (bar, policies) = (&bar, &policies);
+                    scope.spawn(move || {
+                        sampled(
+                            trace,
+                            spec.rate,
+                            chunk,
+                            policies,
+                            t,
+                            spec.block_tokens,
+                            spec.max_requests,
+                            &|n| bar.inc(n),
+                        )
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or(Err(CurveRunError::Curve(CurveError::OutOfMemory)))
+                })
+                .collect()
+        });
         bar.finish_and_clear();
-        let s = s.map_err(MethodError::Curve)?;
-        for c in mine {
-            let rate = s
-                .mini(c.policy, c.capacity)
-                .map_or(0.0, |m| m.counts().block_hit_rate());
-            est.push((*c, rate));
+        for s in results {
+            let s = s.map_err(MethodError::Curve)?;
+            for c in &mine {
+                if let Some(m) = s.mini(c.policy, c.capacity) {
+                    est.push((**c, m.counts().block_hit_rate()));
+                }
+            }
         }
     }
     // Each estimate as a count of hit blocks, and the rate the row shows from it.
