@@ -16,6 +16,7 @@
 //! | [`capacity`] | KV layout specs, page sizes, blocks from a memory budget, max concurrency, the CPU tier's size |
 //! | [`allocator`] | [`allocator::SlotPool`] (the CPU tier's slot order) and [`allocator::FreeQueue`] (the GPU pool's free list) |
 //! | [`manager`] | [`manager::OffloadManager`]: lookup, load, store, eviction policies (LRU, ARC), the reuse filter, events |
+//! | [`curve`] | sizing curves in one pass: the exact LRU curve at every capacity ([`curve::LruStack`]), SHARDS sampling and miniature replays |
 //! | [`block_pool`] | vLLM's GPU-style `BlockPool` with a null block and a prefix-hash map |
 //! | [`simple`] | [`simple::SimpleScheduler`]: vLLM's simple CPU offloader (scheduler side) on a `BlockPool`: lookups and pins, eager and lazy stores, the seven save outcomes, completions, reset, its stats |
 //! | [`stats`] | Self-describing stats payloads, the metric catalogue, integer histograms, the wire codec |
@@ -34,6 +35,7 @@ extern crate std;
 pub mod allocator;
 pub mod block_pool;
 pub mod capacity;
+pub mod curve;
 pub mod hashing;
 pub mod key;
 pub mod manager;

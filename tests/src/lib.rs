@@ -7,6 +7,7 @@ extern crate alloc;
 pub mod allocator_model;
 pub mod block_pool_model;
 pub mod capacity_gen;
+pub mod curve;
 pub mod engine_model;
 pub mod expected;
 pub mod manager_checks;

@@ -45,6 +45,7 @@ pub mod replay_stats;
 pub mod serve;
 pub mod sizing;
 pub mod sweep;
+pub mod sweep_curve;
 pub mod sweep_run;
 pub mod trace;
 pub mod workload;

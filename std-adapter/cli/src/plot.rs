@@ -16,6 +16,7 @@ use plotters::series::DashedLineSeries;
 use plotters::style::FontStyle;
 
 use crate::sweep::{Sweep, SweepPoint};
+use crate::sweep_curve::Checkpoint;
 
 /// The margin of [`Sweep::knee`] the plot marks: one percentage point.
 pub const KNEE_MARGIN: f64 = 0.01;
@@ -35,6 +36,11 @@ pub struct PlotSpec<'a> {
     pub model: Option<(String, u64)>,
     /// Width and height in pixels.
     pub size: (u32, u32),
+    /// The sampling rate when the curves are sampled estimates (drawn dashed, so labelled).
+    pub sampled: Option<f64>,
+    /// Exact replays beside a sampled curve (drawn as crosses, the largest error in the
+    /// legend).
+    pub checkpoints: &'a [Checkpoint],
 }
 
 /// Why a plot could not be drawn.
@@ -344,16 +350,45 @@ fn draw_on<DB: DrawingBackend>(
                 )
             })
             .collect();
-        chart
-            .draw_series(LineSeries::new(xy.clone(), color.stroke_width(stroke)))
-            .map_err(|e| err(&e))?
-            .label(name)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 24, y)], color.stroke_width(stroke))
-            });
+        let style = color.stroke_width(stroke);
+        let legend = move |(x, y): (i32, i32)| PathElement::new(vec![(x, y), (x + 24, y)], style);
+        match spec.sampled {
+            Some(r) => chart
+                .draw_series(DashedLineSeries::new(xy.clone(), 12, 6, style))
+                .map_err(|e| err(&e))?
+                .label(format!("{name} (sampled, R = {r})"))
+                .legend(legend),
+            None => chart
+                .draw_series(LineSeries::new(xy.clone(), style))
+                .map_err(|e| err(&e))?
+                .label(name)
+                .legend(legend),
+        };
         chart
             .draw_series(xy.into_iter().map(|c| Circle::new(c, dot, color.filled())))
             .map_err(|e| err(&e))?;
+    }
+
+    if !spec.checkpoints.is_empty() {
+        let worst = spec
+            .checkpoints
+            .iter()
+            .map(|c| c.error_points.abs())
+            .fold(0.0, f64::max);
+        let size = dot * 2;
+        chart
+            .draw_series(spec.checkpoints.iter().map(|c| {
+                Cross::new(
+                    (f64::from(c.capacity), c.exact_block_hit_rate * 100.0),
+                    size,
+                    BLACK.stroke_width(stroke),
+                )
+            }))
+            .map_err(|e| err(&e))?
+            .label(format!(
+                "exact replays at checkpoints (largest error {worst:.2} pt)"
+            ))
+            .legend(move |(x, y)| Cross::new((x + 12, y), 6, BLACK.stroke_width(2)));
     }
 
     if let Some(knee) = spec.sweep.knee(KNEE_MARGIN) {

@@ -17,13 +17,20 @@ use serde::Serialize;
 use crate::engine::{Engine, EngineArgs};
 use crate::input::{FormatArgs, OpenError, TraceInputError};
 use crate::plot::{KNEE_MARGIN, PlotError, PlotSpec, draw, parse_size};
-use crate::replay_run::{ManagerArgs, parse_policy, progress_bar};
+use crate::replay_run::{ManagerArgs, parse_policy};
 use crate::sizing::{CapacityOptions, ModelArgs, ReportError, report};
 use crate::sweep::{
     CaseError, CaseReplay, RangeError, Sweep, SweepCase, SweepError, SweepGrid, SweepPoint,
     geometric_capacities, repeat_bound,
 };
+use crate::sweep_curve::{
+    Checkpoint, CurveRunError, Method, MethodError, MethodSpec, Source, points,
+};
 use crate::trace::{CompactError, CompactLimits, CompactTrace};
+
+/// The most requests in flight the curve passes and miniature managers hold (each miniature
+/// manager sizes its request pool by it).
+const MINI_MAX_REQUESTS: u32 = 8192;
 
 /// What to sweep (the options of `kvtier sweep` but its output format).
 #[derive(Debug, Clone, clap::Args)]
@@ -92,6 +99,19 @@ pub struct SweepOptions {
     /// The engine model's options (used with --gpu-blocks).
     #[command(flatten)]
     pub engine: EngineArgs,
+    /// How the rows are computed: `exact` replays every configuration (every column exact);
+    /// `stack` takes LRU rows (threshold 0 or 1) from one pass at the capacities it certifies
+    /// (hit blocks, hit requests and digest equal to the replay's) and replays the rest;
+    /// `sample` estimates every row from miniature replays of sampled keys and replays
+    /// `--verify` checkpoints beside them.
+    #[arg(long, value_enum, default_value_t = Method::Exact)]
+    pub method: Method,
+    /// The sampling rate of `--method sample` (fraction of keys kept).
+    #[arg(long, default_value_t = 0.01, value_name = "R")]
+    pub sample: f64,
+    /// Exact replays beside a sampled curve: capacities spread over the list.
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub verify: usize,
 }
 
 /// One row of the sweep.
@@ -105,34 +125,36 @@ pub struct SweepRow {
     pub policy: &'static str,
     /// The store threshold.
     pub store_threshold: u32,
+    /// Where the numbers come from: `replay`, `stack` or `sample` (an estimate).
+    pub source: &'static str,
     /// hit blocks / request blocks.
     pub block_hit_rate: f64,
-    /// hit requests / requests.
-    pub request_hit_rate: f64,
+    /// hit requests / requests (null for a sampled row).
+    pub request_hit_rate: Option<f64>,
     /// hit blocks · tokens per chunk.
     pub prefill_tokens_saved: u64,
-    /// Blocks evicted.
-    pub evicted_blocks: u64,
-    /// Stores the reuse filter rejected (null without a filter).
+    /// Blocks evicted (null where not replayed).
+    pub evicted_blocks: Option<u64>,
+    /// Stores the reuse filter rejected (null without a filter or where not replayed).
     pub stores_skipped: Option<u64>,
-    /// `prepare_store` calls that failed.
-    pub store_failures: u64,
+    /// `prepare_store` calls that failed (null where not replayed).
+    pub store_failures: Option<u64>,
     /// Requests.
     pub requests: u64,
     /// Request blocks.
     pub request_blocks: u64,
-    /// Hit blocks.
+    /// Hit blocks (an estimate for a sampled row).
     pub hit_blocks: u64,
-    /// Hit requests.
-    pub hit_requests: u64,
-    /// Stored blocks.
-    pub stored_blocks: u64,
-    /// Lookups that stopped at a pending block.
-    pub stopped_at_pending: u64,
-    /// Chunks resident at the end.
-    pub resident_blocks: u32,
-    /// The hit digest, 16 hex digits.
-    pub digest: String,
+    /// Hit requests (null for a sampled row).
+    pub hit_requests: Option<u64>,
+    /// Stored blocks (null where not replayed).
+    pub stored_blocks: Option<u64>,
+    /// Lookups that stopped at a pending block (null where not replayed).
+    pub stopped_at_pending: Option<u64>,
+    /// Chunks resident at the end (null where not replayed).
+    pub resident_blocks: Option<u32>,
+    /// The hit digest, 16 hex digits (null for a sampled row).
+    pub digest: Option<String>,
 }
 
 /// Everything `kvtier sweep` reports.
@@ -168,11 +190,33 @@ pub struct SweepReport {
     pub wall_s: f64,
     /// Heap bytes of the parsed trace.
     pub trace_heap_bytes: u64,
+    /// How the rows were computed.
+    pub method: Method,
+    /// The sampling rate (`sample` only).
+    pub sample_rate: Option<f64>,
+    /// Configurations replayed in full.
+    pub replayed: usize,
+    /// A sampled curve's estimates beside exact replays.
+    pub checkpoints: Vec<Checkpoint>,
+    /// The largest checkpoint error, in percentage points (absolute).
+    pub max_checkpoint_error: Option<f64>,
     /// The rows, per policy and threshold, by capacity.
     pub rows: Vec<SweepRow>,
     /// The sweep itself.
     #[serde(skip)]
     pub sweep: Sweep,
+}
+
+impl SweepReport {
+    /// The method's name (`exact`, `stack`, `sample`).
+    #[must_use]
+    pub const fn method_name(&self) -> &'static str {
+        match self.method {
+            Method::Exact => "exact",
+            Method::Stack => "stack",
+            Method::Sample => "sample",
+        }
+    }
 }
 
 /// Why the grid of configurations could not be built; the message names the option at fault.
@@ -187,6 +231,9 @@ pub enum GridError {
     NoPolicies,
     /// `--thresholds` is empty.
     NoThresholds,
+    /// `--gpu-blocks` with `--method stack` or `sample`: those curves do not model the GPU
+    /// front.
+    GpuFrontNeedsExact,
 }
 
 impl fmt::Display for GridError {
@@ -198,6 +245,10 @@ impl fmt::Display for GridError {
             }
             GridError::NoPolicies => f.write_str("--policies: give at least one"),
             GridError::NoThresholds => f.write_str("--thresholds: give at least one"),
+            GridError::GpuFrontNeedsExact => f.write_str(
+                "--gpu-blocks works with --method exact only: the one-pass and sampled curves \
+                 do not model the GPU front",
+            ),
         }
     }
 }
@@ -286,6 +337,8 @@ pub enum SweepRunError {
     },
     /// The plot could not be drawn.
     Plot(PlotError),
+    /// The curve pass of `--method stack|sample`.
+    Curve(CurveRunError),
 }
 
 impl fmt::Display for SweepRunError {
@@ -297,6 +350,7 @@ impl fmt::Display for SweepRunError {
             SweepRunError::Model(e) => e.fmt(f),
             SweepRunError::Sweep { path, error } => write!(f, "{}: {error}", path.display()),
             SweepRunError::Plot(e) => e.fmt(f),
+            SweepRunError::Curve(e) => e.fmt(f),
         }
     }
 }
@@ -310,6 +364,7 @@ impl std::error::Error for SweepRunError {
             SweepRunError::Model(e) => Some(e),
             SweepRunError::Sweep { error, .. } => Some(error),
             SweepRunError::Plot(e) => Some(e),
+            SweepRunError::Curve(e) => Some(e),
         }
     }
 }
@@ -342,6 +397,9 @@ impl SweepOptions {
     /// # Errors
     /// [`GridError`] naming the option at fault.
     pub fn grid(&self) -> Result<SweepGrid, GridError> {
+        if self.gpu_blocks.is_some() && self.method != Method::Exact {
+            return Err(GridError::GpuFrontNeedsExact);
+        }
         if self.policies.is_empty() {
             return Err(GridError::NoPolicies);
         }
@@ -392,8 +450,16 @@ impl SweepOptions {
     }
 }
 
-fn row(p: &SweepPoint, block_tokens: u32, bytes_per_chunk: Option<u64>) -> SweepRow {
+fn row(
+    p: &SweepPoint,
+    source: Source,
+    block_tokens: u32,
+    bytes_per_chunk: Option<u64>,
+) -> SweepRow {
     let c = &p.counts;
+    let replayed = source == Source::Replay;
+    let exact = source != Source::Sample;
+    let when = |v: u64| replayed.then_some(v);
     #[expect(clippy::cast_precision_loss, reason = "a size for people")]
     let gib =
         bytes_per_chunk.map(|b| f64::from(p.case.capacity) * b as f64 / f64::from(1u32 << 30));
@@ -402,20 +468,21 @@ fn row(p: &SweepPoint, block_tokens: u32, bytes_per_chunk: Option<u64>) -> Sweep
         gib,
         policy: p.case.policy.name(),
         store_threshold: p.case.threshold,
+        source: source.name(),
         block_hit_rate: c.block_hit_rate(),
-        request_hit_rate: c.request_hit_rate(),
+        request_hit_rate: exact.then(|| c.request_hit_rate()),
         prefill_tokens_saved: c.hit_blocks.saturating_mul(u64::from(block_tokens)),
-        evicted_blocks: c.evicted_blocks,
-        stores_skipped: c.stores_skipped,
-        store_failures: c.store_failures,
+        evicted_blocks: when(c.evicted_blocks),
+        stores_skipped: c.stores_skipped.filter(|_| replayed),
+        store_failures: when(c.store_failures),
         requests: c.requests,
         request_blocks: c.request_blocks,
         hit_blocks: c.hit_blocks,
-        hit_requests: c.hit_requests,
-        stored_blocks: c.stored_blocks,
-        stopped_at_pending: c.stopped_at_pending,
-        resident_blocks: p.resident_blocks,
-        digest: format!("{:016x}", c.digest),
+        hit_requests: exact.then_some(c.hit_requests),
+        stored_blocks: when(c.stored_blocks),
+        stopped_at_pending: when(c.stopped_at_pending),
+        resident_blocks: replayed.then_some(p.resident_blocks),
+        digest: exact.then(|| format!("{:016x}", c.digest)),
     }
 }
 
@@ -447,7 +514,6 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
         .max(1);
-    let bar = progress_bar(progress, "sweep", cases.len() as u64, "configurations");
     let make_replayer = |case: &SweepCase| -> Result<CaseReplay, CaseError> {
         let manager = args
             .manager
@@ -462,14 +528,26 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
         })
     };
     let t = Instant::now();
-    let result = crate::sweep::run(&cases, jobs, &make_replayer, &|| trace.cursor(), &|_| {
-        bar.inc(1)
-    });
-    bar.finish_and_clear();
-    let sweep = result.map_err(|error| SweepRunError::Sweep {
-        path: path.clone(),
-        error,
+    let spec = MethodSpec {
+        method: args.method,
+        rate: args.sample,
+        verify: args.verify,
+        jobs,
+        block_tokens: u64::from(block_tokens),
+        max_requests: args.manager.max_requests.min(MINI_MAX_REQUESTS),
+        progress,
+    };
+    let by_method = points(&spec, &cases, &make_replayer, &trace).map_err(|e| match e {
+        MethodError::Curve(e) => SweepRunError::Curve(e),
+        MethodError::Sweep(error) => SweepRunError::Sweep {
+            path: path.clone(),
+            error,
+        },
     })?;
+    let sources: Vec<Source> = by_method.points.iter().map(|(_, s)| *s).collect();
+    let sweep = Sweep {
+        points: by_method.points.into_iter().map(|(p, _)| p).collect(),
+    };
     let sweep_s = t.elapsed().as_secs_f64();
     let (repeated, blocks) = repeat_bound(trace.cursor());
     #[expect(clippy::cast_precision_loss, reason = "a rate for people")]
@@ -491,14 +569,31 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
             bound: Some(bound),
             model: model.clone(),
             size: args.plot_size,
+            sampled: (args.method == Method::Sample).then_some(args.sample),
+            checkpoints: &by_method.checkpoints,
         };
         draw(&spec, plot)?;
     }
     let rows: Vec<SweepRow> = sweep
         .points
         .iter()
-        .map(|p| row(p, block_tokens, bytes_per_chunk))
+        .zip(&sources)
+        .map(|(p, &s)| row(p, s, block_tokens, bytes_per_chunk))
         .collect();
+    let knee = sweep.knee(KNEE_MARGIN).map(|k| {
+        let i = sweep.points.iter().position(|p| p == k).unwrap_or(0);
+        row(
+            k,
+            sources.get(i).copied().unwrap_or(Source::Replay),
+            block_tokens,
+            bytes_per_chunk,
+        )
+    });
+    let max_checkpoint_error = by_method
+        .checkpoints
+        .iter()
+        .map(|c| c.error_points.abs())
+        .reduce(f64::max);
     Ok(SweepReport {
         trace: path.display().to_string(),
         format: format.name(),
@@ -509,14 +604,17 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
         request_blocks: blocks,
         repeated_blocks: repeated,
         infinite_cache_hit_rate: bound,
-        knee: sweep
-            .knee(KNEE_MARGIN)
-            .map(|p| row(p, block_tokens, bytes_per_chunk)),
+        knee,
         jobs,
         parse_s,
         sweep_s,
         wall_s: started.elapsed().as_secs_f64(),
         trace_heap_bytes: trace.heap_bytes(),
+        method: args.method,
+        sample_rate: (args.method == Method::Sample).then_some(args.sample),
+        replayed: by_method.replayed,
+        checkpoints: by_method.checkpoints,
+        max_checkpoint_error,
         rows,
         sweep,
     })

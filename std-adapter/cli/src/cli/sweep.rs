@@ -54,22 +54,47 @@ pub fn table(r: &SweepReport) -> String {
     );
     let _ = writeln!(
         s,
-        "{} configurations on {} threads: trace parsed once in {:.3} s, replays {:.3} s, \
-         wall {:.3} s",
+        "{} configurations on {} threads ({} replayed, method {}): trace parsed once in \
+         {:.3} s, rows {:.3} s, wall {:.3} s",
         r.rows.len(),
         r.jobs,
+        r.replayed,
+        r.method_name(),
         r.parse_s,
         r.sweep_s,
         r.wall_s
     );
+    if let Some(rate) = r.sample_rate {
+        let _ = writeln!(
+            s,
+            "sampled curves (rate {rate}): block hit rates are estimates; exact replays at \
+             {} checkpoints, largest error {}",
+            r.checkpoints.len(),
+            r.max_checkpoint_error
+                .map_or_else(|| "-".to_owned(), |e| format!("{e:.2} points"))
+        );
+        for c in &r.checkpoints {
+            let _ = writeln!(
+                s,
+                "  {:>10} {:>6} threshold {}: sampled {} exact {} ({:+.2} points)",
+                thousands(u64::from(c.capacity)),
+                c.policy,
+                c.store_threshold,
+                pct(c.sampled_block_hit_rate),
+                pct(c.exact_block_hit_rate),
+                c.error_points
+            );
+        }
+    }
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "{:>10} {:>9} {:>6} {:>9} {:>10} {:>11} {:>15} {:>11} {:>14} {:>14}",
+        "{:>10} {:>9} {:>6} {:>9} {:>7} {:>10} {:>11} {:>15} {:>11} {:>14} {:>14}",
         "capacity",
         "GiB",
         "policy",
         "threshold",
+        "source",
         "block hit",
         "request hit",
         "prefill saved",
@@ -81,20 +106,21 @@ pub fn table(r: &SweepReport) -> String {
         let gib = row
             .gib
             .map_or_else(|| "-".to_owned(), |g| format!("{g:.1}"));
-        let skipped = row.stores_skipped.map_or_else(|| "-".to_owned(), thousands);
+        let dash = |v: Option<u64>| v.map_or_else(|| "-".to_owned(), thousands);
         let _ = writeln!(
             s,
-            "{:>10} {:>9} {:>6} {:>9} {:>10} {:>11} {:>15} {:>11} {:>14} {:>14}",
+            "{:>10} {:>9} {:>6} {:>9} {:>7} {:>10} {:>11} {:>15} {:>11} {:>14} {:>14}",
             thousands(u64::from(row.capacity)),
             gib,
             row.policy,
             row.store_threshold,
+            row.source,
             pct(row.block_hit_rate),
-            pct(row.request_hit_rate),
+            row.request_hit_rate.map_or_else(|| "-".to_owned(), pct),
             thousands(row.prefill_tokens_saved),
-            thousands(row.evicted_blocks),
-            skipped,
-            thousands(row.store_failures)
+            dash(row.evicted_blocks),
+            dash(row.stores_skipped),
+            dash(row.store_failures)
         );
     }
     if let Some(k) = &r.knee {
@@ -117,7 +143,7 @@ pub fn table(r: &SweepReport) -> String {
 #[must_use]
 pub fn csv(r: &SweepReport) -> String {
     let mut s = String::from(
-        "capacity,gib,policy,store_threshold,block_hit_rate,request_hit_rate,\
+        "capacity,gib,policy,store_threshold,source,block_hit_rate,request_hit_rate,\
          prefill_tokens_saved,evicted_blocks,stores_skipped,store_failures,requests,\
          request_blocks,hit_blocks,hit_requests,stored_blocks,stopped_at_pending,\
          resident_blocks,digest\n",
@@ -126,25 +152,26 @@ pub fn csv(r: &SweepReport) -> String {
         let opt = |v: Option<String>| v.unwrap_or_default();
         let _ = writeln!(
             s,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{},{}",
             row.capacity,
             opt(row.gib.map(|g| format!("{g:.3}"))),
             row.policy,
             row.store_threshold,
+            row.source,
             row.block_hit_rate,
-            row.request_hit_rate,
+            opt(row.request_hit_rate.map(|v| v.to_string())),
             row.prefill_tokens_saved,
-            row.evicted_blocks,
+            opt(row.evicted_blocks.map(|v| v.to_string())),
             opt(row.stores_skipped.map(|v| v.to_string())),
-            row.store_failures,
+            opt(row.store_failures.map(|v| v.to_string())),
             row.requests,
             row.request_blocks,
             row.hit_blocks,
-            row.hit_requests,
-            row.stored_blocks,
-            row.stopped_at_pending,
-            row.resident_blocks,
-            row.digest
+            opt(row.hit_requests.map(|v| v.to_string())),
+            opt(row.stored_blocks.map(|v| v.to_string())),
+            opt(row.stopped_at_pending.map(|v| v.to_string())),
+            opt(row.resident_blocks.map(|v| v.to_string())),
+            opt(row.digest.clone())
         );
     }
     s

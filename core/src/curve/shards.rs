@@ -1,0 +1,306 @@
+//! Spatially hashed sampling (SHARDS) and the sampled curves it feeds: the LRU stack over the
+//! sampled keys, and miniature replays of any policy at scaled capacities (see the
+//! [module docs](super)).
+
+use alloc::vec::Vec;
+use core::hash::BuildHasher;
+
+use super::mini::{MiniCounts, MiniReplay};
+use super::stack::{LruStack, StackConfig};
+use super::{Curve, CurveError};
+use crate::hashing::{FixedState, Set};
+use crate::manager::{ManagerConfig, PolicyKind};
+
+/// The seed of [`Sampler::new`]'s hash.
+pub const DEFAULT_SEED: u64 = 0x5348_4152_4453;
+
+/// The modulus of the sampling filter: a key is kept when `hash(key) mod 2^24 < T`.
+pub const SAMPLE_MODULUS: u64 = 1 << 24;
+
+/// Keeps a key when its hash, reduced modulo [`SAMPLE_MODULUS`], falls below a threshold:
+/// a fixed fraction of the key space, the same keys on every run (the hash is
+/// [`FixedState`]'s), so a kept key is kept at every reference.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sampler {
+    threshold: u64,
+    hasher: FixedState,
+}
+
+impl Sampler {
+    /// A filter keeping the fraction `rate` (`0 < rate ≤ 1`, rounded to a multiple of
+    /// 2^-24) of the key space.
+    ///
+    /// # Errors
+    /// [`CurveError::Config`] for a rate outside `(0, 1]` or below 2^-24.
+    pub fn new(rate: f64) -> Result<Self, CurveError> {
+        Self::with_seed(rate, DEFAULT_SEED)
+    }
+
+    /// [`new`](Self::new) with the hash seeded by `seed` (another seed samples other keys).
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn with_seed(rate: f64, seed: u64) -> Result<Self, CurveError> {
+        if !(rate > 0.0 && rate <= 1.0) {
+            return Err(CurveError::Config);
+        }
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss,
+            reason = "rate in (0, 1]: the product is in [0, 2^24]"
+        )]
+        let threshold = libm::round(rate * SAMPLE_MODULUS as f64) as u64;
+        if threshold == 0 {
+            return Err(CurveError::Config);
+        }
+        Ok(Sampler {
+            threshold,
+            hasher: FixedState::with_seed(seed),
+        })
+    }
+
+    /// The fraction of the key space kept.
+    #[must_use]
+    #[expect(clippy::cast_precision_loss, reason = "below 2^25")]
+    pub fn rate(&self) -> f64 {
+        self.threshold as f64 / SAMPLE_MODULUS as f64
+    }
+
+    /// Whether `key` is sampled.
+    #[inline]
+    #[must_use]
+    pub fn keeps(&self, key: u64) -> bool {
+        self.hasher.hash_one(key) % SAMPLE_MODULUS < self.threshold
+    }
+
+    /// The sampled-space capacity that stands for `capacity` chunks: `rate · capacity`,
+    /// rounded, at least 1.
+    #[must_use]
+    pub fn scaled(&self, capacity: u32) -> u32 {
+        let c = (u128::from(capacity) * u128::from(self.threshold)
+            + u128::from(SAMPLE_MODULUS / 2))
+            / u128::from(SAMPLE_MODULUS);
+        u32::try_from(c).unwrap_or(u32::MAX).max(1)
+    }
+}
+
+/// What [`SampledCurves`] simulates.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SampledConfig {
+    /// The sampling rate (`0 < rate ≤ 1`).
+    pub rate: f64,
+    /// The largest capacity of the LRU curve (chunks, full scale).
+    pub max_capacity: u32,
+    /// Full-scale capacities at which each of `policies` is simulated in miniature.
+    pub capacities: Vec<u32>,
+    /// Policies simulated in miniature (at every one of `capacities`); without a store
+    /// threshold the sampled LRU stack runs as well.
+    pub policies: Vec<PolicyKind>,
+    /// The store threshold of the miniature managers (0 or 1: no filter); their reuse
+    /// tracker is scaled by the rate.
+    pub store_threshold: u32,
+    /// The full-scale reuse tracker's size (vLLM's default: 64,000).
+    pub max_tracker_size: u32,
+    /// Tokens per block.
+    pub block_tokens: u64,
+    /// The most requests open at once.
+    pub max_requests: u32,
+    /// The sampler's hash seed ([`DEFAULT_SEED`] for [`Sampler::new`]'s keys).
+    pub seed: u64,
+    /// Whether to run the sampled LRU stack (the whole sampled LRU curve; without a store
+    /// threshold only).
+    pub stack: bool,
+}
+
+/// One miniature replay: its policy and full-scale capacity.
+#[derive(Clone, Debug)]
+pub struct Mini {
+    /// The policy.
+    pub policy: PolicyKind,
+    /// The full-scale capacity it stands for.
+    pub capacity: u32,
+    /// The capacity it simulates.
+    pub scaled: u32,
+    replay: MiniReplay,
+}
+
+impl Mini {
+    /// What it counted.
+    #[must_use]
+    pub const fn counts(&self) -> MiniCounts {
+        self.replay.counts()
+    }
+}
+
+/// Sampled curves from one pass: the sampled keys of each request, in order, go to an LRU
+/// stack (the whole LRU curve, SHARDS) and to miniature replays (any policy, at chosen
+/// capacities); requests without a sampled key are passed by.
+#[derive(Clone, Debug)]
+pub struct SampledCurves {
+    sampler: Sampler,
+    /// Without a store threshold, the LRU stack (with one, LRU runs in miniature too).
+    lru: Option<LruStack>,
+    minis: Vec<Mini>,
+    open: Set<u64>,
+    scratch: Vec<u64>,
+    requests: u64,
+    request_blocks: u64,
+}
+
+impl SampledCurves {
+    /// Curves as `cfg` says.
+    ///
+    /// # Errors
+    /// [`CurveError::Config`] for a bad rate or a capacity the manager refuses,
+    /// [`CurveError::OutOfMemory`].
+    pub fn new(cfg: &SampledConfig) -> Result<Self, CurveError> {
+        let sampler = Sampler::with_seed(cfg.rate, cfg.seed)?;
+        let filter = cfg.store_threshold > 1;
+        let lru = if filter || !cfg.stack {
+            None
+        } else {
+            let mut s = StackConfig::new(sampler.scaled(cfg.max_capacity));
+            s.max_open_requests = cfg.max_requests;
+            Some(LruStack::new(s)?)
+        };
+        let mut minis = Vec::new();
+        for &policy in &cfg.policies {
+            for &capacity in &cfg.capacities {
+                let scaled = sampler.scaled(capacity);
+                let mut m = ManagerConfig::new(scaled);
+                m.policy = policy;
+                m.store_threshold = cfg.store_threshold;
+                m.max_tracker_size = sampler.scaled(cfg.max_tracker_size);
+                m.max_requests = cfg.max_requests;
+                minis.push(Mini {
+                    policy,
+                    capacity,
+                    scaled,
+                    replay: MiniReplay::new(m, cfg.block_tokens)?,
+                });
+            }
+        }
+        Ok(SampledCurves {
+            sampler,
+            lru,
+            minis,
+            open: Set::with_hasher(FixedState::default()),
+            scratch: Vec::new(),
+            requests: 0,
+            request_blocks: 0,
+        })
+    }
+
+    /// The sampler.
+    #[must_use]
+    pub const fn sampler(&self) -> &Sampler {
+        &self.sampler
+    }
+
+    /// An `L` record.
+    ///
+    /// # Errors
+    /// [`CurveError`] from the stack or a miniature replay.
+    pub fn lookup(&mut self, rid: u64, keys: &[u64]) -> Result<(), CurveError> {
+        self.requests += 1;
+        self.request_blocks += keys.len() as u64;
+        self.scratch.clear();
+        let s = self.sampler;
+        self.scratch
+            .extend(keys.iter().copied().filter(|&k| s.keeps(k)));
+        if self.scratch.is_empty() {
+            return Ok(());
+        }
+        if !self.open.insert(rid) {
+            return Err(CurveError::DuplicateRequest(rid));
+        }
+        if let Some(lru) = &mut self.lru {
+            lru.lookup(rid, &self.scratch)?;
+        }
+        for m in &mut self.minis {
+            m.replay.lookup(rid, &self.scratch)?;
+        }
+        Ok(())
+    }
+
+    /// An `S` record.
+    ///
+    /// # Errors
+    /// [`CurveError`] from the stack or a miniature replay.
+    pub fn store(&mut self, rid: u64) -> Result<(), CurveError> {
+        if !self.open.contains(&rid) {
+            return Ok(());
+        }
+        if let Some(lru) = &mut self.lru {
+            lru.store(rid)?;
+        }
+        for m in &mut self.minis {
+            m.replay.store(rid)?;
+        }
+        Ok(())
+    }
+
+    /// A `C` record.
+    ///
+    /// # Errors
+    /// [`CurveError`] from the stack or a miniature replay.
+    pub fn finish(&mut self, rid: u64) -> Result<(), CurveError> {
+        if !self.open.remove(&rid) {
+            return Ok(());
+        }
+        if let Some(lru) = &mut self.lru {
+            lru.finish(rid)?;
+        }
+        for m in &mut self.minis {
+            m.replay.finish(rid)?;
+        }
+        Ok(())
+    }
+
+    /// Requests and blocks seen (all of them, sampled or not).
+    #[must_use]
+    pub const fn seen(&self) -> (u64, u64) {
+        (self.requests, self.request_blocks)
+    }
+
+    /// The sampled LRU stack's curve (over sampled capacities `1..=rate · max_capacity`),
+    /// `None` with a store threshold or without [`SampledConfig::stack`].
+    ///
+    /// # Errors
+    /// [`CurveError::OutOfMemory`].
+    pub fn lru_curve(&self) -> Result<Option<Curve>, CurveError> {
+        self.lru.as_ref().map(LruStack::curve).transpose()
+    }
+
+    /// The estimated LRU block hit rate at full-scale `capacity`, from `curve` (the
+    /// [`lru_curve`](Self::lru_curve)): sampled hit blocks over sampled blocks at the scaled
+    /// capacity, `None` where the sampled stack does not certify that capacity (the in-flight
+    /// effects of a small scaled cache; a miniature LRU replay there stands for it).
+    #[must_use]
+    #[expect(clippy::cast_precision_loss, reason = "a rate")]
+    pub fn lru_rate(&self, curve: &Curve, capacity: u32) -> Option<f64> {
+        let c = self.sampler.scaled(capacity).min(curve.len());
+        match curve.at(c) {
+            Some(p) if p.exact && curve.request_blocks() > 0 => {
+                Some(p.hit_blocks as f64 / curve.request_blocks() as f64)
+            }
+            Some(p) if p.exact => Some(0.0),
+            _ => None,
+        }
+    }
+
+    /// The miniature replay of `policy` at full-scale `capacity`, if simulated.
+    #[must_use]
+    pub fn mini(&self, policy: PolicyKind, capacity: u32) -> Option<&Mini> {
+        self.minis
+            .iter()
+            .find(|m| m.policy == policy && m.capacity == capacity)
+    }
+
+    /// The miniature replays, in policy then capacity order.
+    #[must_use]
+    pub fn minis(&self) -> &[Mini] {
+        &self.minis
+    }
+}

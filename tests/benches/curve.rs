@@ -1,0 +1,95 @@
+//! Sizing-curve benchmarks (divan): one stack pass (the LRU curve at every capacity up to
+//! 65,536 chunks) against one replay of the same generated workload at 65,536 chunks, and the
+//! sampled curves (rate 0.01: the sampled LRU stack plus miniature LRU and ARC replays at 64
+//! capacities), records already parsed.
+//!
+//! Run: `cargo bench -p kvtier-tests --bench curve`. Throughput is in request-blocks per
+//! second (divan's `items`); the ratios are read side by side from one run.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test code: a failed unwrap is a failed test"
+)]
+
+use divan::{Bencher, counter::ItemsCount};
+use kvtier_cli::replay::Replayer;
+use kvtier_cli::sweep::geometric_capacities;
+use kvtier_cli::trace::OwnedRecord;
+use kvtier_cli::workload::{Generator, GeneratorConfig};
+use kvtier_core::curve::{DEFAULT_SEED, LruStack, SampledConfig, SampledCurves, StackConfig};
+use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
+use kvtier_tests::curve::feed;
+
+fn main() {
+    divan::main();
+}
+
+const MAX: u32 = 65_536;
+
+fn workload() -> (Vec<OwnedRecord>, u64) {
+    let g = Generator::new(GeneratorConfig::new(7, 20_000)).unwrap();
+    let recs: Vec<OwnedRecord> = g.into_owned_records().collect();
+    let blocks = recs
+        .iter()
+        .map(|r| match r {
+            OwnedRecord::Load { hashes, .. } => hashes.len() as u64,
+            _ => 0,
+        })
+        .sum();
+    (recs, blocks)
+}
+
+/// One replay at 65,536 chunks (LRU).
+#[divan::bench(sample_count = 5, sample_size = 1)]
+fn replay_once(bencher: Bencher) {
+    let (recs, blocks) = workload();
+    bencher
+        .counter(ItemsCount::new(blocks))
+        .with_inputs(|| Replayer::new(OffloadManager::new(ManagerConfig::new(MAX)).unwrap(), 16))
+        .bench_local_values(|mut r| {
+            for rec in &recs {
+                r.apply(rec.as_record()).unwrap();
+            }
+            r
+        });
+}
+
+/// One stack pass: the LRU curve at every capacity 1..=65,536.
+#[divan::bench(sample_count = 5, sample_size = 1)]
+fn stack_pass(bencher: Bencher) {
+    let (recs, blocks) = workload();
+    bencher
+        .counter(ItemsCount::new(blocks))
+        .with_inputs(|| LruStack::new(StackConfig::new(MAX)).unwrap())
+        .bench_local_values(|mut s| {
+            feed(&recs, &mut s).unwrap();
+            s.curve().unwrap()
+        });
+}
+
+/// Sampled curves at rate 0.01: the sampled stack and miniature LRU and ARC replays at 64
+/// log-spaced capacities.
+#[divan::bench(sample_count = 5, sample_size = 1)]
+fn sampled_64(bencher: Bencher) {
+    let (recs, blocks) = workload();
+    let capacities = geometric_capacities(64, MAX, 64).unwrap();
+    let cfg = SampledConfig {
+        rate: 0.01,
+        max_capacity: MAX,
+        capacities,
+        policies: vec![PolicyKind::Lru, PolicyKind::Arc],
+        store_threshold: 1,
+        max_tracker_size: 64_000,
+        block_tokens: 16,
+        max_requests: 1024,
+        seed: DEFAULT_SEED,
+        stack: true,
+    };
+    bencher
+        .counter(ItemsCount::new(blocks))
+        .with_inputs(|| SampledCurves::new(&cfg).unwrap())
+        .bench_local_values(|mut s| {
+            feed(&recs, &mut s).unwrap();
+            s
+        });
+}
