@@ -10,6 +10,7 @@ use kvtier_core::manager::{
 };
 
 use crate::export::{EncodeError, ExporterError, ObserveError, RenderError};
+use crate::kv_events::PublishError;
 use crate::shared::{CollectorClosed, FrameError, MetricsRegisterError};
 
 /// Any error of the std adapter's service layer.
@@ -28,6 +29,8 @@ pub enum Error {
     CollectorClosed(CollectorClosed),
     /// The registry refused the stats collector's own metrics.
     CollectorMetrics(MetricsRegisterError),
+    /// The KV-events publisher could not start or has stopped.
+    KvEvents(PublishError),
     /// Binding, accepting or a thread failed.
     Io(io::Error),
     /// A manager configuration was rejected.
@@ -54,6 +57,7 @@ impl fmt::Display for Error {
             Error::Frame(e) => e.fmt(f),
             Error::CollectorClosed(e) => e.fmt(f),
             Error::CollectorMetrics(e) => e.fmt(f),
+            Error::KvEvents(e) => e.fmt(f),
             Error::Io(e) => e.fmt(f),
             Error::Config(e) => e.fmt(f),
             Error::Request(e) => e.fmt(f),
@@ -74,6 +78,7 @@ impl std::error::Error for Error {
             Error::Frame(e) => Some(e),
             Error::CollectorClosed(e) => Some(e),
             Error::CollectorMetrics(e) => Some(e),
+            Error::KvEvents(e) => Some(e),
             Error::Io(e) => Some(e),
             Error::Config(e) => Some(e),
             Error::Request(e) => Some(e),
@@ -104,6 +109,7 @@ from_variants!(
     FrameError => Frame,
     CollectorClosed => CollectorClosed,
     MetricsRegisterError => CollectorMetrics,
+    PublishError => KvEvents,
     io::Error => Io,
     ConfigError => Config,
     RequestError => Request,
