@@ -17,6 +17,7 @@
 //! | [`replay`] | [`replay::Replayer`]: the kvtrace replay protocol over one manager |
 //! | [`replay_stats`] | what a replay adds to the manager's stats: the transfer model, requests running |
 //! | [`replay_run`] | a whole replay run into a [`replay_run::ReplayReport`] |
+//! | [`kv_events_run`] | publishing a replay's tier events as vLLM's KV-events stream (`--kv-events-*`) |
 //! | [`layout`] | model layouts: presets, layout JSON, Hugging Face `config.json` |
 //! | [`sizing`] | the capacity report model |
 //! | [`sweep`] | many configurations of one parsed trace on threads |
@@ -32,6 +33,7 @@ pub mod convert;
 pub mod error;
 mod from_variants;
 pub mod input;
+pub mod kv_events_run;
 pub mod layout;
 pub mod numfmt;
 pub mod plot;

@@ -33,6 +33,12 @@ pub struct ReplayArgs {
 /// Any error of reading or replaying the trace, or of printing the report.
 pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
     let report = replay(&args.options, std::io::stderr().is_terminal())?;
+    if let Some(k) = report.kv_events {
+        eprintln!(
+            "kvtier replay: kv events: {} batches, {} events published, {} dropped",
+            k.batches, k.events, k.dropped
+        );
+    }
     let mut out = std::io::stdout().lock();
     let mut text = if args.json {
         let mut s = serde_json::to_string(&json_value(&report)).map_err(OutputError::Json)?;

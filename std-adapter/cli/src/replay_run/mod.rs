@@ -21,7 +21,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use kvtier_core::manager::{OffloadManager, PolicyKind};
 use kvtier_core::stats::{AggregateError, Payload, catalogue};
 
+use kvtier::kv_events::{PublishError, PublisherStats};
+
 use crate::input::{FormatArgs, OpenError, TraceInputError};
+use crate::kv_events_run::{EventStream, KvEventsArgs, STEP_REQUESTS};
 use crate::replay::{ReplayCounts, ReplayError, Replayer};
 use crate::replay_stats::{ReplayStats, TransferArgs, TransferError};
 use crate::trace::{CompactError, CompactLimits, CompactTrace, RecordKind, RecordSource};
@@ -67,6 +70,9 @@ pub struct ReplayOptions {
     /// The transfer model of the `vllm:kv_offload_load_*` / `_store_*` families.
     #[command(flatten)]
     pub transfer: TransferArgs,
+    /// Publishing the tier's events as vLLM's KV-events stream.
+    #[command(flatten)]
+    pub kv_events: KvEventsArgs,
 }
 
 /// Why a replay run failed.
@@ -98,6 +104,8 @@ pub enum RunError {
     Stats(AggregateError),
     /// The stats collector of `kvtier serve` has stopped.
     Collector(kvtier::shared::CollectorClosed),
+    /// The KV-events publisher could not start or has stopped.
+    KvEvents(PublishError),
     /// An error while replaying the trace file `path`.
     Trace {
         /// The trace file.
@@ -129,6 +137,7 @@ impl fmt::Display for RunError {
             }
             RunError::Stats(e) => e.fmt(f),
             RunError::Collector(e) => e.fmt(f),
+            RunError::KvEvents(e) => e.fmt(f),
             RunError::Trace { path, error } => write!(f, "{}: {error}", path.display()),
         }
     }
@@ -146,6 +155,7 @@ impl std::error::Error for RunError {
             RunError::Record { error, .. } => Some(error),
             RunError::Stats(e) => Some(e),
             RunError::Collector(e) => Some(e),
+            RunError::KvEvents(e) => Some(e),
             RunError::Trace { error, .. } => Some(error.as_ref()),
         }
     }
@@ -159,6 +169,7 @@ crate::from_variants::from_variants!(
     TransferError => Transfer,
     AggregateError => Stats,
     kvtier::shared::CollectorClosed => Collector,
+    PublishError => KvEvents,
 );
 
 impl From<TraceInputError> for RunError {
@@ -249,6 +260,9 @@ pub struct ReplayReport {
     /// and the tier's info series.
     #[serde(skip)]
     pub payload: Payload,
+    /// What the KV-events publisher sent, when `--kv-events-endpoint` was given.
+    #[serde(skip)]
+    pub kv_events: Option<PublisherStats>,
 }
 
 impl ReplayOptions {
@@ -269,9 +283,9 @@ impl ReplayOptions {
                 None => 1024,
             },
         };
-        let manager = self
-            .manager
-            .manager(self.policy, capacity, self.store_threshold)?;
+        let mut manager_args = self.manager.clone();
+        manager_args.events |= self.kv_events.enabled();
+        let manager = manager_args.manager(self.policy, capacity, self.store_threshold)?;
         Ok((manager, capacity))
     }
 
@@ -385,6 +399,19 @@ impl Run<'_> {
         }
         let mut replayer = args.manager.replayer(manager, block_tokens);
         let mut stats = ReplayStats::new(args.transfer.model(block_tokens)?);
+        let mut stream = match args.kv_events.publisher()? {
+            Some(p) => {
+                let replay = p.replay_endpoint().unwrap_or("none");
+                let line = format!(
+                    "kvtier replay: kv events on {} (replay {replay})",
+                    p.endpoint()
+                );
+                self.bar.suspend(|| eprintln!("{line}"));
+                let form = args.kv_events.hash_form();
+                Some(EventStream::new(std::sync::Arc::new(p), block_tokens, form))
+            }
+            None => None,
+        };
         let header = source.header().clone();
         let mut log = IntervalLog::new(args.log_interval);
         let mut waited = self.parse_s;
@@ -438,6 +465,11 @@ impl Run<'_> {
                                 record: records,
                                 error,
                             })?;
+                        let step =
+                            is_load && replayer.counts().requests.is_multiple_of(STEP_REQUESTS);
+                        if let Some(s) = stream.as_mut().filter(|_| step) {
+                            s.step(replayer.manager_mut())?;
+                        }
                         if is_load && log.due() {
                             let l = Instant::now();
                             log.write(&mut replayer, self.bar)?;
@@ -460,6 +492,13 @@ impl Run<'_> {
                 .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
             outcome.map(|()| read)
         })?;
+        let kv_events = match stream {
+            Some(mut s) => {
+                s.step(replayer.manager_mut())?;
+                Some(s.finish())
+            }
+            None => None,
+        };
         let counts = replayer.counts();
         let mut payload = log.total;
         payload.aggregate(&replayer.drain_stats().to_step_payload())?;
@@ -486,6 +525,7 @@ impl Run<'_> {
             replay_request_blocks_per_s: per_second(counts.request_blocks, replay_s),
             request_blocks_per_s: per_second(counts.request_blocks, wall_s),
             payload,
+            kv_events,
         })
     }
 }

@@ -393,9 +393,10 @@ impl Publisher {
     }
 
     /// Sends what is queued, then stops the thread and closes the sockets (each keeps up to
-    /// 1 s to deliver what it holds).
-    pub fn shutdown(mut self) {
+    /// 1 s to deliver what it holds); answers the final counters.
+    pub fn shutdown(mut self) -> PublisherStats {
         self.stop();
+        self.stats()
     }
 
     fn stop(&mut self) {
