@@ -1,0 +1,220 @@
+"""kvtier's KV-events stream against vLLM 0.33.0's own code: a pyzmq subscriber decoding with
+vLLM's msgspec types reads `kvtier serve --kv-events-endpoint`, and vLLM's ZmqEventPublisher
+sends batches that `kvtier events` decodes and re-encodes byte for byte.
+
+vLLM's ``vllm.distributed.kv_events`` imports two modules this suite cannot load without
+torch: ``vllm.config.kv_events`` (its package ``vllm.config`` is a stub here) and
+``vllm.v1.core.kv_cache_utils`` (which pulls in the multimodal stack) for one type alias.
+The first is vLLM's real file executed with a plain dataclass for its ``@config`` decorator;
+the second a module holding the alias, after checking vLLM's file defines exactly that.
+
+The ``kvtier`` binary is ``$KVTIER_BIN``, else built here with cargo (debug).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import time
+import types
+import urllib.request
+
+import msgspec
+import pytest
+import zmq
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+TRACE = ROOT / "tests" / "data" / "small-a.kvtrace"
+END_SEQ = (-1).to_bytes(8, "big", signed=True)
+
+
+def _vllm_kv_events():
+    spec = importlib.util.find_spec("vllm.v1")
+    root = pathlib.Path(spec.submodule_search_locations[0]).parent
+    utils = (root / "v1" / "core" / "kv_cache_utils.py").read_text()
+    assert "ExternalBlockHash: TypeAlias = bytes | int\n" in utils
+    alias = types.ModuleType("vllm.v1.core.kv_cache_utils")
+    alias.ExternalBlockHash = bytes | int
+    sys.modules.setdefault(alias.__name__, alias)
+    path = root / "config" / "kv_events.py"
+    source = path.read_text()
+    decorator = "from vllm.config.utils import config\n"
+    assert decorator in source
+    cfg = types.ModuleType("vllm.config.kv_events")
+    cfg.config = dataclasses.dataclass
+    sys.modules[cfg.__name__] = cfg
+    exec(compile(source.replace(decorator, ""), str(path), "exec"), cfg.__dict__)
+    import vllm.distributed.kv_events as kv_events
+
+    return kv_events
+
+
+ke = _vllm_kv_events()
+
+
+def _kvtier_bin() -> str:
+    if os.environ.get("KVTIER_BIN"):
+        return os.environ["KVTIER_BIN"]
+    subprocess.run(
+        ["cargo", "build", "-q", "-p", "kvtier-cli", "--bin", "kvtier"], cwd=ROOT, check=True
+    )
+    target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    return str(target / "debug" / "kvtier")
+
+
+@pytest.fixture(scope="module")
+def kvtier_bin() -> str:
+    return _kvtier_bin()
+
+
+def _expected(trace: str, policy: str, capacity: int) -> dict[str, str]:
+    lines = (ROOT / "tests" / "data" / "expected.tsv").read_text().splitlines()
+    head = lines[0].split("\t")
+    for line in lines[1:]:
+        row = dict(zip(head, line.split("\t")))
+        if (row["trace"], row["policy"], row["capacity"], row["store_threshold"]) == (
+            trace,
+            policy,
+            str(capacity),
+            "1",
+        ):
+            return row
+    raise LookupError(trace)
+
+
+def _header(path: pathlib.Path) -> dict[str, str]:
+    out = {}
+    with path.open("rb") as f:
+        for raw in f:
+            if not raw.startswith(b"#"):
+                break
+            k, _, v = raw[1:].decode().strip().partition("=")
+            out[k] = v
+    return out
+
+
+def _replay(ctx: zmq.Context, endpoint: str, start: int) -> list[list[bytes]]:
+    """Asks the ROUTER socket for every batch from `start`; the frames up to the end marker."""
+    d = ctx.socket(zmq.DEALER)
+    d.RCVTIMEO = 10_000
+    d.connect(endpoint)
+    d.send_multipart([b"", start.to_bytes(8, "big")])
+    got = []
+    while True:
+        frames = d.recv_multipart()
+        if frames[2] == END_SEQ:
+            assert frames == [b"", b"", END_SEQ, b""]
+            break
+        assert frames[0] == b""
+        got.append(frames[1:])
+    d.close(linger=0)
+    return got
+
+
+def _scrape(addr: str) -> dict[str, float]:
+    text = urllib.request.urlopen(f"http://{addr}/metrics", timeout=10).read().decode()
+    return {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"^(kvtier_kv_events_\w+) (\S+)$", text, re.M)
+    }
+
+
+def test_serve_stream_decodes_with_vllm_and_replays_to_a_late_joiner(kvtier_bin):
+    """Every CPU-tier event of small-a (LRU, 1,024 chunks) reaches a subscriber using vLLM's
+    decoder, gapless; a late joiner replays from 0 through the ROUTER socket and gets the same
+    batches; stored minus removed hashes is the resident set, and the totals are the replay's."""
+    expected = _expected("small-a.kvtrace", "lru", 1024)
+    block_tokens = int(_header(TRACE)["block_tokens"])
+    decoder = msgspec.msgpack.Decoder(type=ke.KVEventBatch)
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"kv")
+    # tcp://127.0.0.1:PORT is a connect endpoint under vLLM's rule: the subscriber binds it.
+    sub.bind("tcp://127.0.0.1:0")
+    endpoint = sub.getsockopt_string(zmq.LAST_ENDPOINT)
+    serve = subprocess.Popen(
+        [kvtier_bin, "serve", "--trace", str(TRACE), "--policy", "lru", "--capacity", "1024",
+         "--listen", "127.0.0.1:0", "--rate", "5000",
+         "--kv-events-endpoint", endpoint, "--kv-events-replay-endpoint", "tcp://127.0.0.1:0",
+         "--kv-events-topic", "kv"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        metrics_line = serve.stderr.readline()
+        events_line = serve.stderr.readline()
+        addr = re.search(r"http://(\S+)/metrics", metrics_line).group(1)
+        m = re.search(r"kv events on (\S+) \(replay (tcp://\S+)\)", events_line)
+        assert m and m.group(1) == endpoint, events_line
+        replay_endpoint = m.group(2)
+        done = serve.stderr.readline()
+        counts = re.search(r"(\d+) stored, (\d+) evicted", done)
+        assert counts, done
+        assert (counts.group(1), counts.group(2)) == (
+            expected["stored_blocks"], expected["evicted_blocks"]
+        )
+
+        sub.RCVTIMEO = 2_000
+        live = []
+        try:
+            while True:
+                live.append(sub.recv_multipart())
+        except zmq.Again:
+            pass
+        assert live, "no message reached the subscriber"
+        seqs = [int.from_bytes(f[1], "big") for f in live]
+        assert all(len(f) == 3 and f[0] == b"kv" and len(f[1]) == 8 for f in live)
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), "a gap in the sequence"
+
+        # Joining late: the replay from 0 holds every batch (10,000 steps are buffered).
+        replayed = _replay(ctx, replay_endpoint, 0)
+        assert [int.from_bytes(f[1], "big") for f in replayed] == list(range(seqs[-1] + 1))
+        by_seq = {int.from_bytes(f[1], "big"): f for f in replayed}
+        for f, s in zip(live, seqs):
+            assert by_seq[s] == f, f"replayed batch {s} differs from the live one"
+        assert _replay(ctx, replay_endpoint, seqs[-1]) == [replayed[-1]]
+        assert _replay(ctx, replay_endpoint, seqs[-1] + 1) == []
+
+        resident: set[int] = set()
+        stored = removed = 0
+        for topic, _, payload in replayed:
+            batch = decoder.decode(payload)
+            assert batch.data_parallel_rank == 0 and batch.ts > 1.6e9
+            for e in batch.events:
+                if isinstance(e, ke.BlockStored):
+                    assert (e.medium, e.block_size, e.parent_block_hash, e.token_ids) == (
+                        ke.MEDIUM_CPU, block_tokens, None, [],
+                    )
+                    assert e.group_idx == 0 and len(e.block_hashes) == 1
+                    h = e.block_hashes[0]
+                    assert isinstance(h, int) and h not in resident, "stored while resident"
+                    resident.add(h)
+                    stored += 1
+                else:
+                    assert isinstance(e, ke.BlockRemoved), e
+                    assert (e.medium, e.group_idx) == (ke.MEDIUM_CPU, 0)
+                    for h in e.block_hashes:
+                        assert h in resident, "removed while not resident"
+                        resident.remove(h)
+                        removed += 1
+        assert (stored, removed) == (
+            int(expected["stored_blocks"]), int(expected["evicted_blocks"])
+        )
+        assert len(resident) == int(expected["resident_blocks"])
+
+        total_events = sum(len(decoder.decode(f[2]).events) for f in replayed)
+        assert _scrape(addr) == {
+            "kvtier_kv_events_published_batches_total": float(len(replayed)),
+            "kvtier_kv_events_published_events_total": float(total_events),
+            "kvtier_kv_events_dropped_total": 0.0,
+            "kvtier_kv_events_replay_requests_total": 3.0,
+        }
+    finally:
+        serve.terminate()
+        serve.wait(timeout=10)
+        ctx.destroy(linger=0)
