@@ -21,6 +21,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import threading
 import time
 import types
 import urllib.request
@@ -140,7 +141,7 @@ def test_serve_stream_decodes_with_vllm_and_replays_to_a_late_joiner(kvtier_bin)
     endpoint = sub.getsockopt_string(zmq.LAST_ENDPOINT)
     serve = subprocess.Popen(
         [kvtier_bin, "serve", "--trace", str(TRACE), "--policy", "lru", "--capacity", "1024",
-         "--listen", "127.0.0.1:0", "--rate", "5000",
+         "--listen", "127.0.0.1:0", "--rate", "1000",
          "--kv-events-endpoint", endpoint, "--kv-events-replay-endpoint", "tcp://127.0.0.1:0",
          "--kv-events-topic", "kv"],
         stderr=subprocess.PIPE, text=True,
@@ -152,20 +153,29 @@ def test_serve_stream_decodes_with_vllm_and_replays_to_a_late_joiner(kvtier_bin)
         m = re.search(r"kv events on (\S+) \(replay (tcp://\S+)\)", events_line)
         assert m and m.group(1) == endpoint, events_line
         replay_endpoint = m.group(2)
-        done = serve.stderr.readline()
-        counts = re.search(r"(\d+) stored, (\d+) evicted", done)
+        # The subscriber keeps reading while the replay runs: libzmq sends a SUB socket's
+        # subscription to a new peer only from inside a call on that socket.
+        done: list[str] = []
+        reader = threading.Thread(target=lambda: done.append(serve.stderr.readline()))
+        reader.start()
+        sub.RCVTIMEO = 200
+        live = []
+        quiet_since = None
+        while quiet_since is None or time.monotonic() - quiet_since < 1.5:
+            try:
+                live.append(sub.recv_multipart())
+                quiet_since = None
+            except zmq.Again:
+                if done and quiet_since is None:
+                    quiet_since = time.monotonic()
+        reader.join()
+        counts = re.search(r"(\d+) stored, (\d+) evicted", done[0])
         assert counts, done
         assert (counts.group(1), counts.group(2)) == (
             expected["stored_blocks"], expected["evicted_blocks"]
         )
-
-        sub.RCVTIMEO = 2_000
-        live = []
-        try:
-            while True:
-                live.append(sub.recv_multipart())
-        except zmq.Again:
-            pass
+        # As with vLLM, batches sent before the subscription reached the publisher are not
+        # delivered (the replay socket is there for them); the rest arrive without a gap.
         assert live, "no message reached the subscriber"
         seqs = [int.from_bytes(f[1], "big") for f in live]
         assert all(len(f) == 3 and f[0] == b"kv" and len(f[1]) == 8 for f in live)
@@ -174,6 +184,7 @@ def test_serve_stream_decodes_with_vllm_and_replays_to_a_late_joiner(kvtier_bin)
         # Joining late: the replay from 0 holds every batch (10,000 steps are buffered).
         replayed = _replay(ctx, replay_endpoint, 0)
         assert [int.from_bytes(f[1], "big") for f in replayed] == list(range(seqs[-1] + 1))
+        assert len(replayed) >= 8, "a paced replay of 1 s publishes a batch every 100 ms or less"
         by_seq = {int.from_bytes(f[1], "big"): f for f in replayed}
         for f, s in zip(live, seqs):
             assert by_seq[s] == f, f"replayed batch {s} differs from the live one"
@@ -218,3 +229,72 @@ def test_serve_stream_decodes_with_vllm_and_replays_to_a_late_joiner(kvtier_bin)
         serve.terminate()
         serve.wait(timeout=10)
         ctx.destroy(linger=0)
+
+
+def _hexed(v):
+    """msgspec's builtins of a batch with bytes as hex (how `kvtier events` shows bytes)."""
+    if isinstance(v, bytes):
+        return v.hex()
+    if isinstance(v, (list, tuple)):
+        return [_hexed(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _hexed(x) for k, x in v.items()}
+    return v
+
+
+def _vllm_batches():
+    sha = bytes(range(32))
+    return [
+        ke.KVEventBatch(ts=1.5, events=[
+            ke.BlockStored(block_hashes=[5, 2**64 - 1], parent_block_hash=7, token_ids=[1, 2, 3],
+                           block_size=16, lora_id=None, medium=ke.MEDIUM_CPU, lora_name=None,
+                           group_idx=0),
+            ke.BlockRemoved(block_hashes=[5], medium=ke.MEDIUM_CPU, group_idx=0),
+            ke.AllBlocksCleared(),
+        ]),
+        ke.KVEventBatch(ts=1_700_000_000.25, events=[
+            ke.BlockStored(block_hashes=[sha, b"\x00"], parent_block_hash=sha, token_ids=[2**40],
+                           block_size=65_536, lora_id=-1, medium=ke.MEDIUM_STORAGE,
+                           lora_name="adapter", extra_keys=[("adapter", "img", 0), None],
+                           group_idx=70_000, kv_cache_spec_kind="full_attention",
+                           kv_cache_spec_sliding_window=128, locality="LOCAL", ownership="tier2",
+                           session_id="s1", lookahead_token_ids=[[1, 2], [3]]),
+            ke.BlockRemoved(block_hashes=[sha], medium=None, group_idx=1, locality="REMOTE",
+                            ownership="tier2"),
+        ], data_parallel_rank=3),
+        ke.KVEventBatch(ts=2.0, events=[
+            ke.BlockStored(block_hashes=[], parent_block_hash=None, token_ids=[], block_size=0,
+                           lora_id=300, medium=None, lora_name=None),
+        ]),
+    ]
+
+
+def test_vllm_publisher_batches_decode_in_kvtier_byte_for_byte(kvtier_bin, tmp_path):
+    """vLLM's own ZmqEventPublisher sends batches that `kvtier events` reads back: the same
+    values as msgspec's builtins of the batch, and kvtier's encoder gives back the very bytes
+    (the batch array, map16 for BlockStored, the omitted defaults, every integer width)."""
+    batches = _vllm_batches()
+    events = subprocess.Popen(
+        [kvtier_bin, "events", "--bind", "--endpoint", "tcp://127.0.0.1:0", "--topic", "kv",
+         "--count", str(len(batches))],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        bound = re.search(r"bound (tcp://\S+)", events.stderr.readline()).group(1)
+        # A tcp://HOST:PORT endpoint makes vLLM's PUB socket connect to the subscriber.
+        publisher = ke.ZmqEventPublisher(data_parallel_rank=0, endpoint=bound, topic="kv")
+        time.sleep(1.0)  # the connection and the subscription, before the first message
+        for b in batches:
+            publisher.publish(b)
+        out, _ = events.communicate(timeout=30)
+        publisher.shutdown()
+    finally:
+        if events.poll() is None:
+            events.kill()
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert [line["seq"] for line in lines] == [0, 1, 2]
+    assert all(line["topic"] == "kv" and line["reencodes"] for line in lines)
+    for line, b in zip(lines, batches):
+        # publish() filled the rank of the batches that had none.
+        assert b.data_parallel_rank in (0, 3)
+        assert line["batch"] == _hexed(msgspec.to_builtins(b, builtin_types=(bytes,)))

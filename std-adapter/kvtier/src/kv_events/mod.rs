@@ -1,8 +1,8 @@
 //! The tier's events as vLLM 0.33.0's KV-events stream, for KV-aware routers (llm-d's
 //! indexer, Dynamo's KV router): the events ([`event`]), their msgpack form as msgspec writes
 //! it ([`encode`], [`decode`]), the manager's events in that shape ([`translate`]), the
-//! ZMQ publisher with its replay socket ([`publisher`], [`replay`]) and vLLM's endpoint rules
-//! ([`endpoint`]).
+//! ZMQ publisher with its replay socket ([`publisher`], [`replay`]), a subscriber
+//! ([`subscriber`]) and vLLM's endpoint rules ([`endpoint`]).
 //!
 //! On the wire, as vLLM's `ZmqEventPublisher` sends it: each batch is one PUB message of three
 //! frames, `(topic, sequence as 8 bytes big-endian, msgpack payload)`, the sequence counting
@@ -33,6 +33,7 @@ pub mod endpoint;
 pub mod event;
 pub mod publisher;
 pub mod replay;
+pub mod subscriber;
 pub mod translate;
 
 pub use decode::{DecodeError, decode};
@@ -44,4 +45,5 @@ pub use event::{
 };
 pub use publisher::{Overflow, PublishError, Publisher, PublisherConfig, PublisherStats};
 pub use replay::{END_SEQ, ReplayBuffer, end_marker, start_sequence};
+pub use subscriber::{Message, RecvError, Subscriber};
 pub use translate::TierEvents;
