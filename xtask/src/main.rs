@@ -96,6 +96,11 @@ const NEEDS: &[Need] = &[
         deb: Some("gcc-multilib"),
         used_by: "the 32-bit suite (linking i686 test binaries)",
     },
+    Need {
+        check: Check::Program("c++"),
+        deb: Some("g++"),
+        used_by: "the kvtier package's zmq dependency (zmq-sys builds libzmq from source)",
+    },
 ];
 
 /// The suites run after `cargo test --workspace`: a name and the command (`cargo` means the
