@@ -101,6 +101,11 @@ const NEEDS: &[Need] = &[
         deb: Some("g++"),
         used_by: "the kvtier package's zmq dependency (zmq-sys builds libzmq from source)",
     },
+    Need {
+        check: Check::DebPackage("g++-multilib"),
+        deb: Some("g++-multilib"),
+        used_by: "the 32-bit suite (zmq-sys builds libzmq for i686)",
+    },
 ];
 
 /// The suites run after `cargo test --workspace`: a name and the command (`cargo` means the

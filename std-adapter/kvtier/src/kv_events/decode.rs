@@ -1,4 +1,4 @@
-//! [`decode`]: the msgpack bytes of a vLLM `KVEventBatch` back into an [`EventBatch`], as
+//! [`decode()`]: the msgpack bytes of a vLLM `KVEventBatch` back into an [`EventBatch`], as
 //! msgspec's decoder reads them: map keys in any order, unknown keys ignored, a missing
 //! required field or a wrong type an error, nothing after the batch.
 //!

@@ -1,4 +1,4 @@
-//! [`encode`]: an [`EventBatch`] as the msgpack bytes msgspec writes for vLLM's
+//! [`encode()`]: an [`EventBatch`] as the msgpack bytes msgspec writes for vLLM's
 //! `KVEventBatch`, byte for byte.
 //!
 //! What msgspec does, and so this encoder:

@@ -1,6 +1,6 @@
 //! The tier's events as vLLM 0.33.0's KV-events stream, for KV-aware routers (llm-d's
 //! indexer, Dynamo's KV router): the events ([`event`]), their msgpack form as msgspec writes
-//! it ([`encode`], [`decode`]), the manager's events in that shape ([`translate`]), the
+//! it ([`mod@encode`], [`mod@decode`]), the manager's events in that shape ([`translate`]), the
 //! ZMQ publisher with its replay socket ([`publisher`], [`replay`]), a subscriber
 //! ([`subscriber`]) and vLLM's endpoint rules ([`endpoint`]).
 //!

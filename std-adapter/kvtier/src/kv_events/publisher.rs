@@ -1,6 +1,6 @@
 //! [`Publisher`]: vLLM's `ZmqEventPublisher` in Rust. Batches handed to
 //! [`Publisher::publish`] go through a bounded queue to the publisher's own thread, which
-//! numbers them from 0, encodes them ([`super::encode`]) and sends each as the frames
+//! numbers them from 0, encodes them ([`super::encode()`]) and sends each as the frames
 //! `(topic, sequence as 8 bytes big-endian, payload)` on a PUB socket, keeping the last
 //! `buffer_steps` for the ROUTER replay socket ([`super::replay`]).
 //!
