@@ -96,6 +96,16 @@ const NEEDS: &[Need] = &[
         deb: Some("gcc-multilib"),
         used_by: "the 32-bit suite (linking i686 test binaries)",
     },
+    Need {
+        check: Check::Program("c++"),
+        deb: Some("g++"),
+        used_by: "the kvtier package's zmq dependency (zmq-sys builds libzmq from source)",
+    },
+    Need {
+        check: Check::DebPackage("g++-multilib"),
+        deb: Some("g++-multilib"),
+        used_by: "the 32-bit suite (zmq-sys builds libzmq for i686)",
+    },
 ];
 
 /// The suites run after `cargo test --workspace`: a name and the command (`cargo` means the

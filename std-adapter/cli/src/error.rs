@@ -160,5 +160,6 @@ from_adapter!(
     FrameError,
     CollectorClosed,
     MetricsRegisterError,
+    kvtier::kv_events::PublishError,
     io::Error,
 );

@@ -19,6 +19,7 @@
 //! | [`replay_run`] | a whole replay run into a [`replay_run::ReplayReport`] |
 //! | [`replay_simple`] | `replay --offloader simple`: the simple CPU offloader behind the GPU front |
 //! | [`engine`] | the GPU prefix cache in front of the tier and the engine step model (`--gpu-blocks`) |
+//! | [`kv_events_run`] | publishing a replay's tier events as vLLM's KV-events stream (`--kv-events-*`) |
 //! | [`layout`] | model layouts: presets, layout JSON, Hugging Face `config.json` |
 //! | [`sizing`] | the capacity report model |
 //! | [`sweep`] | many configurations of one parsed trace on threads |
@@ -35,6 +36,7 @@ pub mod engine;
 pub mod error;
 mod from_variants;
 pub mod input;
+pub mod kv_events_run;
 pub mod layout;
 pub mod numfmt;
 pub mod plot;

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use prometheus::Registry;
 
 use crate::engine::{Engine, EngineCounts};
+use crate::kv_events_run::EventStream;
 use crate::replay::{ReplayCounts, Replayer};
 use crate::replay_run::{ReplayOptions, RunError, TierConnector, add_gpu_series, finish_engine};
 use crate::replay_stats::ReplayStats;
@@ -24,6 +25,7 @@ use crate::sizing::{self, CapacityOptions, ReportError};
 use crate::trace::{Record, RecordSource};
 use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
 use kvtier::http::{MetricsServer, ServerConfig};
+use kvtier::kv_events::Publisher;
 use kvtier::shared::{CollectorConfig, PayloadSender, StatsCollector};
 use kvtier::sync::Arc;
 
@@ -144,6 +146,7 @@ pub struct Serving {
     replay: Option<JoinHandle<Result<ServeSummary, RunError>>>,
     stop: Arc<AtomicBool>,
     registry: Registry,
+    kv_events: Option<std::sync::Arc<Publisher>>,
 }
 
 impl Serving {
@@ -151,6 +154,12 @@ impl Serving {
     #[must_use]
     pub fn local_addr(&self) -> SocketAddr {
         self.server.local_addr()
+    }
+
+    /// The KV-events publisher, when `--kv-events-endpoint` was given.
+    #[must_use]
+    pub fn kv_events(&self) -> Option<&Publisher> {
+        self.kv_events.as_deref()
     }
 
     /// The registry the endpoint encodes.
@@ -188,10 +197,15 @@ struct Drive<'a> {
     /// The GPU front (`--gpu-blocks`) and its counts at the last drain.
     engine: Option<(Engine, EngineCounts)>,
     keys: Vec<kvtier_core::BlockKey>,
+    events: Option<EventStream>,
 }
 
 impl Drive<'_> {
+    /// One step: the tier's events to the publisher, the stats to the collector.
     fn drain(&mut self) -> Result<(), RunError> {
+        if let Some(e) = &mut self.events {
+            e.step(self.replayer.manager_mut())?;
+        }
         let mut payload = self.replayer.drain_stats().to_step_payload();
         payload.aggregate(&self.stats.drain(&self.replayer))?;
         if let Some((engine, last)) = &mut self.engine {
@@ -227,9 +241,7 @@ impl Drive<'_> {
 fn drive<S: RecordSource>(
     args: &ReplayOptions,
     mut source: S,
-    rate: Option<f64>,
-    sender: &PayloadSender,
-    stop: &AtomicBool,
+    ctx: &ReplayContext<'_>,
 ) -> Result<ServeSummary, RunError>
 where
     S::Error: Into<RunError>,
@@ -240,8 +252,9 @@ where
     if block_tokens == 0 {
         return Err(RunError::ZeroBlockTokens);
     }
+    let (rate, stop) = (ctx.rate, ctx.stop);
     let mut d = Drive {
-        sender,
+        sender: ctx.sender,
         replayer: args.manager.replayer(manager, block_tokens),
         stats: ReplayStats::new(args.transfer.model(block_tokens)?),
         engine: match args.gpu {
@@ -249,6 +262,10 @@ where
             None => None,
         },
         keys: Vec::new(),
+        events: ctx
+            .kv_events
+            .clone()
+            .map(|p| EventStream::new(p, block_tokens, args.kv_events.hash_form())),
     };
     let start = Instant::now();
     let mut last_drain = Instant::now();
@@ -296,12 +313,15 @@ where
     })
 }
 
-fn replay_thread(
-    args: &ReplayOptions,
+/// What the replay thread shares with the rest of `kvtier serve`.
+struct ReplayContext<'a> {
     rate: Option<f64>,
-    sender: &PayloadSender,
-    stop: &AtomicBool,
-) -> Result<ServeSummary, RunError> {
+    sender: &'a PayloadSender,
+    stop: &'a AtomicBool,
+    kv_events: Option<std::sync::Arc<Publisher>>,
+}
+
+fn replay_thread(args: &ReplayOptions, ctx: &ReplayContext<'_>) -> Result<ServeSummary, RunError> {
     match &args.trace {
         Some(path) => {
             let reader =
@@ -309,9 +329,9 @@ fn replay_thread(
                     .open_path(path, args.block_tokens, args.capacity.is_some(), |file| {
                         file
                     })?;
-            drive(args, reader, rate, sender, stop).map_err(|e| e.in_trace(path.clone()))
+            drive(args, reader, ctx).map_err(|e| e.in_trace(path.clone()))
         }
-        None => drive(args, args.generator()?, rate, sender, stop),
+        None => drive(args, args.generator()?, ctx),
     }
 }
 
@@ -356,18 +376,32 @@ pub fn start(args: &ServeOptions) -> Result<Serving, ServeError> {
     let server = MetricsServer::bind(args.listen.as_str(), ServerConfig::default(), move || {
         encode_text(&scrape)
     })?;
+    let kv_events = args.replay.kv_events.publisher()?.map(std::sync::Arc::new);
+    if let Some(p) = &kv_events {
+        p.register_metrics(&registry)?;
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let sender = collector.sender();
+    let thread_events = kv_events.clone();
     let replay_args = args.replay.clone();
     let stop_flag = Arc::clone(&stop);
     let replay = thread::Builder::new()
         .name("kvtier-replay".into())
-        .spawn(move || replay_thread(&replay_args, rate, &sender, &stop_flag))?;
+        .spawn(move || {
+            let ctx = ReplayContext {
+                rate,
+                sender: &sender,
+                stop: &stop_flag,
+                kv_events: thread_events,
+            };
+            replay_thread(&replay_args, &ctx)
+        })?;
     Ok(Serving {
         server,
         collector,
         replay: Some(replay),
         stop,
         registry,
+        kv_events,
     })
 }

@@ -10,6 +10,7 @@ use kvtier_core::manager::{
 };
 
 use crate::export::{EncodeError, ExporterError, ObserveError, RenderError};
+use crate::kv_events::{DecodeError as KvEventsDecodeError, PublishError, RecvError};
 use crate::shared::{CollectorClosed, FrameError, MetricsRegisterError};
 
 /// Any error of the std adapter's service layer.
@@ -28,6 +29,12 @@ pub enum Error {
     CollectorClosed(CollectorClosed),
     /// The registry refused the stats collector's own metrics.
     CollectorMetrics(MetricsRegisterError),
+    /// The KV-events publisher could not start or has stopped.
+    KvEvents(PublishError),
+    /// A KV-events message could not be read.
+    KvEventsRecv(RecvError),
+    /// A KV-events payload is not a `KVEventBatch`.
+    KvEventsDecode(KvEventsDecodeError),
     /// Binding, accepting or a thread failed.
     Io(io::Error),
     /// A manager configuration was rejected.
@@ -54,6 +61,9 @@ impl fmt::Display for Error {
             Error::Frame(e) => e.fmt(f),
             Error::CollectorClosed(e) => e.fmt(f),
             Error::CollectorMetrics(e) => e.fmt(f),
+            Error::KvEvents(e) => e.fmt(f),
+            Error::KvEventsRecv(e) => e.fmt(f),
+            Error::KvEventsDecode(e) => e.fmt(f),
             Error::Io(e) => e.fmt(f),
             Error::Config(e) => e.fmt(f),
             Error::Request(e) => e.fmt(f),
@@ -74,6 +84,9 @@ impl std::error::Error for Error {
             Error::Frame(e) => Some(e),
             Error::CollectorClosed(e) => Some(e),
             Error::CollectorMetrics(e) => Some(e),
+            Error::KvEvents(e) => Some(e),
+            Error::KvEventsRecv(e) => Some(e),
+            Error::KvEventsDecode(e) => Some(e),
             Error::Io(e) => Some(e),
             Error::Config(e) => Some(e),
             Error::Request(e) => Some(e),
@@ -104,6 +117,9 @@ from_variants!(
     FrameError => Frame,
     CollectorClosed => CollectorClosed,
     MetricsRegisterError => CollectorMetrics,
+    PublishError => KvEvents,
+    RecvError => KvEventsRecv,
+    KvEventsDecodeError => KvEventsDecode,
     io::Error => Io,
     ConfigError => Config,
     RequestError => Request,

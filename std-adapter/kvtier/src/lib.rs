@@ -12,6 +12,7 @@
 //! |---|---|
 //! | [`shared`] | [`shared::SharedManager`] (lookup-then-pin atomic), [`shared::ShardedManager`], [`shared::StatsCollector`] and its bounded queue |
 //! | [`export`] | [`export::OffloadExporter`] on a caller's registry, its `prometheus_client`-format text, [`export::render`] of one payload |
+//! | [`kv_events`] | the tier's events as vLLM's KV-events stream: [`kv_events::Publisher`] (ZMQ PUB and ROUTER replay), the msgpack codec ([`kv_events::encode()`], [`kv_events::decode()`]), the manager's events in vLLM's shape ([`kv_events::TierEvents`]) |
 //! | [`http`] | [`http::MetricsServer`], the `/metrics` endpoint (loopback unless told otherwise) |
 //! | [`sync`] | the lock facade (std or loom) and its poisoning policy |
 //! | [`memory`] | the machine's available memory (a default manager budget) |
@@ -34,6 +35,7 @@
 pub mod error;
 pub mod export;
 pub mod http;
+pub mod kv_events;
 pub mod memory;
 pub mod shared;
 pub mod sync;

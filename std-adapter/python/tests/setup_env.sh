@@ -25,4 +25,5 @@ fi
 # (pip then warns that vLLM's own dependencies are missing: they are, on purpose.)
 "${pip[@]}" install "numpy>=1.26" "msgspec>=0.18" "typing_extensions>=4.10" \
     "pytest>=8" "hypothesis>=6.100" "maturin>=1.5,<2"
+"${pip[@]}" install "pyzmq>=25" "psutil>=5" "urllib3>=2" # vllm.distributed.kv_events's imports
 echo "$venv"

@@ -1,4 +1,4 @@
-//! The `kvtier` command line: `replay`, `capacity`, `serve`, `convert`, `sweep`. Each module
+//! The `kvtier` command line: `replay`, `capacity`, `serve`, `convert`, `sweep`, `events`. Each module
 //! parses its command's options (clap) and prints what the library computes: the replay run
 //! ([`crate::replay_run`]), the capacity report ([`crate::sizing`]), serving
 //! ([`crate::serve`]), the Mooncake conversion ([`crate::convert`]) and the sweep
@@ -6,6 +6,7 @@
 
 pub mod capacity;
 pub mod convert;
+pub mod events;
 pub mod output;
 pub mod replay;
 pub mod replay_simple;
@@ -44,6 +45,8 @@ pub enum Command {
     Convert(convert::ConvertOptions),
     /// Replay while serving `/metrics` for Prometheus, then keep serving until interrupted.
     Serve(serve::ServeArgs),
+    /// Subscribe to a KV-events stream (vLLM's or kvtier's) and print each batch as JSON.
+    Events(events::EventsArgs),
 }
 
 /// Parses the command line, runs it and maps errors to a non-zero exit code.
@@ -55,6 +58,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&args),
         Command::Convert(args) => convert::run(&args).map_err(Into::into),
         Command::Sweep(args) => sweep::run(&args),
+        Command::Events(args) => events::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -79,6 +79,12 @@ pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
         return super::replay_simple::run(args);
     }
     let report = replay(&args.replay_options(), std::io::stderr().is_terminal())?;
+    if let Some(k) = report.kv_events {
+        eprintln!(
+            "kvtier replay: kv events: {} batches, {} events published, {} dropped",
+            k.batches, k.events, k.dropped
+        );
+    }
     let mut out = std::io::stdout().lock();
     let mut text = if args.json {
         let mut s = serde_json::to_string(&json_value(&report)).map_err(OutputError::Json)?;

@@ -97,6 +97,13 @@ pub fn run(args: &ServeArgs) -> Result<(), crate::Error> {
         "kvtier serve: metrics at http://{}/metrics",
         serving.local_addr()
     );
+    if let Some(p) = serving.kv_events() {
+        eprintln!(
+            "kvtier serve: kv events on {} (replay {})",
+            p.endpoint(),
+            p.replay_endpoint().unwrap_or("none")
+        );
+    }
     let summary = serving.wait_replay()?;
     let c = summary.counts;
     eprintln!(

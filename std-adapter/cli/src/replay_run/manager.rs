@@ -27,6 +27,9 @@ pub struct ManagerArgs {
     /// configuration that needs more is refused before anything is allocated.
     #[arg(long, value_name = "BYTES")]
     pub memory_limit: Option<u64>,
+    /// Queue the manager's stored and removed events (set when they are published).
+    #[arg(skip)]
+    pub events: bool,
 }
 
 impl Default for ManagerArgs {
@@ -36,6 +39,7 @@ impl Default for ManagerArgs {
             max_requests: 65_536,
             max_open_blocks: DEFAULT_MAX_OPEN_BLOCKS,
             memory_limit: None,
+            events: false,
         }
     }
 }
@@ -66,6 +70,7 @@ impl ManagerArgs {
         cfg.max_tracker_size = self.max_tracker_size;
         cfg.max_requests = self.max_requests;
         cfg.memory_limit = self.memory_limit.or_else(kvtier::memory::available_bytes);
+        cfg.enable_events = self.events;
         // A replay or a server holds what its traffic stores, often far below the capacity
         // asked for: tables that grow keep its lookups in cache and its memory to its use.
         cfg.grow_tables = true;

@@ -7,27 +7,30 @@
 //! applies every record through [`ReplayStats`] to a [`Replayer`] and times parsing and the
 //! replay loop apart. [`ManagerArgs`] are the manager options every replaying command shares.
 
+mod error;
 mod gpu;
 mod manager;
 
+pub use error::RunError;
 pub use gpu::{GpuFront, GpuReport, add_gpu_series};
 pub(crate) use gpu::{TierConnector, finish as finish_engine};
 pub use manager::{ManagerArgs, ManagerError, parse_policy};
 
-use std::convert::Infallible;
-use std::fmt;
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
 use kvtier_core::manager::{OffloadManager, PolicyKind};
-use kvtier_core::stats::{AggregateError, Payload, UpdateError, catalogue};
+use kvtier_core::stats::{Payload, catalogue};
 
-use crate::engine::{EngineCounts, EngineError};
-use crate::input::{FormatArgs, OpenError, TraceInputError};
-use crate::replay::{ReplayCounts, ReplayError, Replayer};
-use crate::replay_stats::{ReplayStats, TransferArgs, TransferError};
+use kvtier::kv_events::PublisherStats;
+
+use crate::engine::EngineCounts;
+use crate::input::FormatArgs;
+use crate::kv_events_run::{EventStream, KvEventsArgs, STEP_REQUESTS};
+use crate::replay::{ReplayCounts, Replayer};
+use crate::replay_stats::{ReplayStats, TransferArgs};
 use crate::trace::{CompactError, CompactLimits, CompactTrace, RecordKind, RecordSource};
 use crate::workload::{Generator, GeneratorConfig, GeneratorError};
 
@@ -75,165 +78,9 @@ pub struct ReplayOptions {
     /// command, not parsed here.
     #[arg(skip)]
     pub gpu: Option<GpuFront>,
-}
-
-/// Why a replay run failed.
-#[derive(Debug)]
-#[non_exhaustive]
-pub enum RunError {
-    /// The trace file could not be opened.
-    Open(OpenError),
-    /// The built-in workload's configuration is refused.
-    Workload(GeneratorError),
-    /// The manager could not be built.
-    Manager(ManagerError),
-    /// `--block-tokens` (or the header's `block_tokens`) is 0.
-    ZeroBlockTokens,
-    /// The transfer model could not be built.
-    Transfer(TransferError),
-    /// A record could not be read (a malformed trace, an I/O error, out of memory).
-    Read(CompactError<TraceInputError>),
-    /// A record could not be replayed.
-    Record {
-        /// The record's line, when the source has lines.
-        line: Option<u64>,
-        /// The 1-based record.
-        record: u64,
-        /// Why.
-        error: ReplayError,
-    },
-    /// The stats could not be aggregated.
-    Stats(AggregateError),
-    /// The engine model in front of the tier stopped (`--gpu-blocks`).
-    Engine {
-        /// The record's line, when the source has lines (none at the trace's end).
-        line: Option<u64>,
-        /// The 1-based record (the record count at the trace's end).
-        record: u64,
-        /// Why.
-        error: EngineError<ReplayError>,
-    },
-    /// A GPU series could not be added to the stats.
-    Series(UpdateError),
-    /// The stats collector of `kvtier serve` has stopped.
-    Collector(kvtier::shared::CollectorClosed),
-    /// An error while replaying the trace file `path`.
-    Trace {
-        /// The trace file.
-        path: PathBuf,
-        /// The error.
-        error: Box<RunError>,
-    },
-}
-
-impl fmt::Display for RunError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            RunError::Open(e) => e.fmt(f),
-            RunError::Workload(e) => e.fmt(f),
-            RunError::Manager(e) => e.fmt(f),
-            RunError::ZeroBlockTokens => f.write_str("--block-tokens must be at least 1"),
-            RunError::Transfer(e) => e.fmt(f),
-            RunError::Read(e) => e.fmt(f),
-            RunError::Record {
-                line,
-                record,
-                error,
-            } => {
-                let hint = option_hint(error);
-                match line {
-                    Some(line) => write!(f, "line {line}: {error}{hint}"),
-                    None => write!(f, "record {record}: {error}{hint}"),
-                }
-            }
-            RunError::Stats(e) => e.fmt(f),
-            RunError::Engine {
-                line: Some(line),
-                error,
-                ..
-            } => write!(f, "line {line}: {error}"),
-            RunError::Engine { record, error, .. } => write!(f, "record {record}: {error}"),
-            RunError::Series(e) => e.fmt(f),
-            RunError::Collector(e) => e.fmt(f),
-            RunError::Trace { path, error } => write!(f, "{}: {error}", path.display()),
-        }
-    }
-}
-
-impl std::error::Error for RunError {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            RunError::Open(e) => Some(e),
-            RunError::Workload(e) => Some(e),
-            RunError::Manager(e) => Some(e),
-            RunError::ZeroBlockTokens => None,
-            RunError::Transfer(e) => Some(e),
-            RunError::Read(e) => Some(e),
-            RunError::Record { error, .. } => Some(error),
-            RunError::Stats(e) => Some(e),
-            RunError::Engine { error, .. } => Some(error),
-            RunError::Series(e) => Some(e),
-            RunError::Collector(e) => Some(e),
-            RunError::Trace { error, .. } => Some(error.as_ref()),
-        }
-    }
-}
-
-crate::from_variants::from_variants!(
-    RunError:
-    OpenError => Open,
-    GeneratorError => Workload,
-    ManagerError => Manager,
-    TransferError => Transfer,
-    AggregateError => Stats,
-    UpdateError => Series,
-    kvtier::shared::CollectorClosed => Collector,
-);
-
-impl From<TraceInputError> for RunError {
-    fn from(e: TraceInputError) -> Self {
-        RunError::Read(CompactError::Source(e))
-    }
-}
-
-impl From<CompactError<TraceInputError>> for RunError {
-    fn from(e: CompactError<TraceInputError>) -> Self {
-        RunError::Read(e)
-    }
-}
-
-/// The generator never fails to give a record.
-impl From<Infallible> for RunError {
-    fn from(never: Infallible) -> Self {
-        match never {}
-    }
-}
-
-/// The generator's records: only the chunk's own limits can fail.
-impl From<CompactError<Infallible>> for RunError {
-    fn from(e: CompactError<Infallible>) -> Self {
-        RunError::Read(match e {
-            CompactError::Source(never) => match never {},
-            CompactError::TooManyRecords { line, max_records } => {
-                CompactError::TooManyRecords { line, max_records }
-            }
-            CompactError::TooManyHashes { line, max_hashes } => {
-                CompactError::TooManyHashes { line, max_hashes }
-            }
-            CompactError::OutOfMemory { line } => CompactError::OutOfMemory { line },
-        })
-    }
-}
-
-impl RunError {
-    /// `self`, inside the trace file `path`.
-    #[must_use]
-    pub fn in_trace(self, path: PathBuf) -> Self {
-        RunError::Trace {
-            path,
-            error: Box::new(self),
-        }
-    }
+    /// Publishing the tier's events as vLLM's KV-events stream.
+    #[command(flatten)]
+    pub kv_events: KvEventsArgs,
 }
 
 /// The result of a replay run.
@@ -281,6 +128,9 @@ pub struct ReplayReport {
     /// The GPU front's figures, with `--gpu-blocks`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gpu: Option<GpuReport>,
+    /// What the KV-events publisher sent, when `--kv-events-endpoint` was given.
+    #[serde(skip)]
+    pub kv_events: Option<PublisherStats>,
 }
 
 impl ReplayOptions {
@@ -301,9 +151,9 @@ impl ReplayOptions {
                 None => 1024,
             },
         };
-        let manager = self
-            .manager
-            .manager(self.policy, capacity, self.store_threshold)?;
+        let mut manager_args = self.manager.clone();
+        manager_args.events |= self.kv_events.enabled();
+        let manager = manager_args.manager(self.policy, capacity, self.store_threshold)?;
         Ok((manager, capacity))
     }
 
@@ -419,6 +269,19 @@ impl Run<'_> {
         let mut stats = ReplayStats::new(args.transfer.model(block_tokens)?);
         let mut engine = args.gpu.map(|g| g.engine(block_tokens)).transpose()?;
         let mut keys = Vec::new();
+        let mut stream = match args.kv_events.publisher()? {
+            Some(p) => {
+                let replay = p.replay_endpoint().unwrap_or("none");
+                let line = format!(
+                    "kvtier replay: kv events on {} (replay {replay})",
+                    p.endpoint()
+                );
+                self.bar.suspend(|| eprintln!("{line}"));
+                let form = args.kv_events.hash_form();
+                Some(EventStream::new(std::sync::Arc::new(p), block_tokens, form))
+            }
+            None => None,
+        };
         let header = source.header().clone();
         let mut log = IntervalLog::new(args.log_interval);
         let mut waited = self.parse_s;
@@ -484,6 +347,11 @@ impl Run<'_> {
                                     error,
                                 })?;
                         }
+                        let step =
+                            is_load && replayer.counts().requests.is_multiple_of(STEP_REQUESTS);
+                        if let Some(s) = stream.as_mut().filter(|_| step) {
+                            s.step(replayer.manager_mut())?;
+                        }
                         if is_load && log.due() {
                             let l = Instant::now();
                             log.write(&mut replayer, self.bar)?;
@@ -511,6 +379,13 @@ impl Run<'_> {
             finish_engine(engine, &mut stats, &mut replayer, &mut keys, records)?;
         }
         replay += finish.elapsed();
+        let kv_events = match stream {
+            Some(mut s) => {
+                s.step(replayer.manager_mut())?;
+                Some(s.finish())
+            }
+            None => None,
+        };
         let counts = replayer.counts();
         let mut payload = log.total;
         if let Some(engine) = &engine {
@@ -541,16 +416,8 @@ impl Run<'_> {
             request_blocks_per_s: per_second(counts.request_blocks, wall_s),
             payload,
             gpu: engine.as_ref().map(GpuReport::new),
+            kv_events,
         })
-    }
-}
-
-/// The option that raises the limit a replay error hit, as a sentence's end.
-fn option_hint(e: &ReplayError) -> &'static str {
-    match e {
-        ReplayError::TooManyRequests { .. } => " (raise it with --max-requests)",
-        ReplayError::TooManyOpenBlocks { .. } => " (raise it with --max-open-blocks)",
-        _ => "",
     }
 }
 
