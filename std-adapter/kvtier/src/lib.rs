@@ -3,8 +3,9 @@
 //! The std adapter of kvtier that a service embeds around [`kvtier_core`]: threaded access to
 //! the offload manager, a stats collector that aggregates engines, threads and processes, a
 //! Prometheus exporter under vLLM 0.33.0's metric names on a registry the caller owns, and a
-//! small `/metrics` endpoint. It depends on kvtier-core and the `prometheus` crate only (text
-//! exposition, no default features): no command-line, plotting, progress or JSON crates. The
+//! small `/metrics` endpoint, and the tier's events as vLLM's KV-events stream. It depends on
+//! kvtier-core, the `prometheus` crate (text exposition, no default features), `zmq` and
+//! `rmp`/`rmpv` (for the events): no command-line, plotting, progress or JSON crates. The
 //! `kvtier` command and its tool library (traces, replay, sizing, sweeps) are the package
 //! `kvtier-cli`.
 //!
