@@ -9,6 +9,7 @@ pub use crate::replay_run::{ManagerArgs, ReplayOptions, parse_policy};
 use super::OutputError;
 use crate::engine::EngineArgs;
 use crate::replay_run::{GpuFront, GpuReport, ReplayReport, replay};
+use kvtier_core::stats::Payload;
 
 /// Options of `kvtier replay`.
 #[derive(Debug, Clone, clap::Args)]
@@ -85,25 +86,39 @@ pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
             k.batches, k.events, k.dropped
         );
     }
-    let mut out = std::io::stdout().lock();
+    let json = || serde_json::to_string(&json_value(&report));
+    print_report(args, json, || human(&report), &report.payload)?;
+    Ok(())
+}
+
+/// Prints a replay's report to stdout: one JSON line (`--json`) or the text for people, then
+/// with `--metrics` the Prometheus exposition of `payload` under `--model-name`.
+///
+/// # Errors
+/// [`OutputError`] when the JSON, the exposition or the write fails.
+pub(super) fn print_report(
+    args: &ReplayArgs,
+    json: impl FnOnce() -> Result<String, serde_json::Error>,
+    human: impl FnOnce() -> String,
+    payload: &Payload,
+) -> Result<(), OutputError> {
     let mut text = if args.json {
-        let mut s = serde_json::to_string(&json_value(&report)).map_err(OutputError::Json)?;
+        let mut s = json().map_err(OutputError::Json)?;
         s.push('\n');
         s
     } else {
-        human(&report)
+        human()
     };
     if args.metrics {
         let config = kvtier::export::ExporterConfig::new(&args.model_name, 1);
-        let exposition =
-            kvtier::export::render(&report.payload, config).map_err(OutputError::Metrics)?;
+        let exposition = kvtier::export::render(payload, config).map_err(OutputError::Metrics)?;
         if !args.json {
             text.push('\n');
         }
         text.push_str(&exposition);
     }
-    out.write_all(text.as_bytes()).map_err(OutputError::Write)?;
-    Ok(())
+    let mut out = std::io::stdout().lock();
+    out.write_all(text.as_bytes()).map_err(OutputError::Write)
 }
 
 /// The JSON object of a report: every count, `digest` as 16 hex digits, `stores_skipped`

@@ -2,12 +2,9 @@
 //! its report for people or as one JSON object, with `--metrics` the offloader's five series
 //! and the GPU's.
 
-use std::io::Write;
-
 use kvtier_core::stats::simple_offload::SaveOutcome;
 
-use super::OutputError;
-use super::replay::ReplayArgs;
+use super::replay::{ReplayArgs, print_report};
 use crate::replay_simple::{SimpleOptions, SimpleReport, replay_simple};
 
 /// Runs `kvtier replay --offloader simple`.
@@ -20,24 +17,8 @@ pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
         world_size: args.world_size,
     };
     let report = replay_simple(&args.replay_options(), simple)?;
-    let mut text = if args.json {
-        let mut s = serde_json::to_string(&report).map_err(OutputError::Json)?;
-        s.push('\n');
-        s
-    } else {
-        human(&report)
-    };
-    if args.metrics {
-        let config = kvtier::export::ExporterConfig::new(&args.model_name, 1);
-        let exposition =
-            kvtier::export::render(&report.payload, config).map_err(OutputError::Metrics)?;
-        if !args.json {
-            text.push('\n');
-        }
-        text.push_str(&exposition);
-    }
-    let mut out = std::io::stdout().lock();
-    out.write_all(text.as_bytes()).map_err(OutputError::Write)?;
+    let json = || serde_json::to_string(&report);
+    print_report(args, json, || human(&report), &report.payload)?;
     Ok(())
 }
 
