@@ -15,7 +15,6 @@ use divan::{Bencher, counter::ItemsCount};
 use kvtier_cli::replay::Replayer;
 use kvtier_cli::sweep::geometric_capacities;
 use kvtier_cli::trace::OwnedRecord;
-use kvtier_cli::workload::{Generator, GeneratorConfig};
 use kvtier_core::curve::{DEFAULT_SEED, LruStack, SampledConfig, SampledCurves, StackConfig};
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
 use kvtier_tests::curve::feed;
@@ -27,16 +26,7 @@ fn main() {
 const MAX: u32 = 65_536;
 
 fn workload() -> (Vec<OwnedRecord>, u64) {
-    let g = Generator::new(GeneratorConfig::new(7, 20_000)).unwrap();
-    let recs: Vec<OwnedRecord> = g.into_owned_records().collect();
-    let blocks = recs
-        .iter()
-        .map(|r| match r {
-            OwnedRecord::Load { hashes, .. } => hashes.len() as u64,
-            _ => 0,
-        })
-        .sum();
-    (recs, blocks)
+    kvtier_tests::generated::records(20_000)
 }
 
 /// One replay at 65,536 chunks (LRU).

@@ -12,7 +12,6 @@
 use divan::{Bencher, counter::ItemsCount};
 use kvtier_cli::replay::Replayer;
 use kvtier_cli::trace::OwnedRecord;
-use kvtier_cli::workload::{Generator, GeneratorConfig};
 use kvtier_core::BlockKey;
 use kvtier_core::manager::StoreOutcome;
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
@@ -23,16 +22,7 @@ fn main() {
 }
 
 fn workload(requests: u64) -> (Vec<OwnedRecord>, u64) {
-    let g = Generator::new(GeneratorConfig::new(7, requests)).unwrap();
-    let recs: Vec<OwnedRecord> = g.into_owned_records().collect();
-    let blocks = recs
-        .iter()
-        .map(|r| match r {
-            OwnedRecord::Load { hashes, .. } => hashes.len() as u64,
-            _ => 0,
-        })
-        .sum();
-    (recs, blocks)
+    kvtier_tests::generated::records(requests)
 }
 
 fn manager(capacity: u32, policy: PolicyKind) -> OffloadManager {

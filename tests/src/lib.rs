@@ -10,6 +10,7 @@ pub mod capacity_gen;
 pub mod curve;
 pub mod engine_model;
 pub mod expected;
+pub mod generated;
 pub mod manager_checks;
 pub mod manager_model;
 pub mod prometheus_server;
