@@ -220,6 +220,7 @@ fn cargo() -> OsString {
 }
 
 fn test(args: &[OsString]) -> Result<(), String> {
+    START.get_or_init(std::time::Instant::now);
     let no_provision = args.iter().any(|a| a == "--no-provision");
     let passthrough: Vec<&OsString> = args.iter().skip_while(|a| *a != "--").skip(1).collect();
     provision(no_provision)?;
@@ -262,8 +263,16 @@ fn test(args: &[OsString]) -> Result<(), String> {
     }
 }
 
+/// When the first step began: each step prints the seconds since, so a slow run shows where
+/// its time went.
+static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+
 fn step(what: &str) {
-    println!("\n==> {what}");
+    let seconds = START
+        .get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_secs();
+    println!("\n==> [{seconds} s] {what}");
 }
 
 fn describe(check: Check) -> String {
