@@ -25,6 +25,7 @@
 //! | [`layout`] | model layouts: presets, layout JSON, Hugging Face `config.json` |
 //! | [`sizing`] | the capacity report model |
 //! | [`sweep`] | many configurations of one parsed trace on threads |
+//! | [`sweep_simple`] | `sweep --offloader simple`: the simple offloader at many pool sizes |
 //! | [`sweep_run`] | a whole sweep run into a [`sweep_run::SweepReport`] and its plot |
 //! | [`plot`] | the sweep's hit-rate curve (SVG, PNG) |
 //! | [`serve`] | serving `/metrics` while a replay runs |
@@ -53,6 +54,7 @@ pub mod sizing;
 pub mod sweep;
 pub mod sweep_curve;
 pub mod sweep_run;
+pub mod sweep_simple;
 pub mod trace;
 pub mod workload;
 

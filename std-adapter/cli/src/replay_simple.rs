@@ -27,7 +27,7 @@ use kvtier_core::stats::simple_offload::SaveOutcome;
 use kvtier_core::stats::{Gauge, Payload, UpdateError};
 
 use crate::engine::{Engine, EngineCounts, EngineError};
-use crate::replay_run::{GpuReport, ReplayOptions, RunError, add_gpu_series};
+use crate::replay_run::{GpuFront, GpuReport, ReplayOptions, RunError, add_gpu_series};
 use crate::sizing::ReportError;
 use crate::trace::{Header, Record, RecordSource};
 use kvtier_core::capacity::PoolLayout;
@@ -111,6 +111,15 @@ impl From<UpdateError> for SimpleRunError {
     fn from(e: UpdateError) -> Self {
         SimpleRunError::Run(e.into())
     }
+}
+
+/// Which CPU offloader runs behind the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Offloader {
+    /// vLLM's OffloadingConnector (`CPUOffloadingManager`).
+    Offloading,
+    /// vLLM's SimpleCPUOffloadConnector (`SimpleCPUOffloadScheduler`).
+    Simple,
 }
 
 /// The simple offloader's options of `kvtier replay` and `kvtier serve`.
@@ -231,8 +240,25 @@ impl SimpleRun {
         if bt == 0 {
             return Err(RunError::ZeroBlockTokens.into());
         }
-        let engine = front.engine(bt)?;
         let sizing = pool_sizing(opts, simple, header, bt, front.num_gpu_blocks)?;
+        Self::from_parts(front, bt, sizing, simple)
+    }
+
+    /// The run behind the GPU `front` with `block_tokens`-token blocks and a CPU pool sized
+    /// by `sizing`.
+    ///
+    /// # Errors
+    /// [`SimpleRunError`]: a configuration the engine or the offloader refuses.
+    pub fn from_parts(
+        front: GpuFront,
+        bt: u32,
+        sizing: PoolSizing,
+        simple: SimpleOptions,
+    ) -> Result<Self, SimpleRunError> {
+        if bt == 0 {
+            return Err(RunError::ZeroBlockTokens.into());
+        }
+        let engine = front.engine(bt)?;
         let mut cfg = SimpleConfig::new(bt, front.num_gpu_blocks, sizing);
         cfg.lazy_offload = simple.lazy;
         cfg.world_size = simple.world_size;
@@ -259,21 +285,16 @@ impl SimpleRun {
         self.engine.apply(rec, &mut self.tier)
     }
 
-    /// After the trace's last record: runs the engine to its end, then steps with nothing
-    /// scheduled until the offloader's transfers and finished requests are handed over.
+    /// After the trace's last record: runs the engine to its end, then hands the offloader's
+    /// finished requests over and completes its transfers ([`SimpleTier::drain`]).
     ///
     /// # Errors
     /// The engine's or the offloader's error.
     pub fn finish(&mut self) -> Result<(), EngineError<SimpleTierError>> {
         self.engine.finish(&mut self.tier)?;
-        let mut t = self.engine.counts().steps;
-        while self.tier.busy() {
-            let gpu = self.engine.gpu_mut().pool_mut();
-            self.tier
-                .idle_step(gpu, t)
-                .map_err(EngineError::Connector)?;
-            t += 1;
-        }
+        let t = self.engine.counts().steps;
+        let gpu = self.engine.gpu_mut().pool_mut();
+        self.tier.drain(gpu, t).map_err(EngineError::Connector)?;
         Ok(())
     }
 

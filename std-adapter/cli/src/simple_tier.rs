@@ -146,6 +146,26 @@ impl SimpleTier {
     }
 }
 
+impl SimpleTier {
+    /// After the engine's last step `t − 1`: one step `t` with nothing scheduled hands the
+    /// last finished requests over (issuing their queued flushes; in lazy mode it also walks
+    /// the GPU free queue once), then the stores in flight complete at the ends of their due
+    /// steps with no further step planned: an engine with no request left schedules none, so
+    /// no further lazy walk runs. Returns the step after the last completion.
+    ///
+    /// # Errors
+    /// [`SimpleTierError`] when the offloader refuses a call.
+    pub fn drain(&mut self, gpu: &mut BlockPool<BlockKey>, t: u64) -> Result<u64, SimpleTierError> {
+        self.idle_step(gpu, t)?;
+        let mut t = t + 1;
+        while !self.stores.is_empty() {
+            self.complete(gpu, t)?;
+            t += 1;
+        }
+        Ok(t)
+    }
+}
+
 impl Connector for SimpleTier {
     type Error = SimpleTierError;
 

@@ -55,14 +55,7 @@ pub struct ReplayArgs {
     pub cpu_bytes: Option<u64>,
 }
 
-/// Which CPU offloader `kvtier replay` runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Offloader {
-    /// vLLM's OffloadingConnector (`CPUOffloadingManager`).
-    Offloading,
-    /// vLLM's SimpleCPUOffloadConnector (`SimpleCPUOffloadScheduler`).
-    Simple,
-}
+pub use crate::replay_simple::Offloader;
 
 impl ReplayArgs {
     /// The simple offloader's options (`--lazy`, `--world-size`, `--cpu-bytes`).
