@@ -234,3 +234,42 @@ fn serve_offloader_simple_needs_a_gpu_and_no_kv_events() {
     serving.stop();
     assert!(err.contains("does not publish"), "{err}");
 }
+
+#[test]
+fn serve_offloader_simple_takes_the_gpu_of_gpu_memory_and_a_cpu_budget() {
+    let argv = [
+        "kvtier",
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--trace",
+        TRACE,
+        "--offloader",
+        "simple",
+        "--model",
+        "llama-3-8b",
+        "--gpu-memory",
+        "4GiB",
+        "--cpu-bytes",
+        "3GiB",
+    ];
+    let Sub::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!("not serve");
+    };
+    let opts = args.options();
+    // 4 GiB of Llama-3-8B's 2 MiB blocks, as `kvtier capacity --memory 4GiB` prints them.
+    let gpu = opts.replay.gpu.unwrap();
+    assert_eq!(gpu.num_gpu_blocks, 2048);
+    let cap = kvtier_cli::sizing::report(opts.gpu.as_ref().unwrap()).unwrap();
+    assert_eq!(cap.num_blocks, Some(2048));
+    let mut serving = start(&opts).unwrap();
+    let summary = serving.wait_replay().unwrap();
+    let (_, _, text) = http_get(serving.local_addr(), "/metrics").unwrap();
+    serving.stop();
+    // 3 GiB over 2 MiB blocks.
+    assert_eq!(summary.capacity, 1536);
+    assert!(text.contains("capacity_blocks=\"1536\""), "{text}");
+    assert!(text.contains("num_gpu_blocks=\"2048\""), "{text}");
+    let s = summary.simple.unwrap();
+    assert_eq!(s.load_blocks * 16, s.engine.external_prefix_cache_hits);
+}
