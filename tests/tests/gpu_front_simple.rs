@@ -116,7 +116,7 @@ fn the_engine_drives_the_simple_offloader_eager_and_lazy() {
 fn replay_offloader_simple_reports_what_the_steps_give() {
     use clap::Parser;
     use kvtier_cli::cli::{Cli, Command};
-    use kvtier_cli::replay_simple::{SimpleOptions, SimpleRunError, replay_simple};
+    use kvtier_cli::replay_simple::{SimpleRunError, replay_simple};
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
     let parse = |extra: &[&str]| {
         let mut argv = vec!["kvtier", "replay", "--trace", path, "--offloader", "simple"];
@@ -141,11 +141,7 @@ fn replay_offloader_simple_reports_what_the_steps_give() {
             extra.push("--lazy");
         }
         let a = parse(&extra);
-        let opts = SimpleOptions {
-            lazy: a.lazy,
-            world_size: a.world_size,
-        };
-        let r = replay_simple(&a.replay_options(), opts).unwrap();
+        let r = replay_simple(&a.replay_options(), a.simple_options()).unwrap();
         let (mut tier, engine) = drive(lazy, 4096);
         let stats = tier.scheduler().get_stats();
         assert_eq!(
@@ -163,12 +159,8 @@ fn replay_offloader_simple_reports_what_the_steps_give() {
         );
     }
     let a = parse(&["--capacity", "64"]);
-    let opts = SimpleOptions {
-        lazy: false,
-        world_size: 1,
-    };
     assert!(matches!(
-        replay_simple(&a.replay_options(), opts),
+        replay_simple(&a.replay_options(), a.simple_options()),
         Err(SimpleRunError::NeedsGpu)
     ));
 }

@@ -18,11 +18,14 @@
 //! | [`replay_stats`] | what a replay adds to the manager's stats: the transfer model, requests running |
 //! | [`replay_run`] | a whole replay run into a [`replay_run::ReplayReport`] |
 //! | [`replay_simple`] | `replay --offloader simple`: the simple CPU offloader behind the GPU front |
+//! | [`simple_tier`] | the simple CPU offloader as the engine's connector |
+//! | [`serve_simple`] | the replay thread of `serve --offloader simple` |
 //! | [`engine`] | the GPU prefix cache in front of the tier and the engine step model (`--gpu-blocks`) |
 //! | [`kv_events_run`] | publishing a replay's tier events as vLLM's KV-events stream (`--kv-events-*`) |
 //! | [`layout`] | model layouts: presets, layout JSON, Hugging Face `config.json` |
 //! | [`sizing`] | the capacity report model |
 //! | [`sweep`] | many configurations of one parsed trace on threads |
+//! | [`sweep_simple`] | `sweep --offloader simple`: the simple offloader at many pool sizes |
 //! | [`sweep_run`] | a whole sweep run into a [`sweep_run::SweepReport`] and its plot |
 //! | [`plot`] | the sweep's hit-rate curve (SVG, PNG) |
 //! | [`serve`] | serving `/metrics` while a replay runs |
@@ -45,10 +48,13 @@ pub mod replay_run;
 pub mod replay_simple;
 pub mod replay_stats;
 pub mod serve;
+pub mod serve_simple;
+pub mod simple_tier;
 pub mod sizing;
 pub mod sweep;
 pub mod sweep_curve;
 pub mod sweep_run;
+pub mod sweep_simple;
 pub mod trace;
 pub mod workload;
 

@@ -2,246 +2,35 @@
 //! ([`kvtier_core::simple::SimpleScheduler`], vLLM's `SimpleCPUOffloadScheduler`) behind the
 //! engine model's GPU front ([`crate::engine`], `docs/engine-model.md`), one step at a time.
 //!
-//! [`SimpleTier`] is the offloader as the engine's [`Connector`]: the engine's hooks are the
-//! scheduler calls vLLM makes; loads complete when the engine says so, and each store event
-//! completes, reported by all `world_size` workers, at the end of the step `transfer_steps`
-//! after the one that issued it. Finished requests reach the next step's input. The model
-//! hashes prompt blocks only, so the computed tokens the offloader is shown are capped at them.
+//! [`SimpleRun`] is one such run, record by record (`kvtier serve --offloader simple` drains
+//! its stats as it goes); [`replay_simple`] runs a whole trace into a [`SimpleReport`].
+//!
+//! The CPU pool is `--capacity` blocks, or sized from `--cpu-bytes` as vLLM's
+//! `_derive_cpu_config` sizes it: the budget split over `world_size` ranks
+//! (`cpu_bytes_to_use // world_size`), then `num_gpu_blocks · per_rank_bytes //
+//! gpu_total_bytes` blocks (at least 1), `gpu_total_bytes` being one rank's GPU KV cache:
+//! `num_gpu_blocks` blocks of the model's bytes per block split over the ranks (tensor
+//! parallel: each rank holds `1/world_size` of every block). With both, `--capacity` is vLLM's
+//! explicit `num_cpu_blocks`, which must lie within what the budget holds.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Instant;
 
-use kvtier_core::BlockKey;
-use kvtier_core::block_pool::BlockPool;
+pub use crate::simple_tier::{SimpleTier, SimpleTierError};
+
 use kvtier_core::simple::{
-    AllocStateError, Finished, InputError, LookupRequest, NewError, OutputError, Progress,
-    Scheduled, SimpleConfig, SimpleScheduler, StepInput, WorkerOutput,
+    NewError, PoolSize, PoolSizing, SimpleConfig, SimpleScheduler, per_rank_bytes,
 };
-use kvtier_core::stats::Payload;
-use kvtier_core::stats::catalogue::{SIMPLE_LOAD_BLOCKS, SIMPLE_USED_BLOCKS};
+use kvtier_core::stats::catalogue::{NUM_REQUESTS_RUNNING, SIMPLE_LOAD_BLOCKS};
 use kvtier_core::stats::simple_offload::SaveOutcome;
+use kvtier_core::stats::{Gauge, Payload, UpdateError};
 
-use crate::engine::{Connector, EngineError, FinishedRequest, LookupQuery, StepRecord};
-use crate::replay_run::{GpuReport, ReplayOptions, RunError, add_gpu_series};
-use crate::trace::RecordSource;
-
-/// A call the simple offloader refused.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum SimpleTierError {
-    /// A lookup or a step's input.
-    Input(InputError),
-    /// `update_state_after_alloc`.
-    Alloc(AllocStateError),
-    /// `update_connector_output`.
-    Output(OutputError),
-}
-
-impl fmt::Display for SimpleTierError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("simple offloader: ")?;
-        match self {
-            SimpleTierError::Input(e) => e.fmt(f),
-            SimpleTierError::Alloc(e) => e.fmt(f),
-            SimpleTierError::Output(e) => e.fmt(f),
-        }
-    }
-}
-
-impl std::error::Error for SimpleTierError {}
-
-crate::from_variants::from_variants!(
-    SimpleTierError:
-    InputError => Input,
-    AllocStateError => Alloc,
-    OutputError => Output,
-);
-
-/// The simple offloader as the engine's connector.
-#[derive(Debug)]
-pub struct SimpleTier {
-    s: SimpleScheduler,
-    bt: u64,
-    transfer_steps: u64,
-    world_size: u32,
-    finished: Vec<u64>,
-    recv: Vec<u64>,
-    /// Store events in flight and the step at whose end they complete.
-    stores: VecDeque<(u64, u64)>,
-    done: Vec<(u64, u32)>,
-}
-
-impl SimpleTier {
-    /// The offloader `s` for `block_tokens`-token blocks, its transfers taking
-    /// `transfer_steps` steps.
-    #[must_use]
-    pub fn new(s: SimpleScheduler, block_tokens: u32, transfer_steps: u64) -> Self {
-        SimpleTier {
-            world_size: s.config().world_size,
-            s,
-            bt: u64::from(block_tokens),
-            transfer_steps,
-            finished: Vec::new(),
-            recv: Vec::new(),
-            stores: VecDeque::new(),
-            done: Vec::new(),
-        }
-    }
-
-    /// The offloader.
-    pub fn scheduler(&mut self) -> &mut SimpleScheduler {
-        &mut self.s
-    }
-
-    /// Whether transfers or finished requests are still to be handed over.
-    #[must_use]
-    pub fn busy(&self) -> bool {
-        self.s.has_pending_stores() || !self.stores.is_empty() || !self.finished.is_empty()
-    }
-
-    fn covered(&self, computed: u64, hashes: &[u64]) -> u64 {
-        computed.min(hashes.len() as u64 * self.bt)
-    }
-
-    /// Reports the loads done and the stores due by the end of step `t`.
-    fn complete(&mut self, gpu: &mut BlockPool<BlockKey>, t: u64) -> Result<(), SimpleTierError> {
-        self.done.clear();
-        while let Some(&(event, due)) = self.stores.front() {
-            if due > t {
-                break;
-            }
-            self.stores.pop_front();
-            self.done.push((event, self.world_size));
-        }
-        let out = WorkerOutput {
-            finished_recving: &self.recv,
-            completed_stores: &self.done,
-        };
-        self.s.update_connector_output(gpu, &out)?;
-        self.recv.clear();
-        Ok(())
-    }
-
-    /// A step with nothing scheduled at step `t` (it issues queued flushes), then its
-    /// completions: for the offloader's transfers after the engine's last step.
-    ///
-    /// # Errors
-    /// [`SimpleTierError`] when the offloader refuses a call.
-    pub fn idle_step(
-        &mut self,
-        gpu: &mut BlockPool<BlockKey>,
-        t: u64,
-    ) -> Result<(), SimpleTierError> {
-        let input = StepInput {
-            finished: &self.finished,
-            ..StepInput::default()
-        };
-        let event = self.s.build_connector_meta(gpu, &input)?.store_event;
-        if let Some(e) = event {
-            self.stores.push_back((e, t + self.transfer_steps));
-        }
-        self.finished.clear();
-        self.complete(gpu, t)
-    }
-}
-
-impl Connector for SimpleTier {
-    type Error = SimpleTierError;
-
-    fn lookup(&mut self, q: &LookupQuery<'_>) -> Result<usize, SimpleTierError> {
-        let req = LookupRequest {
-            req: q.rid,
-            block_hashes: q.block_hashes,
-            num_tokens: q.num_tokens,
-            skip_reading_prefix_cache: false,
-        };
-        let computed = q.gpu_hit_blocks as u64 * self.bt;
-        let (tokens, _) = self.s.get_num_new_matched_tokens(&req, computed)?;
-        let blocks = usize::try_from(tokens / self.bt).unwrap_or(usize::MAX);
-        Ok(blocks.min(q.max_hit_blocks))
-    }
-
-    fn allocated(
-        &mut self,
-        gpu: &mut BlockPool<BlockKey>,
-        q: &LookupQuery<'_>,
-        block_ids: &[u32],
-        external_blocks: usize,
-    ) -> Result<(), SimpleTierError> {
-        let tokens = external_blocks as u64 * self.bt;
-        Ok(self
-            .s
-            .update_state_after_alloc(gpu, q.rid, block_ids, tokens)?)
-    }
-
-    fn load_done(&mut self, rid: u64) -> Result<(), SimpleTierError> {
-        self.recv.push(rid);
-        Ok(())
-    }
-
-    fn prefill_done(&mut self, _rid: u64) -> Result<(), SimpleTierError> {
-        Ok(())
-    }
-
-    fn step(
-        &mut self,
-        gpu: &mut BlockPool<BlockKey>,
-        step: &StepRecord<'_>,
-    ) -> Result<(), SimpleTierError> {
-        let scheduled: Vec<Scheduled<'_>> = step
-            .scheduled
-            .iter()
-            .map(|r| Scheduled {
-                req: r.rid,
-                new_block_ids: Some(if r.full_table {
-                    r.block_ids
-                } else {
-                    let from = r.block_ids.len().saturating_sub(r.num_new_blocks);
-                    r.block_ids.get(from..).unwrap_or_default()
-                }),
-                full_table: r.full_table,
-                num_scheduled_tokens: r.num_scheduled_tokens,
-                progress: Progress {
-                    num_computed_tokens: self.covered(r.num_computed_tokens, r.block_hashes),
-                    num_output_placeholders: 0,
-                    block_hashes: r.block_hashes,
-                },
-            })
-            .collect();
-        let input = StepInput {
-            handoffs: &[],
-            preempted: step.preempted,
-            finished: &self.finished,
-            scheduled: &scheduled,
-        };
-        let event = self.s.build_connector_meta(gpu, &input)?.store_event;
-        if let Some(e) = event {
-            self.stores.push_back((e, step.step + self.transfer_steps));
-        }
-        self.finished.clear();
-        self.complete(gpu, step.step)
-    }
-
-    fn finished(
-        &mut self,
-        gpu: &mut BlockPool<BlockKey>,
-        req: &FinishedRequest<'_>,
-    ) -> Result<(), SimpleTierError> {
-        let done = Finished {
-            req: req.rid,
-            block_ids: req.block_ids,
-            progress: Progress {
-                num_computed_tokens: self.covered(req.num_computed_tokens, req.block_hashes),
-                num_output_placeholders: 0,
-                block_hashes: req.block_hashes,
-            },
-        };
-        self.s.request_finished_all_groups(gpu, &done)?;
-        self.finished.push(req.rid);
-        Ok(())
-    }
-}
+use crate::engine::{Engine, EngineCounts, EngineError};
+use crate::replay_run::{GpuFront, GpuReport, ReplayOptions, RunError, add_gpu_series};
+use crate::sizing::ReportError;
+use crate::trace::{Header, Record, RecordSource};
+use kvtier_core::capacity::PoolLayout;
 
 /// Why `replay --offloader simple` failed.
 #[derive(Debug)]
@@ -249,10 +38,21 @@ impl Connector for SimpleTier {
 pub enum SimpleRunError {
     /// Opening or reading the trace, or building the GPU front.
     Run(RunError),
-    /// `--offloader simple` without `--gpu-blocks`.
+    /// `--offloader simple` without a GPU (`--gpu-blocks`, or `--gpu-memory` with a model).
     NeedsGpu,
-    /// `--offloader simple` where the command does not run it yet (`kvtier serve`).
-    NotIn(&'static str),
+    /// `--cpu-bytes` without a model to give the bytes of a block.
+    NeedsModel,
+    /// The model's bytes per block could not be computed (the message names the option).
+    Sizing(ReportError),
+    /// The model's bytes per block do not split evenly over `world_size` ranks.
+    UnevenSplit {
+        /// The model's bytes per block.
+        bytes_per_block: u64,
+        /// `--world-size`.
+        world_size: u32,
+    },
+    /// `--kv-events-endpoint` with the simple offloader (its events are not published).
+    NoKvEvents,
     /// The offloader's configuration.
     Config(NewError),
     /// The engine or the offloader stopped at a record (`None` after the trace's end).
@@ -268,10 +68,27 @@ impl fmt::Display for SimpleRunError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SimpleRunError::Run(e) => e.fmt(f),
-            SimpleRunError::NeedsGpu => {
-                f.write_str("--offloader simple needs a GPU in front: give --gpu-blocks")
-            }
-            SimpleRunError::NotIn(cmd) => write!(f, "{cmd} does not run --offloader simple"),
+            SimpleRunError::NeedsGpu => f.write_str(
+                "--offloader simple needs a GPU in front: give --gpu-blocks (or, in kvtier \
+                 serve, --gpu-memory with a model)",
+            ),
+            SimpleRunError::NeedsModel => f.write_str(
+                "--cpu-bytes needs the model's bytes per block: give --model, --layout or \
+                 --hf-config",
+            ),
+            SimpleRunError::Sizing(e) => e.fmt(f),
+            SimpleRunError::UnevenSplit {
+                bytes_per_block,
+                world_size,
+            } => write!(
+                f,
+                "--world-size {world_size}: the model's {bytes_per_block} bytes per block do \
+                 not split evenly over the ranks"
+            ),
+            SimpleRunError::NoKvEvents => f.write_str(
+                "--kv-events-endpoint publishes the offloading connector's tier events; \
+                 --offloader simple does not publish its own",
+            ),
             SimpleRunError::Config(e) => e.fmt(f),
             SimpleRunError::Engine {
                 line: Some(l),
@@ -290,13 +107,31 @@ impl From<RunError> for SimpleRunError {
     }
 }
 
-/// The simple offloader's options of `kvtier replay`.
+impl From<UpdateError> for SimpleRunError {
+    fn from(e: UpdateError) -> Self {
+        SimpleRunError::Run(e.into())
+    }
+}
+
+/// Which CPU offloader runs behind the GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Offloader {
+    /// vLLM's OffloadingConnector (`CPUOffloadingManager`).
+    Offloading,
+    /// vLLM's SimpleCPUOffloadConnector (`SimpleCPUOffloadScheduler`).
+    Simple,
+}
+
+/// The simple offloader's options of `kvtier replay` and `kvtier serve`.
 #[derive(Clone, Copy, Debug)]
 pub struct SimpleOptions {
     /// Lazy offload (vLLM's `lazy_offload`); eager otherwise.
     pub lazy: bool,
     /// Workers that report each store (`world_size`).
     pub world_size: u32,
+    /// The server-wide CPU budget in bytes (vLLM's `cpu_bytes_to_use`): the pool is sized
+    /// from it when given (see the [module docs](self)).
+    pub cpu_bytes: Option<u64>,
 }
 
 /// What `replay --offloader simple` reports.
@@ -327,6 +162,206 @@ pub struct SimpleReport {
     /// The offloader's stats and the GPU series, as vLLM's payload.
     #[serde(skip)]
     pub payload: Payload,
+}
+
+/// The CPU pool's size for `opts` and `simple`: `--capacity` blocks (default: the trace
+/// header's, else 1024), or sized from `--cpu-bytes` (see the [module docs](self)).
+///
+/// # Errors
+/// [`SimpleRunError`] for `--cpu-bytes` without a model, or a model whose bytes per block
+/// cannot be computed or split over the ranks.
+pub fn pool_sizing(
+    opts: &ReplayOptions,
+    simple: SimpleOptions,
+    header: &Header,
+    block_tokens: u32,
+    num_gpu_blocks: u32,
+) -> Result<PoolSizing, SimpleRunError> {
+    let Some(cpu_bytes) = simple.cpu_bytes else {
+        let blocks = match (opts.capacity, header.capacity) {
+            (Some(c), _) => c,
+            (None, Some(c)) => u32::try_from(c).unwrap_or(u32::MAX),
+            (None, None) => 1024,
+        };
+        return Ok(SimpleConfig::with_cpu_blocks(block_tokens, num_gpu_blocks, blocks).sizing);
+    };
+    let source = &opts.transfer.source;
+    if !source.is_given() {
+        return Err(SimpleRunError::NeedsModel);
+    }
+    let bytes = source
+        .bytes_per_block(block_tokens, PoolLayout::LayerOutermost)
+        .map_err(SimpleRunError::Sizing)?;
+    let ws = simple.world_size.max(1);
+    if bytes % u64::from(ws) != 0 {
+        return Err(SimpleRunError::UnevenSplit {
+            bytes_per_block: bytes,
+            world_size: simple.world_size,
+        });
+    }
+    let rank_block = bytes / u64::from(ws);
+    Ok(PoolSizing {
+        capacity_bytes: per_rank_bytes(cpu_bytes, ws, None).unwrap_or(0),
+        gpu_total_bytes: rank_block.saturating_mul(u64::from(num_gpu_blocks)),
+        size: opts
+            .capacity
+            .map_or(PoolSize::FromBytes, PoolSize::Explicit),
+    })
+}
+
+/// One run of the simple offloader behind the engine model, record by record.
+#[derive(Debug)]
+pub struct SimpleRun {
+    engine: Engine,
+    tier: SimpleTier,
+    simple: SimpleOptions,
+    /// The engine's counts at the last drain.
+    last: EngineCounts,
+    /// Blocks loaded over all drains.
+    load_blocks: u64,
+}
+
+impl SimpleRun {
+    /// The run of `opts` (its `gpu` front is required) and `simple` over a trace with `header`.
+    ///
+    /// # Errors
+    /// [`SimpleRunError`]: no GPU, a zero block size, a pool that cannot be sized, or a
+    /// configuration the engine or the offloader refuses.
+    pub fn new(
+        opts: &ReplayOptions,
+        simple: SimpleOptions,
+        header: &Header,
+    ) -> Result<Self, SimpleRunError> {
+        let front = opts.gpu.ok_or(SimpleRunError::NeedsGpu)?;
+        if opts.kv_events.kv_events_endpoint.is_some() {
+            return Err(SimpleRunError::NoKvEvents);
+        }
+        let bt = opts.block_tokens.unwrap_or(header.block_tokens);
+        if bt == 0 {
+            return Err(RunError::ZeroBlockTokens.into());
+        }
+        let sizing = pool_sizing(opts, simple, header, bt, front.num_gpu_blocks)?;
+        Self::from_parts(front, bt, sizing, simple)
+    }
+
+    /// The run behind the GPU `front` with `block_tokens`-token blocks and a CPU pool sized
+    /// by `sizing`.
+    ///
+    /// # Errors
+    /// [`SimpleRunError`]: a configuration the engine or the offloader refuses.
+    pub fn from_parts(
+        front: GpuFront,
+        bt: u32,
+        sizing: PoolSizing,
+        simple: SimpleOptions,
+    ) -> Result<Self, SimpleRunError> {
+        if bt == 0 {
+            return Err(RunError::ZeroBlockTokens.into());
+        }
+        let engine = front.engine(bt)?;
+        let mut cfg = SimpleConfig::new(bt, front.num_gpu_blocks, sizing);
+        cfg.lazy_offload = simple.lazy;
+        cfg.world_size = simple.world_size;
+        cfg.max_num_batched_tokens =
+            u32::try_from(front.engine.max_num_batched_tokens).unwrap_or(u32::MAX);
+        // Pending hits, loads and store states: at most the engine's requests in flight.
+        let seqs = u32::try_from(front.engine.max_num_seqs).unwrap_or(u32::MAX);
+        cfg.max_requests = seqs.saturating_mul(4).saturating_add(64);
+        let s = SimpleScheduler::new(cfg).map_err(SimpleRunError::Config)?;
+        Ok(SimpleRun {
+            tier: SimpleTier::new(s, bt, front.engine.transfer_steps),
+            engine,
+            simple,
+            last: EngineCounts::default(),
+            load_blocks: 0,
+        })
+    }
+
+    /// Feeds one record to the engine (which runs the steps it makes due).
+    ///
+    /// # Errors
+    /// The engine's or the offloader's error.
+    pub fn apply(&mut self, rec: Record<'_>) -> Result<(), EngineError<SimpleTierError>> {
+        self.engine.apply(rec, &mut self.tier)
+    }
+
+    /// After the trace's last record: runs the engine to its end, then hands the offloader's
+    /// finished requests over and completes its transfers ([`SimpleTier::drain`]).
+    ///
+    /// # Errors
+    /// The engine's or the offloader's error.
+    pub fn finish(&mut self) -> Result<(), EngineError<SimpleTierError>> {
+        self.engine.finish(&mut self.tier)?;
+        let t = self.engine.counts().steps;
+        let gpu = self.engine.gpu_mut().pool_mut();
+        self.tier.drain(gpu, t).map_err(EngineError::Connector)?;
+        Ok(())
+    }
+
+    /// The stats since the previous drain, as one payload: the offloader's five series
+    /// (`get_stats`), the GPU's series and `vllm:num_requests_running` (the engine's running
+    /// requests now).
+    ///
+    /// # Errors
+    /// [`UpdateError`] when the payload refuses a series.
+    pub fn drain(&mut self) -> Result<Payload, UpdateError> {
+        let mut payload = self.tier.scheduler().get_stats();
+        self.load_blocks += payload.counter(SIMPLE_LOAD_BLOCKS, &[]).unwrap_or(0);
+        add_gpu_series(&mut payload, &self.engine, &self.last)?;
+        self.last = self.engine.counts();
+        let running = i64::try_from(self.engine.running()).unwrap_or(i64::MAX);
+        payload.set_gauge(NUM_REQUESTS_RUNNING, &[], Gauge::int(running))?;
+        Ok(payload)
+    }
+
+    /// The engine.
+    #[must_use]
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The offloader.
+    #[must_use]
+    pub fn offloader(&self) -> &SimpleScheduler {
+        self.tier.offloader()
+    }
+
+    /// Blocks of the loads completed up to the last [`SimpleRun::drain`].
+    #[must_use]
+    pub fn load_blocks(&self) -> u64 {
+        self.load_blocks
+    }
+
+    /// The cumulative count of each save outcome, by vLLM's label.
+    #[must_use]
+    pub fn outcomes(&self) -> BTreeMap<&'static str, u64> {
+        let s = self.tier.offloader();
+        SaveOutcome::ALL
+            .iter()
+            .map(|&o| (o.label(), s.boundary_total(o)))
+            .collect()
+    }
+
+    /// The report of the run after its last drain, whose payload is `payload`.
+    #[must_use]
+    pub fn report(&self, source: String, payload: Payload, wall_s: f64) -> SimpleReport {
+        let s = self.tier.offloader();
+        let free = s.cpu_pool().free_count();
+        SimpleReport {
+            source,
+            cpu_blocks: s.num_cpu_blocks(),
+            lazy: self.simple.lazy,
+            world_size: self.simple.world_size,
+            outcomes: self.outcomes(),
+            load_blocks: self.load_blocks,
+            used_blocks: i64::from(s.num_cpu_blocks()) - i64::from(free),
+            pending_store_blocks: s.pending_store_blocks(),
+            cached_blocks: s.cpu_pool().cached_key_count(),
+            gpu: GpuReport::new(&self.engine),
+            wall_s,
+            payload,
+        }
+    }
 }
 
 /// Replays `opts` through the simple offloader behind `opts.gpu`.
@@ -365,62 +400,15 @@ fn drive<S: RecordSource>(
 where
     S::Error: Into<RunError>,
 {
-    let front = opts.gpu.ok_or(SimpleRunError::NeedsGpu)?;
     let header = source.header().clone();
-    let bt = opts.block_tokens.unwrap_or(header.block_tokens);
-    if bt == 0 {
-        return Err(RunError::ZeroBlockTokens.into());
-    }
-    let cpu_blocks = match (opts.capacity, header.capacity) {
-        (Some(c), _) => c,
-        (None, Some(c)) => u32::try_from(c).unwrap_or(u32::MAX),
-        (None, None) => 1024,
-    };
-    let mut engine = front.engine(bt)?;
-    let mut cfg = SimpleConfig::with_cpu_blocks(bt, front.num_gpu_blocks, cpu_blocks);
-    cfg.lazy_offload = simple.lazy;
-    cfg.world_size = simple.world_size;
-    cfg.max_num_batched_tokens =
-        u32::try_from(front.engine.max_num_batched_tokens).unwrap_or(u32::MAX);
-    // Pending hits, loads and store states: at most the engine's requests in flight.
-    let seqs = u32::try_from(front.engine.max_num_seqs).unwrap_or(u32::MAX);
-    cfg.max_requests = seqs.saturating_mul(4).saturating_add(64);
-    let s = SimpleScheduler::new(cfg).map_err(SimpleRunError::Config)?;
-    let mut tier = SimpleTier::new(s, bt, front.engine.transfer_steps);
+    let mut run = SimpleRun::new(opts, simple, &header)?;
     let fail = |line, error| SimpleRunError::Engine { line, error };
     while let Some(rec) = source.next_record().map_err(Into::into)? {
-        if let Err(e) = engine.apply(rec, &mut tier) {
+        if let Err(e) = run.apply(rec) {
             return Err(fail(source.line(), e));
         }
     }
-    engine.finish(&mut tier).map_err(|e| fail(None, e))?;
-    let mut t = engine.counts().steps;
-    while tier.busy() {
-        let gpu = engine.gpu_mut().pool_mut();
-        let r = tier.idle_step(gpu, t);
-        r.map_err(|e| fail(None, EngineError::Connector(e)))?;
-        t += 1;
-    }
-    let mut payload = tier.s.get_stats();
-    add_gpu_series(&mut payload, &engine, &Default::default()).map_err(RunError::from)?;
-    let outcomes = SaveOutcome::ALL
-        .iter()
-        .map(|&o| (o.label(), tier.s.boundary_total(o)))
-        .collect();
-    Ok(SimpleReport {
-        source: name,
-        cpu_blocks,
-        lazy: simple.lazy,
-        world_size: simple.world_size,
-        outcomes,
-        load_blocks: payload.counter(SIMPLE_LOAD_BLOCKS, &[]).unwrap_or(0),
-        used_blocks: payload
-            .gauge(SIMPLE_USED_BLOCKS, &[])
-            .map_or(0, |g| g.numerator()),
-        pending_store_blocks: tier.s.pending_store_blocks(),
-        cached_blocks: tier.s.cpu_pool().cached_key_count(),
-        gpu: GpuReport::new(&engine),
-        wall_s: started.elapsed().as_secs_f64(),
-        payload,
-    })
+    run.finish().map_err(|e| fail(None, e))?;
+    let payload = run.drain()?;
+    Ok(run.report(name, payload, started.elapsed().as_secs_f64()))
 }

@@ -20,7 +20,9 @@ use crate::engine::{Engine, EngineCounts};
 use crate::kv_events_run::EventStream;
 use crate::replay::{ReplayCounts, Replayer};
 use crate::replay_run::{ReplayOptions, RunError, TierConnector, add_gpu_series, finish_engine};
+use crate::replay_simple::{SimpleOptions, SimpleRunError};
 use crate::replay_stats::ReplayStats;
+use crate::serve_simple::{self, SimpleSummary};
 use crate::sizing::{self, CapacityOptions, ReportError};
 use crate::trace::{Record, RecordSource};
 use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
@@ -52,6 +54,9 @@ pub struct ServeOptions {
     /// `kv_cache_size_tokens` and `kv_cache_max_concurrency` that `kvtier capacity` prints for
     /// the same options. `None`: no `vllm:cache_config_info`.
     pub gpu: Option<CapacityOptions>,
+    /// Replay through the simple CPU offloader (`--offloader simple`, behind
+    /// [`ReplayOptions::gpu`]) instead of the offloading connector's manager.
+    pub simple: Option<SimpleOptions>,
 }
 
 /// Why [`start`] or [`Serving::wait_replay`] failed.
@@ -66,6 +71,8 @@ pub enum ServeError {
     Panicked,
     /// The replay failed.
     Run(RunError),
+    /// The replay through the simple offloader failed.
+    Simple(SimpleRunError),
     /// The service layer failed: the exporter, the collector, binding the endpoint or
     /// spawning a thread.
     Service(kvtier::Error),
@@ -78,6 +85,12 @@ pub enum ServeError {
 impl From<RunError> for ServeError {
     fn from(e: RunError) -> Self {
         ServeError::Run(e)
+    }
+}
+
+impl From<SimpleRunError> for ServeError {
+    fn from(e: SimpleRunError) -> Self {
+        ServeError::Simple(e)
     }
 }
 
@@ -106,6 +119,7 @@ impl fmt::Display for ServeError {
             ServeError::AlreadyWaited => f.write_str("the replay was already waited for"),
             ServeError::Panicked => f.write_str("the replay thread panicked"),
             ServeError::Run(e) => e.fmt(f),
+            ServeError::Simple(e) => e.fmt(f),
             ServeError::Service(e) => e.fmt(f),
             ServeError::Gpu(e) => e.fmt(f),
             ServeError::NoGpuFigures => f.write_str(
@@ -123,6 +137,7 @@ impl std::error::Error for ServeError {
             | ServeError::Panicked
             | ServeError::NoGpuFigures => None,
             ServeError::Run(e) => Some(e),
+            ServeError::Simple(e) => Some(e),
             ServeError::Service(e) => Some(e),
             ServeError::Gpu(e) => Some(e),
         }
@@ -132,10 +147,13 @@ impl std::error::Error for ServeError {
 /// What the replay of `kvtier serve` did.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ServeSummary {
-    /// The replay's counts.
+    /// The replay's counts (all 0 through the simple offloader, which has no manager: see
+    /// [`ServeSummary::simple`]).
     pub counts: ReplayCounts,
-    /// The tier size in chunks.
+    /// The tier size in chunks (in CPU blocks through the simple offloader).
     pub capacity: u32,
+    /// What the simple offloader did, when it ran.
+    pub simple: Option<SimpleSummary>,
 }
 
 /// A running `kvtier serve`: the endpoint, the collector and the replay thread.
@@ -143,7 +161,7 @@ pub struct ServeSummary {
 pub struct Serving {
     server: MetricsServer,
     collector: StatsCollector,
-    replay: Option<JoinHandle<Result<ServeSummary, RunError>>>,
+    replay: Option<JoinHandle<Result<ServeSummary, ServeError>>>,
     stop: Arc<AtomicBool>,
     registry: Registry,
     kv_events: Option<std::sync::Arc<Publisher>>,
@@ -287,18 +305,8 @@ where
             continue;
         }
         requests += 1;
-        if let Some(r) = rate {
-            #[expect(clippy::cast_precision_loss, reason = "a pace, not a count")]
-            let due = Duration::try_from_secs_f64(requests as f64 / r).unwrap_or(Duration::MAX);
-            // In slices, so that a stop is seen at any rate.
-            while let Some(wait) = due.checked_sub(start.elapsed()).filter(|w| !w.is_zero()) {
-                if stop.load(Ordering::Acquire) {
-                    break;
-                }
-                thread::sleep(wait.min(DRAIN_EVERY));
-            }
-        }
-        if requests.is_multiple_of(DRAIN_EVERY_REQUESTS) || last_drain.elapsed() >= DRAIN_EVERY {
+        pace(rate, requests, start, stop);
+        if drain_due(requests, last_drain) {
             d.drain()?;
             last_drain = Instant::now();
         }
@@ -310,29 +318,62 @@ where
     Ok(ServeSummary {
         counts: d.replayer.counts(),
         capacity,
+        simple: None,
     })
 }
 
-/// What the replay thread shares with the rest of `kvtier serve`.
-struct ReplayContext<'a> {
-    rate: Option<f64>,
-    sender: &'a PayloadSender,
-    stop: &'a AtomicBool,
-    kv_events: Option<std::sync::Arc<Publisher>>,
+/// Waits until the `requests`-th request is due at `rate` requests per second from `start`
+/// (no wait without a rate), in slices, so that a stop is seen at any rate.
+pub(crate) fn pace(rate: Option<f64>, requests: u64, start: Instant, stop: &AtomicBool) {
+    let Some(r) = rate else { return };
+    #[expect(clippy::cast_precision_loss, reason = "a pace, not a count")]
+    let due = Duration::try_from_secs_f64(requests as f64 / r).unwrap_or(Duration::MAX);
+    while let Some(wait) = due.checked_sub(start.elapsed()).filter(|w| !w.is_zero()) {
+        if stop.load(Ordering::Acquire) {
+            break;
+        }
+        thread::sleep(wait.min(DRAIN_EVERY));
+    }
 }
 
-fn replay_thread(args: &ReplayOptions, ctx: &ReplayContext<'_>) -> Result<ServeSummary, RunError> {
-    match &args.trace {
-        Some(path) => {
-            let reader =
-                args.input
-                    .open_path(path, args.block_tokens, args.capacity.is_some(), |file| {
-                        file
-                    })?;
-            drive(args, reader, ctx).map_err(|e| e.in_trace(path.clone()))
-        }
-        None => drive(args, args.generator()?, ctx),
+/// Whether the stats are due for a drain after `requests` requests, the last drain at
+/// `last_drain`: every [`DRAIN_EVERY_REQUESTS`] requests, or [`DRAIN_EVERY`] after the last.
+pub(crate) fn drain_due(requests: u64, last_drain: Instant) -> bool {
+    requests.is_multiple_of(DRAIN_EVERY_REQUESTS) || last_drain.elapsed() >= DRAIN_EVERY
+}
+
+/// What the replay thread shares with the rest of `kvtier serve`.
+pub(crate) struct ReplayContext<'a> {
+    /// `--rate`, checked.
+    pub(crate) rate: Option<f64>,
+    /// Where the stats go.
+    pub(crate) sender: &'a PayloadSender,
+    /// Set when the replay must stop.
+    pub(crate) stop: &'a AtomicBool,
+    /// The KV-events publisher.
+    pub(crate) kv_events: Option<std::sync::Arc<Publisher>>,
+}
+
+fn replay_thread(args: &ServeOptions, ctx: &ReplayContext<'_>) -> Result<ServeSummary, ServeError> {
+    let replay = &args.replay;
+    if let Some(simple) = args.simple {
+        return Ok(serve_simple::replay_thread(replay, simple, ctx)?);
     }
+    Ok(match &replay.trace {
+        Some(path) => {
+            let reader = replay
+                .input
+                .open_path(
+                    path,
+                    replay.block_tokens,
+                    replay.capacity.is_some(),
+                    |file| file,
+                )
+                .map_err(RunError::from)?;
+            drive(replay, reader, ctx).map_err(|e| e.in_trace(path.clone()))?
+        }
+        None => drive(replay, replay.generator().map_err(RunError::from)?, ctx)?,
+    })
 }
 
 /// The slowest `--rate`: one request per 10^19 s, the longest pause a [`Duration`] holds
@@ -383,7 +424,7 @@ pub fn start(args: &ServeOptions) -> Result<Serving, ServeError> {
     let stop = Arc::new(AtomicBool::new(false));
     let sender = collector.sender();
     let thread_events = kv_events.clone();
-    let replay_args = args.replay.clone();
+    let replay_args = args.clone();
     let stop_flag = Arc::clone(&stop);
     let replay = thread::Builder::new()
         .name("kvtier-replay".into())

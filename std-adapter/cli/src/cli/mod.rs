@@ -12,6 +12,7 @@ pub mod replay;
 pub mod replay_simple;
 pub mod serve;
 pub mod sweep;
+pub mod sweep_simple;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -44,21 +44,30 @@ pub struct ReplayArgs {
     /// With --offloader simple: lazy offload (stores taken from the GPU free queue).
     #[arg(long)]
     pub lazy: bool,
-    /// With --offloader simple: workers that report each store.
+    /// With --offloader simple: workers that report each store (vLLM's world_size; the
+    /// --cpu-bytes budget is split over them).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub world_size: u32,
+    /// With --offloader simple: the server-wide CPU budget (vLLM's cpu_bytes_to_use, e.g.
+    /// 8GiB), sized per rank as vLLM sizes it from the model's bytes per block (--model,
+    /// --layout or --hf-config); --capacity is then the explicit num_cpu_blocks within it.
+    #[arg(long, value_name = "SIZE", value_parser = crate::sizing::parse_size_floor)]
+    pub cpu_bytes: Option<u64>,
 }
 
-/// Which CPU offloader `kvtier replay` runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Offloader {
-    /// vLLM's OffloadingConnector (`CPUOffloadingManager`).
-    Offloading,
-    /// vLLM's SimpleCPUOffloadConnector (`SimpleCPUOffloadScheduler`).
-    Simple,
-}
+pub use crate::replay_simple::Offloader;
 
 impl ReplayArgs {
+    /// The simple offloader's options (`--lazy`, `--world-size`, `--cpu-bytes`).
+    #[must_use]
+    pub fn simple_options(&self) -> crate::replay_simple::SimpleOptions {
+        crate::replay_simple::SimpleOptions {
+            lazy: self.lazy,
+            world_size: self.world_size,
+            cpu_bytes: self.cpu_bytes,
+        }
+    }
+
     /// The replay options, with the GPU front of `--gpu-blocks` when given.
     #[must_use]
     pub fn replay_options(&self) -> ReplayOptions {

@@ -5,18 +5,14 @@
 use kvtier_core::stats::simple_offload::SaveOutcome;
 
 use super::replay::{ReplayArgs, print_report};
-use crate::replay_simple::{SimpleOptions, SimpleReport, replay_simple};
+use crate::replay_simple::{SimpleReport, replay_simple};
 
 /// Runs `kvtier replay --offloader simple`.
 ///
 /// # Errors
 /// Any error of the run or of printing the report.
 pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
-    let simple = SimpleOptions {
-        lazy: args.lazy,
-        world_size: args.world_size,
-    };
-    let report = replay_simple(&args.replay_options(), simple)?;
+    let report = replay_simple(&args.replay_options(), args.simple_options())?;
     let json = || serde_json::to_string(&report);
     print_report(args, json, || human(&report), &report.payload)?;
     Ok(())

@@ -43,13 +43,30 @@ impl ServeArgs {
     /// What these options ask to serve.
     #[must_use]
     pub fn options(&self) -> ServeOptions {
+        let simple = self.replay.offloader == super::replay::Offloader::Simple;
+        let gpu = self.gpu_options();
+        let mut replay = self.replay.replay_options();
+        if simple && replay.gpu.is_none() {
+            // `--gpu-memory` with a model: the engine gets the GPU blocks `kvtier capacity`
+            // prints (a sizing error is reported when serving starts).
+            let blocks = gpu
+                .as_ref()
+                .and_then(|g| crate::sizing::report(g).ok())
+                .and_then(|r| r.num_blocks)
+                .and_then(|n| u32::try_from(n).ok());
+            replay.gpu = blocks.map(|num_gpu_blocks| crate::replay_run::GpuFront {
+                num_gpu_blocks,
+                engine: self.replay.engine,
+            });
+        }
         ServeOptions {
-            replay: self.replay.replay_options(),
+            replay,
             model_name: self.replay.model_name.clone(),
             listen: self.listen.clone(),
             rate: self.rate,
             export_interval_ms: self.export_interval_ms,
-            gpu: self.gpu_options(),
+            gpu,
+            simple: simple.then(|| self.replay.simple_options()),
         }
     }
 }
@@ -89,9 +106,6 @@ impl ServeArgs {
 /// # Errors
 /// Any error of starting or of the replay.
 pub fn run(args: &ServeArgs) -> Result<(), crate::Error> {
-    if args.replay.offloader == super::replay::Offloader::Simple {
-        return Err(crate::replay_simple::SimpleRunError::NotIn("kvtier serve").into());
-    }
     let mut serving = start(&args.options())?;
     eprintln!(
         "kvtier serve: metrics at http://{}/metrics",
@@ -105,6 +119,16 @@ pub fn run(args: &ServeArgs) -> Result<(), crate::Error> {
         );
     }
     let summary = serving.wait_replay()?;
+    if let Some(s) = summary.simple {
+        eprintln!(
+            "kvtier serve: replay done ({} engine steps, {} requests finished, {} blocks \
+             loaded, {} CPU blocks cached of {}); serving until interrupted",
+            s.engine.steps, s.engine.finished, s.load_blocks, s.cached_blocks, summary.capacity
+        );
+        loop {
+            thread::park();
+        }
+    }
     let c = summary.counts;
     eprintln!(
         "kvtier serve: replay done ({} requests, {} hit blocks of {}, {} stored, {} evicted); \

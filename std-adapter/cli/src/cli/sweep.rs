@@ -182,6 +182,29 @@ pub fn csv(r: &SweepReport) -> String {
 /// # Errors
 /// See [`sweep`]; or printing the report failed.
 pub fn run(args: &SweepArgs) -> Result<(), crate::Error> {
+    let text = if args.options.offloader == crate::replay_simple::Offloader::Simple {
+        let r = super::sweep_simple::sweep_simple(&args.options)?;
+        if args.json {
+            let mut t = serde_json::to_string_pretty(&r).map_err(OutputError::Json)?;
+            t.push('\n');
+            t
+        } else if args.csv {
+            super::sweep_simple::csv(&r)
+        } else {
+            super::sweep_simple::table(&r)
+        }
+    } else {
+        offloading_text(args)?
+    };
+    std::io::stdout()
+        .lock()
+        .write_all(text.as_bytes())
+        .map_err(OutputError::Write)?;
+    Ok(())
+}
+
+/// The OffloadingConnector's sweep, printed as asked.
+fn offloading_text(args: &SweepArgs) -> Result<String, crate::Error> {
     let r = sweep(&args.options, std::io::stderr().is_terminal())?;
     let text = if args.json {
         let mut t = serde_json::to_string_pretty(&r).map_err(OutputError::Json)?;
@@ -192,9 +215,5 @@ pub fn run(args: &SweepArgs) -> Result<(), crate::Error> {
     } else {
         table(&r)
     };
-    std::io::stdout()
-        .lock()
-        .write_all(text.as_bytes())
-        .map_err(OutputError::Write)?;
-    Ok(())
+    Ok(text)
 }

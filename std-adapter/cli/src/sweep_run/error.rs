@@ -132,6 +132,19 @@ pub enum SweepRunError {
     Plot(PlotError),
     /// The curve pass of `--method stack|sample`.
     Curve(CurveRunError),
+    /// An option `--offloader simple` does not take (the message names it).
+    SimpleOption(&'static str),
+    /// The model's bytes per block for `--offloader simple`'s GiB column.
+    SimpleModel(crate::sizing::ReportError),
+    /// A case of `--offloader simple` failed.
+    Simple {
+        /// The trace file.
+        path: PathBuf,
+        /// The case's CPU blocks.
+        capacity: u32,
+        /// Why.
+        error: crate::replay_simple::SimpleRunError,
+    },
 }
 
 impl fmt::Display for SweepRunError {
@@ -144,6 +157,13 @@ impl fmt::Display for SweepRunError {
             SweepRunError::Sweep { path, error } => write!(f, "{}: {error}", path.display()),
             SweepRunError::Plot(e) => e.fmt(f),
             SweepRunError::Curve(e) => e.fmt(f),
+            SweepRunError::SimpleOption(s) => f.write_str(s),
+            SweepRunError::SimpleModel(e) => e.fmt(f),
+            SweepRunError::Simple {
+                path,
+                capacity,
+                error,
+            } => write!(f, "{}: {capacity} CPU blocks: {error}", path.display()),
         }
     }
 }
@@ -158,6 +178,9 @@ impl std::error::Error for SweepRunError {
             SweepRunError::Sweep { error, .. } => Some(error),
             SweepRunError::Plot(e) => Some(e),
             SweepRunError::Curve(e) => Some(e),
+            SweepRunError::SimpleOption(_) => None,
+            SweepRunError::SimpleModel(e) => Some(e),
+            SweepRunError::Simple { error, .. } => Some(error),
         }
     }
 }
