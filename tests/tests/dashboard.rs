@@ -349,6 +349,10 @@ fn the_simple_cpu_offload_row_has_data_on_kvtier_serve_offloader_simple() {
     // The pool's used blocks count at least the null block, at most the pool.
     assert!((1.0..=8192.0).contains(&v(2)), "{results:?}");
     assert!(v(3) >= 0.0, "{results:?}");
+    // The KV offloading row reads the OffloadingConnector's families, which an engine with
+    // the simple offloader does not have: no data, as on vLLM.
+    let offloading = run_row(&prom, &KV_OFFLOADING_ROW, &values);
+    assert!(offloading.iter().all(Option::is_none), "{offloading:?}");
     drop(prom);
     serving.stop();
 }

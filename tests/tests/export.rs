@@ -710,3 +710,56 @@ fn every_family_of_the_connector_is_shown_from_the_start() {
     assert_eq!(shown, 18);
     assert!(text.contains("vllm:num_requests_running{engine=\"1\",model_name=\"m\"} 0.0\n"));
 }
+
+/// The family names a scrape shows, in order.
+fn scraped_families(registry: &prometheus::Registry) -> Vec<String> {
+    encode_text(registry)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split(' ').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn a_simple_offloader_engine_shows_no_offloading_connector_family() {
+    // The default: vLLM's OffloadingConnector families at zero from the start, the
+    // deprecated transfer_type ones among them.
+    let (registry, _e) = exporter(1);
+    let names = scraped_families(&registry);
+    assert!(
+        names
+            .iter()
+            .any(|n| n == "vllm:kv_offload_store_bytes_total")
+    );
+    assert!(
+        names
+            .iter()
+            .any(|n| n == "vllm:kv_offload_total_bytes_total")
+    );
+    assert!(names.iter().any(|n| n == "vllm:num_requests_running"));
+
+    // An engine with the SimpleCPUOffloadConnector: none of them, before and after an
+    // observation of the simple offloader's series; the rest unchanged.
+    let registry = prometheus::Registry::new();
+    let mut config = ExporterConfig::new("m", 1);
+    config.offloading_connector_series = false;
+    let e = OffloadExporter::register(&registry, config).unwrap();
+    let added = e.add_engine(Engine::new("m", "1")).unwrap();
+    let mut p = Payload::new();
+    p.increase_counter(catalogue::SIMPLE_LOAD_BLOCKS, &[], 3)
+        .unwrap();
+    e.observe(&p, added).unwrap();
+    let names = scraped_families(&registry);
+    assert!(
+        names.iter().all(|n| !n.starts_with("vllm:kv_offload_")),
+        "{names:?}"
+    );
+    assert!(names.iter().any(|n| n == "vllm:num_requests_running"));
+    assert!(
+        names
+            .iter()
+            .any(|n| n == "vllm:simple_kv_offload_load_blocks_total")
+    );
+}

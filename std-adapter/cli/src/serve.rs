@@ -398,7 +398,10 @@ fn checked_rate(r: f64) -> Result<f64, ServeError> {
 pub fn start(args: &ServeOptions) -> Result<Serving, ServeError> {
     let rate = args.rate.map(checked_rate).transpose()?;
     let registry = Registry::new();
-    let exporter = OffloadExporter::register(&registry, ExporterConfig::new(&args.model_name, 1))?;
+    let mut config = ExporterConfig::new(&args.model_name, 1);
+    // vLLM's SimpleCPUOffloadConnector registers none of the offloading connector's families.
+    config.offloading_connector_series = args.simple.is_none();
+    let exporter = OffloadExporter::register(&registry, config)?;
     if let Some(gpu) = &args.gpu {
         let report = sizing::report(gpu).map_err(ServeError::Gpu)?;
         let info = report

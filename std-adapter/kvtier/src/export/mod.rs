@@ -16,7 +16,9 @@
 //! Every family the catalogue marks [`zero_at_start`](catalogue::MetricDef::zero_at_start)
 //! (the offloading connector's, and `vllm:num_requests_running`) has its series from the moment
 //! an engine exists, at zero, so a dashboard panel has a series to draw before the first
-//! observation; the others appear when first observed.
+//! observation; the others appear when first observed. An engine running the simple CPU
+//! offloader has no offloading-connector family at all in vLLM:
+//! [`ExporterConfig::offloading_connector_series`] leaves them out.
 //!
 //! At scrape time the collector copies the per-engine totals under the lock and builds the
 //! metric families outside it. The names are the ones a vLLM server exposes, with the engine
@@ -61,7 +63,8 @@ use std::fmt;
 
 use kvtier_core::stats::catalogue::{
     self, CACHE_CONFIG_INFO, CACHE_CONFIG_INFO_LABELS, CONFIG_INFO, CPU_CONFIG_INFO_LABELS,
-    DEPRECATED_SIZE, DEPRECATED_TOTAL_BYTES, DEPRECATED_TOTAL_TIME, MetricKind, SeriesMismatch,
+    DEPRECATED_SIZE, DEPRECATED_TOTAL_BYTES, DEPRECATED_TOTAL_TIME, MetricDef, MetricKind,
+    SeriesMismatch,
 };
 use kvtier_core::stats::{AggregateError, Gauge, Histogram, Payload, Series};
 use prometheus::Registry;
@@ -110,11 +113,17 @@ pub struct ExporterConfig {
     /// `_total_time`, `_size`) mirrored from the unlabeled load/store series, present from the
     /// start at 0 for every engine, as vLLM does for the CPU offloading spec (default true).
     pub deprecated_transfer_series: bool,
+    /// Show the offloading connector's families (`vllm:kv_offload_*`) from the start at zero,
+    /// as vLLM does for the `OffloadingConnector` (default true). False for an engine that
+    /// runs the `SimpleCPUOffloadConnector`: vLLM registers none of those families there, so
+    /// a dashboard's KV offloading row has no data rather than zeros. The deprecated
+    /// `transfer_type` families are then left out too.
+    pub offloading_connector_series: bool,
 }
 
 impl ExporterConfig {
     /// `num_engines` engines of `model_name`, labelled `engine="0"`, `"1"`, …; the CPU spec's
-    /// info labels; deprecated transfer series on.
+    /// info labels; the offloading connector's families and the deprecated transfer series on.
     #[must_use]
     pub fn new(model_name: &str, num_engines: u32) -> Self {
         ExporterConfig {
@@ -126,6 +135,7 @@ impl ExporterConfig {
                 .map(|s| (*s).to_owned())
                 .collect(),
             deprecated_transfer_series: true,
+            offloading_connector_series: true,
         }
     }
 }
@@ -235,10 +245,16 @@ struct EngineState {
 
 impl EngineState {
     /// A new engine: every unlabelled `zero_at_start` family at zero (the deprecated
-    /// `transfer_type` families mirror these, so they are at zero too).
-    fn new() -> Self {
+    /// `transfer_type` families mirror these, so they are at zero too), the offloading
+    /// connector's only when `offloading` says so.
+    fn new(offloading: bool) -> Self {
         let mut totals = Payload::new();
-        for def in catalogue::all().filter(|d| d.zero_at_start && d.labels.is_empty()) {
+        let wanted = |d: &&MetricDef| {
+            d.zero_at_start
+                && d.labels.is_empty()
+                && (offloading || !d.name.starts_with(OFFLOADING_CONNECTOR_PREFIX))
+        };
+        for def in catalogue::all().filter(wanted) {
             // A fresh payload has room for every catalogue family, and the catalogue's
             // bounds are valid, so none of these can fail.
             let _ = match def.kind {
@@ -268,6 +284,8 @@ struct Inner {
     descs: Vec<Desc>,
     config_info_labels: Vec<String>,
     deprecated: bool,
+    /// [`ExporterConfig::offloading_connector_series`].
+    offloading: bool,
     state: Mutex<State>,
 }
 
@@ -327,6 +345,9 @@ pub(crate) fn help_text(name: &str, help: &str) -> String {
     }
 }
 
+/// The name prefix of the offloading connector's families.
+const OFFLOADING_CONNECTOR_PREFIX: &str = "vllm:kv_offload_";
+
 fn is_deprecated(name: &str) -> bool {
     matches!(
         name,
@@ -361,7 +382,9 @@ impl OffloadExporter {
         }
         let mut descs = Vec::new();
         for def in catalogue::all() {
-            if is_deprecated(def.name) && !config.deprecated_transfer_series {
+            let deprecated =
+                config.deprecated_transfer_series && config.offloading_connector_series;
+            if is_deprecated(def.name) && !deprecated {
                 continue;
             }
             let desc = Desc::new(
@@ -373,11 +396,13 @@ impl OffloadExporter {
             .map_err(|e| ExporterError::Register(e.to_string()))?;
             descs.push(desc);
         }
-        let states = vec![EngineState::new(); config.engines.len()];
+        let offloading = config.offloading_connector_series;
+        let states = vec![EngineState::new(offloading); config.engines.len()];
         let inner = Arc::new(Inner {
             descs,
             config_info_labels: config.config_info_labels,
-            deprecated: config.deprecated_transfer_series,
+            deprecated: config.deprecated_transfer_series && offloading,
+            offloading,
             state: Mutex::new(State {
                 engines: config.engines,
                 states,
@@ -399,7 +424,7 @@ impl OffloadExporter {
             return Err(ExporterError::DuplicateEngine(engine));
         }
         st.engines.push(engine);
-        st.states.push(EngineState::new());
+        st.states.push(EngineState::new(self.inner.offloading));
         Ok(st.states.len() - 1)
     }
 
