@@ -10,6 +10,7 @@ answer, metadata, stats payload, boundary counter and both GPU pools after every
 from __future__ import annotations
 
 import hashlib
+import random
 import sys
 from types import SimpleNamespace as NS
 
@@ -386,3 +387,190 @@ def test_request_ids_and_keys_stay_bounded():
         t.free(ids[::-1])
     assert t.kv._native.mapped_requests() == 0
     assert t.kv._requests == {}
+
+
+# --- twin runs: a small random scheduler drives both managers ------------------------------
+
+
+class Driver:
+    """A small stand-in for vLLM's scheduler around the twin managers: admission with GPU
+    prefix hits and CPU lookups (sometimes taking fewer external tokens than offered, or
+    retrying after a failed allocation), chunked prefill, decode, preemption and resumption,
+    finishing, boundary hand-offs, worker reports split over steps, and resets."""
+
+    def __init__(self, seed: int, lazy: bool, world_size: int):
+        self.rng = random.Random(seed)
+        self.world = world_size
+        # A GPU pool smaller than the CPU pool, so that prefixes leave the GPU first.
+        self.t = Twin(num_gpu_blocks=24, lazy=lazy, world_size=world_size,
+                      cpu_bytes=40 * BYTES_PER_BLOCK, max_num_batched_tokens=16)
+        self.prefixes = [[self.rng.randrange(256) for _ in range(24)] for _ in range(6)]
+        self.waiting: list[Req] = []
+        self.loading: dict[str, Req] = {}  # admitted, waiting for their load
+        self.running: dict[str, Req] = {}
+        self.finished_last: list[str] = []
+        self.preempted_now: list[str] = []
+        self.stores: dict[int, int] = {}  # event -> reports still due
+        self.loads: dict[int, list[str]] = {}
+        self.count = 0
+        self.seen = {"store": 0, "load": 0, "hit": 0, "partial": 0, "retry": 0,
+                     "preempt": 0, "reset": 0}
+
+    def new_request(self):
+        self.count += 1
+        prefix = self.rng.choice(self.prefixes)[: self.rng.randrange(4, 25)]
+        tail = [self.rng.randrange(256) for _ in range(self.rng.randrange(1, 9))]
+        r = Req(f"r{self.count}", prefix + tail)
+        r.target = r.num_tokens + self.rng.randrange(1, 10)
+        r.table, r.fresh = [], True
+        self.waiting.append(r)
+
+    def admit(self, r: Req, scheduled: dict, new: list, cached: list) -> bool:
+        t = self.t
+        ref_pool = t.sides[0][1]
+        local = []
+        for h in r.block_hashes[: (r.num_tokens - 1) // BS]:
+            got = ref_pool.get_cached_block(h, [0])
+            if not got:
+                break
+            local.append(got[0].block_id)
+        computed = len(local) * BS
+        ext, _ = t.call("get_num_new_matched_tokens", r, computed)
+        take = ext if self.rng.random() < 0.8 else self.rng.randrange(0, ext // BS + 1) * BS
+        self.seen["hit"] += ext > 0
+        self.seen["partial"] += take < ext
+        need = -(-r.num_tokens // BS) - len(local)
+        idle = sum(1 for b in local if t.gpu.blocks[b].ref_cnt == 0)
+        if need > t.gpu.get_num_free_blocks() - idle - 2 or self.rng.random() < 0.1:
+            self.seen["retry"] += 1
+            return False  # allocation failed: the request stays waiting, its hit pinned
+        t.touch(local)
+        ids = t.alloc(need)
+        r.table = local + ids
+        r.num_computed_tokens = computed
+        t.after_alloc(r, r.table, take)
+        if take:
+            r.num_computed_tokens = computed + take
+            self.loading[r.request_id] = r
+            return True
+        self.schedule_prefill(r, scheduled, new, cached)
+        return True
+
+    def schedule_prefill(self, r: Req, scheduled: dict, new: list, cached: list):
+        n = min(r.num_tokens - r.num_computed_tokens, 8)
+        scheduled[r.request_id] = max(n, 1)
+        if r.fresh:
+            new.append((r.request_id, r.table))
+        else:
+            cached.append((r.request_id, list(r.table), True))
+        r.fresh = False
+        self.running[r.request_id] = r
+
+    def cache_full(self, r: Req, upto_tokens: int):
+        pool = self.t.sides[0][1]
+        for i in range(min(upto_tokens // BS, len(r.block_hashes), len(r.table))):
+            b = r.table[i]
+            if pool.blocks[b].block_hash is None:
+                self.t.cache(b, r.block_hashes[i], (i + 1) * BS)
+
+    def finish(self, r: Req):
+        self.t.call("request_finished_all_groups", r, (list(r.table),))
+        self.t.free(r.table[::-1])
+        del self.running[r.request_id]
+        self.finished_last.append(r.request_id)
+
+    def preempt(self, r: Req):
+        self.seen["preempt"] += 1
+        self.t.free(r.table[::-1])
+        r.table, r.num_computed_tokens = [], 0
+        del self.running[r.request_id]
+        self.preempted_now.append(r.request_id)
+        self.waiting.append(r)
+
+    def step(self):
+        t, rng = self.t, self.rng
+        scheduled, new, cached = {}, [], []
+        # Running requests: prefill chunks and decodes.
+        for r in list(self.running.values()):
+            if r.request_id in self.preempted_now:
+                continue
+            if r.num_computed_tokens >= r.num_tokens:
+                if r.num_tokens >= r.target:
+                    continue
+                r.all_token_ids.append(rng.randrange(256))
+                r.block_hashes = block_hashes(r.all_token_ids)
+            n = min(r.num_tokens - r.num_computed_tokens, 8)
+            grow = -(-(r.num_computed_tokens + n) // BS) - len(r.table)
+            if grow > t.gpu.get_num_free_blocks():
+                self.preempt(r)
+                continue
+            add = t.alloc(grow) if grow > 0 else []
+            r.table += add
+            scheduled[r.request_id] = n
+            cached.append((r.request_id, add or None, False))
+        if len(self.waiting) < 3:
+            self.new_request()
+        for r in list(self.waiting):
+            if self.admit(r, scheduled, new, cached):
+                self.waiting.remove(r)
+        for rid, r in list(self.loading.items()):
+            if getattr(r, "loaded", False):
+                del self.loading[rid]
+                self.schedule_prefill(r, scheduled, new, cached)
+        for rid, n in scheduled.items():
+            r = self.running[rid]
+            self.cache_full(r, r.num_computed_tokens + n)
+        handoffs = None
+        if not self.t.kv._lazy_mode and rng.random() < 0.3 and self.running:
+            r = rng.choice(list(self.running.values()))
+            handoffs = {r.request_id: [rng.choice(r.table), 0]}
+            if self.finished_last:
+                handoffs[self.finished_last[0]] = [1]
+        out = step_output(new, cached, scheduled, self.finished_last, self.preempted_now,
+                          handoffs)
+        meta = t.call("build_connector_meta", out)
+        self.finished_last, self.preempted_now = [], []
+        if meta.store_event >= 0:
+            self.stores[meta.store_event] = self.world
+            self.seen["store"] += 1
+        if meta.load_event >= 0:
+            self.seen["load"] += 1
+            self.loads[meta.load_event] = list(meta.load_event_to_reqs[meta.load_event])
+        for rid, n in scheduled.items():
+            self.running[rid].num_computed_tokens += n
+        # Workers report some stores (one worker's report at a time) and some loads.
+        reports = {e: 1 for e in self.stores if rng.random() < 0.5}
+        recving = []
+        for e in [e for e in self.loads if rng.random() < 0.5]:
+            recving += self.loads.pop(e)
+        for e in reports:
+            self.stores[e] -= 1
+            if not self.stores[e]:
+                del self.stores[e]
+        t.call("update_connector_output", worker_output(recving, reports or None))
+        for rid in recving:
+            if rid in self.loading:
+                self.loading[rid].loaded = True
+        # Finish, preempt, reset.
+        for r in list(self.running.values()):
+            if r.num_computed_tokens >= r.target or rng.random() < 0.03:
+                self.finish(r)
+        if self.running and rng.random() < 0.08:
+            self.preempt(rng.choice(list(self.running.values())))
+        if rng.random() < 0.3:
+            t.call("get_stats")
+        if rng.random() < 0.03:
+            self.seen["reset"] += 1
+            t.call("reset")
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("world_size", [1, 2])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_twin_runs_agree_call_by_call(seed, lazy, world_size):
+    d = Driver(seed, lazy, world_size)
+    for _ in range(150):
+        d.step()
+    d.t.call("get_stats")
+    # The run exercised stores, hits, loads, partial takes and retries.
+    assert all(d.seen.values()), d.seen
