@@ -610,3 +610,46 @@ def test_the_connector_is_vllms_with_kvtiers_manager():
     assert issubclass(KvtierSimpleCPUOffloadConnector, SimpleCPUOffloadConnector)
     # vLLM's module name is pointed at kvtier's class only while one connector is built.
     assert SimpleCPUOffloadScheduler is VllmScheduler
+
+
+def test_interned_keys_are_swept_to_what_the_cpu_pool_holds():
+    """More distinct GPU keys than one sweep period (4,096): the interner frees the keys the
+    CPU pool no longer holds, and what it holds is still found."""
+    t = Twin(num_gpu_blocks=8, lazy=True, max_num_batched_tokens=8, cpu_bytes=4 * BYTES_PER_BLOCK)
+    (ref, ref_pool), (kv, kv_pool) = t.sides
+    for i in range(4500):
+        tokens = list(i.to_bytes(4, "big"))
+        r = Req(f"r{i}", tokens + [0])
+        ids = t.alloc(1)
+        t.cache(ids[0], r.block_hashes[0], BS)
+        t.free(ids)  # cached and free: the lazy walk stores it
+        meta = t.call("build_connector_meta", step_output())
+        if meta.store_event >= 0:
+            t.call("update_connector_output", worker_output(stores={meta.store_event: 1}))
+    # The CPU pool (3 usable blocks) holds the last stored keys; the interner holds at most
+    # those plus one sweep period of newer ones.
+    assert kv._native.interned_keys() <= 4096 + kv.num_cpu_blocks
+    last = Req("again", list((4499).to_bytes(4, "big")) + [0])
+    assert t.call("get_num_new_matched_tokens", last, 0) == (4, True)
+
+
+@pytest.mark.parametrize(
+    "kwargs, blocks",
+    [
+        # The disk budget sizes the pool: 2,000 bytes over 100 per GPU block.
+        ({"disk_capacity_bytes": 2000, "use_page_cache": True}, 20),
+        ({"num_cpu_blocks": 5}, 5),
+        # The workers' aligned count is used as is, even above the budget.
+        ({"aligned_num_cpu_blocks": 30}, 30),
+        ({"num_cpu_blocks": 6, "aligned_num_cpu_blocks": 30}, 6),
+    ],
+)
+def test_pool_sizes_and_the_disk_backend_match_vllm(kwargs, blocks):
+    cfg, vc = kv_cache_config(16), vllm_config()
+    ref = VllmScheduler(vc, cfg, 800, BS, BS, **kwargs)
+    kv = KvtierScheduler(vc, cfg, 800, BS, BS, **kwargs)
+    assert kv.num_cpu_blocks == ref.num_cpu_blocks == blocks
+    assert kv.kv_event_medium == ref.kv_event_medium
+    for s in (ref, kv):
+        s.bind_gpu_block_pool(BlockPool(16, True, BS))
+    assert kv.get_stats().data == ref.get_stats().data
