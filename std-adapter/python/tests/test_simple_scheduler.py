@@ -418,7 +418,7 @@ class Driver:
         self.loads: dict[int, list[str]] = {}
         self.count = 0
         self.seen = {"store": 0, "load": 0, "hit": 0, "partial": 0, "retry": 0,
-                     "preempt": 0, "reset": 0}
+                     "preempt": 0, "reset": 0, "abort": 0}
 
     def new_request(self):
         self.count += 1
@@ -426,6 +426,7 @@ class Driver:
         tail = [self.rng.randrange(256) for _ in range(self.rng.randrange(1, 9))]
         r = Req(f"r{self.count}", prefix + tail)
         r.target = r.num_tokens + self.rng.randrange(1, 10)
+        r.skip_reading_prefix_cache = self.rng.random() < 0.05
         r.table, r.fresh = [], True
         self.waiting.append(r)
 
@@ -561,6 +562,18 @@ class Driver:
                 self.finish(r)
         if self.running and rng.random() < 0.08:
             self.preempt(rng.choice(list(self.running.values())))
+        # Aborts: a waiting request (its hit may be pinned) and a request whose load is in
+        # flight (its GPU blocks stay pinned by the load until the worker reports it).
+        if self.waiting and rng.random() < 0.05:
+            r = self.waiting.pop(rng.randrange(len(self.waiting)))
+            t.call("request_finished", r, [])
+            self.seen["abort"] += 1
+        if self.loading and rng.random() < 0.1:
+            rid = rng.choice(list(self.loading))
+            r = self.loading.pop(rid)
+            t.call("request_finished_all_groups", r, (list(r.table),))
+            t.free(r.table[::-1])
+            self.seen["abort"] += 1
         if rng.random() < 0.3:
             t.call("get_stats")
         if rng.random() < 0.03:
