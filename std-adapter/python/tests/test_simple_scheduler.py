@@ -115,6 +115,9 @@ class Req:
         self.num_output_placeholders = 0
         self.skip_reading_prefix_cache = False
         self.lora_request = None
+        self.mm_features = []
+        self.cache_salt = None
+        self.prompt_embeds = None
 
     @property
     def num_tokens(self) -> int:
@@ -167,9 +170,10 @@ class Twin:
     """vLLM's scheduler and kvtier's on identical inputs, each with its own GPU pool."""
 
     def __init__(self, num_gpu_blocks=16, num_cpu_blocks=None, lazy=False, world_size=1,
-                 cpu_bytes=None, max_num_batched_tokens=16):
+                 cpu_bytes=None, max_num_batched_tokens=16, events=False):
         cfg = kv_cache_config(num_gpu_blocks)
-        vc = vllm_config(world_size, max_num_batched_tokens)
+        vc = vllm_config(world_size, max_num_batched_tokens,
+                         NS(enable_kv_cache_events=True) if events else None)
         cpu_bytes = cpu_bytes if cpu_bytes is not None else 8 * BYTES_PER_BLOCK
         self.sides = []
         for cls in (VllmScheduler, KvtierScheduler):
@@ -201,6 +205,8 @@ class Twin:
         answers = [getattr(s, method)(*args) for s, _ in self.sides]
         if method == "get_stats":
             answers = [a.data for a in answers]
+        if method == "take_events":
+            answers = [list(a) for a in answers]
         assert answers[1] == answers[0], method
         self.check()
         return answers[1]
@@ -364,9 +370,6 @@ def test_unsupported_configurations_raise():
         KvtierScheduler(vllm_config(), kv_cache_config(16, groups=2), 800, BS, BS)
     with pytest.raises(ValueError, match="block size"):
         KvtierScheduler(vllm_config(), kv_cache_config(16), 800, 2 * BS, BS)
-    with pytest.raises(ValueError, match="enable_kv_cache_events"):
-        KvtierScheduler(vllm_config(events=NS(enable_kv_cache_events=True)),
-                        kv_cache_config(16), 800, BS, BS)
     with pytest.raises(ValueError, match="local offload capacity 8"):
         KvtierScheduler(vllm_config(), kv_cache_config(16), 800, BS, BS, num_cpu_blocks=9)
 
@@ -402,12 +405,14 @@ class Driver:
     retrying after a failed allocation), chunked prefill, decode, preemption and resumption,
     finishing, boundary hand-offs, worker reports split over steps, and resets."""
 
-    def __init__(self, seed: int, lazy: bool, world_size: int):
+    def __init__(self, seed: int, lazy: bool, world_size: int, events: bool = False):
         self.rng = random.Random(seed)
+        self.events = events
         self.world = world_size
         # A GPU pool smaller than the CPU pool, so that prefixes leave the GPU first.
         self.t = Twin(num_gpu_blocks=24, lazy=lazy, world_size=world_size,
-                      cpu_bytes=40 * BYTES_PER_BLOCK, max_num_batched_tokens=16)
+                      cpu_bytes=40 * BYTES_PER_BLOCK, max_num_batched_tokens=16,
+                      events=events)
         self.prefixes = [[self.rng.randrange(256) for _ in range(24)] for _ in range(6)]
         self.waiting: list[Req] = []
         self.loading: dict[str, Req] = {}  # admitted, waiting for their load
@@ -417,6 +422,7 @@ class Driver:
         self.stores: dict[int, int] = {}  # event -> reports still due
         self.loads: dict[int, list[str]] = {}
         self.count = 0
+        self.seen_events = 0
         self.seen = {"store": 0, "load": 0, "hit": 0, "partial": 0, "retry": 0,
                      "preempt": 0, "reset": 0, "abort": 0}
 
@@ -456,6 +462,7 @@ class Driver:
         t.after_alloc(r, r.table, take)
         if take:
             r.num_computed_tokens = computed + take
+            r.loaded = False
             self.loading[r.request_id] = r
             return True
         self.schedule_prefill(r, scheduled, new, cached)
@@ -576,6 +583,8 @@ class Driver:
             self.seen["abort"] += 1
         if rng.random() < 0.3:
             t.call("get_stats")
+        if self.events:
+            self.seen_events += len(t.call("take_events"))
         if rng.random() < 0.03:
             self.seen["reset"] += 1
             t.call("reset")
@@ -584,13 +593,15 @@ class Driver:
 @pytest.mark.parametrize("lazy", [False, True])
 @pytest.mark.parametrize("world_size", [1, 2])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_twin_runs_agree_call_by_call(seed, lazy, world_size):
-    d = Driver(seed, lazy, world_size)
+@pytest.mark.parametrize("events", [False, True])
+def test_twin_runs_agree_call_by_call(seed, lazy, world_size, events):
+    d = Driver(seed, lazy, world_size, events)
     for _ in range(150):
         d.step()
     d.t.call("get_stats")
     # The run exercised stores, hits, loads, partial takes and retries.
     assert all(d.seen.values()), d.seen
+    assert d.seen_events > 0 if events else d.seen_events == 0
 
 
 def test_readme_connector_example_runs(capsys):
