@@ -150,8 +150,10 @@ def step_output(new=(), cached=(), num_scheduled=None, finished=(), preempted=()
 
 
 def worker_output(recving=(), stores=None):
+    # vLLM passes a set; an ordered one keeps a run the same from process to process (a set
+    # of strings iterates in an order that varies with hash randomisation).
     return KVConnectorOutput(
-        finished_recving=set(recving) or None,
+        finished_recving=list(dict.fromkeys(recving)) or None,
         kv_connector_worker_meta=(
             None
             if stores is None
@@ -677,3 +679,41 @@ def test_pool_sizes_and_the_disk_backend_match_vllm(kwargs, blocks):
     for s in (ref, kv):
         s.bind_gpu_block_pool(BlockPool(16, True, BS))
     assert kv.get_stats().data == ref.get_stats().data
+
+
+def connector_config(pp: int = 1, **extra):
+    return NS(
+        kv_transfer_config=NS(kv_connector_extra_config={"cpu_bytes_to_use": 800, **extra}),
+        cache_config=NS(enable_prefix_caching=True, block_size=BS, prefix_match_unit=None,
+                        simple_cpu_offload_num_blocks=None),
+        parallel_config=NS(world_size=1, pipeline_parallel_size=pp,
+                           decode_context_parallel_size=1),
+        scheduler_config=NS(max_num_batched_tokens=16, max_num_seqs=8),
+        model_config=NS(max_model_len=4096), speculative_config=None, kv_events_config=None,
+        num_prefill_lookahead_tokens=0)
+
+
+def test_the_connector_needs_num_cpu_blocks_under_pipeline_parallelism():
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+    with pytest.raises(ValueError, match="num_cpu_blocks"):
+        KvtierSimpleCPUOffloadConnector(
+            connector_config(pp=2), KVConnectorRole.SCHEDULER, kv_cache_config(16))
+    c = KvtierSimpleCPUOffloadConnector(
+        connector_config(pp=2, num_cpu_blocks=4), KVConnectorRole.SCHEDULER,
+        kv_cache_config(16))
+    assert c.scheduler_manager.num_cpu_blocks == 4
+
+
+def test_max_requests_bounds_the_tracked_requests():
+    vc = connector_config(kvtier_max_requests=2)
+    kv = KvtierScheduler(vc, kv_cache_config(16), 800, BS, BS)
+    pool = BlockPool(16, True, BS)
+    kv.bind_gpu_block_pool(pool)
+    for i in range(2):
+        kv.update_state_after_alloc(Req(f"r{i}", [i] * 5), KVCacheBlocks(blocks=([],)), 0)
+    with pytest.raises(AssertionError, match="max_requests"):
+        kv.update_state_after_alloc(Req("r2", [2] * 5), KVCacheBlocks(blocks=([],)), 0)
+    kv.request_finished(Req("r0", []), [])
+    kv.update_state_after_alloc(Req("r2", [2] * 5), KVCacheBlocks(blocks=([],)), 0)
+    assert kv._native.mapped_requests() == 2
