@@ -219,6 +219,7 @@ class SimpleCPUOffloadScheduler:
         self.num_cpu_blocks: int = self._native.num_cpu_blocks()
         self.kv_event_medium = MEDIUM_STORAGE if disk_capacity_bytes > 0 else MEDIUM_CPU
         self._lazy_mode = bool(lazy_offload)
+        self._expected_worker_count: int = vllm_config.parallel_config.world_size
         self._target_free: int = self._native.target_free()
         self._gpu_block_pool: BlockPool | None = None
         # The request objects of eager store states (vLLM's StoreRequestState.request): the
