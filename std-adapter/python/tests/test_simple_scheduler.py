@@ -712,7 +712,7 @@ def test_max_requests_bounds_the_tracked_requests():
     kv.bind_gpu_block_pool(pool)
     for i in range(2):
         kv.update_state_after_alloc(Req(f"r{i}", [i] * 5), KVCacheBlocks(blocks=([],)), 0)
-    with pytest.raises(AssertionError, match="max_requests"):
+    with pytest.raises(RuntimeError, match="kvtier_max_requests"):
         kv.update_state_after_alloc(Req("r2", [2] * 5), KVCacheBlocks(blocks=([],)), 0)
     kv.request_finished(Req("r0", []), [])
     kv.update_state_after_alloc(Req("r2", [2] * 5), KVCacheBlocks(blocks=([],)), 0)

@@ -8,6 +8,7 @@
 //! ids while the core tracks them ([`ids`]); block hashes map to dense key ids the CPU pool
 //! holds ([`hashes`]).
 
+mod errors;
 mod gpu;
 mod hashes;
 mod ids;
@@ -25,6 +26,7 @@ use pyo3::exceptions::{PyAssertionError, PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use errors::{alloc_error, input_error};
 use gpu::PyGpu;
 use hashes::{ABSENT, HashKeys, encode_position};
 use ids::{ReqIds, UNKNOWN};
@@ -253,7 +255,7 @@ impl SimpleScheduler {
             .s
             .get_num_new_matched_tokens(&lookup, num_computed_tokens);
         self.ids.forget_if_untracked(&self.s, req);
-        r.map_err(value_error)
+        r.map_err(input_error)
     }
 
     /// `update_state_after_alloc` with the request's group-0 block ids.
@@ -273,7 +275,7 @@ impl SimpleScheduler {
         let py_err = view.finish();
         self.ids.forget_if_untracked(&self.s, req);
         py_err?;
-        r.map_err(|e| PyAssertionError::new_err(e.to_string()))
+        r.map_err(alloc_error)
     }
 
     /// `build_connector_meta`'s plan (see [`PlanTuple`]).
@@ -339,7 +341,7 @@ impl SimpleScheduler {
         let mut view = PyGpu::new(&pool, &self.keys, &lists, 0)?;
         let plan = self.s.build_connector_meta(&mut view, &step);
         let py_err = view.finish();
-        let plan = plan.map_err(value_error)?;
+        let plan = plan.map_err(input_error)?;
         let (store_event, load_event, need_flush) =
             (plan.store_event, plan.load_event, plan.need_flush);
         let out_lists = (
@@ -458,7 +460,7 @@ impl SimpleScheduler {
         let py_err = view.finish();
         self.ids.forget_if_untracked(&self.s, req);
         py_err?;
-        r.map_err(value_error)?;
+        r.map_err(input_error)?;
         Ok(Some(list))
     }
 
