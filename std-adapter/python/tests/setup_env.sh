@@ -26,4 +26,5 @@ fi
 "${pip[@]}" install "numpy>=1.26" "msgspec>=0.18" "typing_extensions>=4.10" \
     "pytest>=8" "hypothesis>=6.100" "maturin>=1.5,<2"
 "${pip[@]}" install "pyzmq>=25" "psutil>=5" "urllib3>=2" # vllm.distributed.kv_events's imports
+"${pip[@]}" install "cbor2>=5" # vllm.utils.hashing's import (vllm.v1.core.kv_cache_utils)
 echo "$venv"

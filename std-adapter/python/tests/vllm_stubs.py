@@ -47,6 +47,15 @@ _STUBS = {
     "vllm.v1.kv_offload.cpu.gpu_worker",
     "vllm.v1.kv_offload.cpu.host_register",
     "vllm.distributed.parallel_state",
+    # vLLM's simple offloader (vllm.v1.simple_kv_offload, vllm.v1.core.block_pool):
+    "vllm.multimodal",
+    "vllm.model_executor",
+    "vllm.utils.torch_utils",
+    "vllm.forward_context",
+    "vllm.v1.attention.backends.registry",
+    "vllm.v1.request",
+    "vllm.v1.metrics.perf",
+    "vllm.v1.utils",
 }
 
 _ANSWERS = {
