@@ -22,6 +22,7 @@ and vLLM's chained block hashes. Everything the offloader returns is recorded pe
 from __future__ import annotations
 
 import json
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -29,6 +30,12 @@ from dataclasses import dataclass, field
 import vllm_stubs
 
 vllm_stubs.install()
+
+# test_kv_events.py stands a one-alias module in for vLLM's kv_cache_utils when it is imported
+# first; the engine types below need the real file.
+_utils = sys.modules.get("vllm.v1.core.kv_cache_utils")
+if _utils is not None and getattr(_utils, "__file__", None) is None:
+    del sys.modules["vllm.v1.core.kv_cache_utils"]
 
 from vllm import SamplingParams  # noqa: E402
 from vllm.config import (  # noqa: E402
