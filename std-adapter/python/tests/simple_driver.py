@@ -97,6 +97,7 @@ class Shape:
     chunk_tokens: int = 64
     decode_tokens: int = 3
     drain: int = 3
+    kv_events: bool = False
 
 
 def kv_cache_config(gpu_blocks: int) -> KVCacheConfig:
@@ -128,7 +129,7 @@ def vllm_config(shape: Shape) -> VllmConfig:
         ),
         cache_config=CacheConfig(block_size=BLOCK, enable_prefix_caching=True),
         parallel_config=ParallelConfig(tensor_parallel_size=shape.world_size),
-        kv_events_config=KVEventsConfig(enable_kv_cache_events=True),
+        kv_events_config=KVEventsConfig(enable_kv_cache_events=shape.kv_events),
         kv_transfer_config=KVTransferConfig(
             kv_connector="SimpleCPUOffloadConnector", kv_role="kv_both"
         ),
@@ -191,6 +192,8 @@ class Record:
     stats: object = None
     events: list = field(default_factory=list)
     finished: list[tuple[str, object]] = field(default_factory=list)
+    pending_stores: bool | None = None
+    reset: bool | None = None
 
 
 def _meta(m) -> dict:
@@ -421,6 +424,10 @@ def run(
         if record:
             rec.stats = _stats(sched.get_stats())
             rec.events = [repr(e) for e in sched.take_events()]
+            rec.pending_stores = sched.has_pending_stores()
+        if idle > shape.drain:
+            # The last step: the connector's reset (vLLM's reset_prefix_cache path).
+            rec.reset = sched.reset()
         yield rec
         step += 1
         if step > 100000:

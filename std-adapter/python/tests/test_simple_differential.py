@@ -5,9 +5,11 @@ Both schedulers run the same engine steps (``simple_driver``: each its own vLLM
 reports two workers strong), so any difference is the scheduler's. Compared at every step:
 the CPU hits ``get_num_new_matched_tokens`` returns, the whole ``build_connector_meta``
 result, the drained ``get_stats()`` payload, the KV events ``take_events()`` returns and the
-``request_finished_all_groups`` results. Configurations: the first requests of small-a.kvtrace
+``request_finished_all_groups`` results and ``has_pending_stores()``; after the last step,
+``reset()``. Configurations: the first requests of small-a.kvtrace
 and of mooncake-synthetic.jsonl, eager and lazy offloading, a CPU pool smaller than the GPU's
-and one larger.
+and one larger. kvtier's class refuses KV-cache events (outside its scope), so both run with
+them off and ``take_events()`` is compared empty.
 """
 
 from __future__ import annotations
@@ -34,8 +36,10 @@ TRACES = os.environ.get(
 if not os.path.isdir(TRACES):
     TRACES = "/work/shared/traces"
 
-# Requests taken from the start of each trace.
-PREFIX = {"small-a": 150, "mooncake": 120}
+# Requests taken from the start of each trace (KVTIER_SIMPLE_REQUESTS=0: the whole traces,
+# 1,000 and 2,886 requests, some 30 s a scheduler over the eight configurations).
+_N = int(os.environ.get("KVTIER_SIMPLE_REQUESTS", "300")) or 10**9
+PREFIX = {"small-a": _N, "mooncake": _N}
 
 
 def _requests(trace: str) -> list[list[int]]:
@@ -67,16 +71,18 @@ def _records(cls, case):
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_driver_exercises_the_offloader(case):
-    """The comparison below is not vacuous: on vLLM's scheduler every configuration stores,
-    loads CPU hits back and emits KV events; the smaller CPU pool evicts (fewer hits)."""
+    """The comparison below is not vacuous: on vLLM's scheduler every configuration runs
+    every request to its end and stores, and the CPU pool larger than the GPU's loads CPU
+    hits back."""
     recs = _records(VllmScheduler, case)
     stored = sum(len(r.meta["store_gpu_blocks"]) for r in recs)
     loaded = sum(len(r.meta["load_gpu_blocks"]) for r in recs)
-    events = sum(len(r.events) for r in recs)
+    hits = sum(1 for r in recs for _, n, _ in r.hits if n)
     finished = sum(len(r.finished) for r in recs)
     assert finished == len(_requests(case[0]))
-    assert stored > 0 and events > 0
-    assert loaded > 0 or case[2] < 100, "the larger CPU pool must give CPU hits"
+    assert stored > 0
+    if case[2] > driver.Shape().gpu_blocks:
+        assert hits > 0 and loaded > 0
 
 
 @pytest.mark.skipif(KvtierScheduler is None, reason="kvtier.simple is not built in")
@@ -86,7 +92,7 @@ def test_kvtier_matches_vllm_step_by_step(case):
     got = driver.run(KvtierScheduler, _requests(case[0]), driver.Shape(lazy=case[1], cpu_blocks=case[2]))
     n = 0
     for w, g in zip(want, got, strict=True):
-        for what in ("hits", "meta", "stats", "events", "finished"):
+        for what in ("hits", "meta", "stats", "events", "finished", "pending_stores", "reset"):
             assert getattr(g, what) == getattr(w, what), (
                 f"step {w.step}: {what} differs\nvLLM:   {getattr(w, what)}\n"
                 f"kvtier: {getattr(g, what)}"

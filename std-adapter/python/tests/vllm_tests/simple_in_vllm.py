@@ -12,7 +12,10 @@ that every scheduler those tests build, directly or through the connector, is kv
 ``KVTIER_SIMPLE=vllm`` nothing is replaced: vLLM's own class runs, which shows what the
 torch-free harness itself lets pass.
 
-Against kvtier, the tests listed in ``simple_not_applicable.txt`` (reading vLLM's private
+vLLM's helper ``simulate_store_completion`` reads the private ``_expected_worker_count`` (the
+world size) to report a store done by every worker; if kvtier's class has no such attribute,
+the plugin gives it one that reads the world size from the configuration. Against kvtier, the
+tests listed in ``simple_not_applicable.txt`` (reading vLLM's private
 attributes, or a configuration outside kvtier's scope: one full-attention group) are marked
 xfail (not strict) with their reason and counted apart; every other test must pass. A listed
 test that is not collected is an error (the list is kept exact). The summary prints the counts:
@@ -50,6 +53,14 @@ if MODE == "kvtier":
         _kvtier_init(self, *args, **kwargs)
 
     _Kvtier.__init__ = _counting_init  # type: ignore[method-assign]
+    if not hasattr(_Kvtier, "_expected_worker_count"):
+        # vLLM's test helper simulate_store_completion reports a store event done by all
+        # workers at once, reading the count from the private _expected_worker_count (vLLM's
+        # __init__ sets it to the world size). kvtier's class keeps that count in Rust; the
+        # helper gets it from the configuration, as vLLM derives it.
+        _Kvtier._expected_worker_count = property(  # type: ignore[attr-defined]
+            lambda self: self.vllm_config.parallel_config.world_size
+        )
     _vllm_manager.SimpleCPUOffloadScheduler = _Kvtier  # type: ignore[misc]
     _connector.SimpleCPUOffloadScheduler = _Kvtier  # type: ignore[attr-defined]
 
