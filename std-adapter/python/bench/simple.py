@@ -76,7 +76,9 @@ def one(cls, reqs, shape):
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--trace", choices=("small-a", "mooncake"), default="small-a")
-    ap.add_argument("--traces", default="/work/shared/traces")
+    ap.add_argument(
+        "--traces", default=os.path.join(HERE, "..", "..", "..", "tests", "data")
+    )
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args()

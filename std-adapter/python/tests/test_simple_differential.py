@@ -29,12 +29,8 @@ except ImportError as e:  # the class is not built into this package
     KvtierScheduler = None
     _MISSING = str(e)
 
-TRACES = os.environ.get(
-    "KVTIER_TRACES",
-    os.path.join(os.path.dirname(os.path.abspath(__file__)), "../../../../shared/traces"),
-)
-if not os.path.isdir(TRACES):
-    TRACES = "/work/shared/traces"
+# The repository's copies of the shared traces.
+TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "tests", "data")
 
 # Requests taken from the start of each trace (KVTIER_SIMPLE_REQUESTS=0: the whole traces,
 # 1,000 and 2,886 requests, some 30 s a scheduler over the eight configurations).
