@@ -11,7 +11,9 @@ step's ``build_connector_meta`` the "workers" finish that step's transfers one s
 loads through ``finished_recving``, stores through ``SimpleCPUOffloadWorkerMetadata``, one
 report per worker (``world_size`` workers, the second a step after the first). A finished
 request is handed to ``request_finished_all_groups`` (vLLM's connector supports the hybrid
-allocator) and freed.
+allocator) and freed. With ``preempt_every`` = k, every k-th step preempts the last running
+request (its blocks freed, its progress lost, back to the queue's front; it resumes with its
+whole block table), so the offloader also sees ``preempted_req_ids`` and resumed requests.
 
 Requests come from a trace (kvtrace or Mooncake JSONL): each block id of a request becomes 16
 tokens derived from the id alone, so that requests sharing trace blocks share prompt prefixes
@@ -68,7 +70,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     KVCacheTensor,
 )
 from vllm.v1.outputs import KVConnectorOutput  # noqa: E402
-from vllm.v1.request import Request  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.simple_kv_offload.metadata import (  # noqa: E402
     SimpleCPUOffloadWorkerMetadata,
 )
@@ -97,6 +99,7 @@ class Shape:
     chunk_tokens: int = 64
     decode_tokens: int = 3
     drain: int = 3
+    preempt_every: int = 0
     kv_events: bool = False
 
 
@@ -227,6 +230,7 @@ class _Req:
         self.decode_left = decode
         self.loading = False
         self.scheduled_once = False
+        self.resumed = False
         self.need = 0
 
 
@@ -295,7 +299,24 @@ def run(
         new_reqs: list[NewRequestData] = []
         cached_ids: list[str] = []
         cached_blocks: list = []
+        resumed: set[str] = set()
         num_tokens: dict[str, int] = {}
+        preempted: set[str] = set()
+        if shape.preempt_every and step % shape.preempt_every == shape.preempt_every - 1:
+            # Preemption, as vLLM's engine preempts: the last running request loses its GPU
+            # blocks and its progress and goes back to the front of the queue.
+            victims = [r for r in running if r.scheduled_once]
+            if len(running) >= 2 and victims:
+                r = victims[-1]
+                running.remove(r)
+                kvm.free(r.req)
+                r.req.status = RequestStatus.PREEMPTED
+                r.req.num_computed_tokens = 0
+                r.req.num_preemptions += 1
+                r.scheduled_once = False
+                r.resumed = True
+                preempted.add(r.req.request_id)
+                waiting.appendleft(r)
         # Running requests: the next prefill chunk or one decode token.
         for r in running:
             if budget == 0:
@@ -313,8 +334,11 @@ def run(
             budget -= n
             num_tokens[req.request_id] = n
             if not r.scheduled_once:
+                # First scheduled after its load: vLLM's engine calls the connector again,
+                # with no external tokens.
                 r.scheduled_once = True
-                new_reqs.append(_new_req(req, kvm))
+                sched.update_state_after_alloc(req, kvm.get_blocks(req.request_id), 0)
+                _schedule_first(r, kvm, new_reqs, cached_ids, cached_blocks, resumed)
             else:
                 cached_ids.append(req.request_id)
                 cached_blocks.append(new_blocks.get_block_ids(allow_none=True))
@@ -364,13 +388,13 @@ def run(
             num_tokens[req.request_id] = n
             r.scheduled_once = True
             running.append(r)
-            new_reqs.append(_new_req(req, kvm))
+            _schedule_first(r, kvm, new_reqs, cached_ids, cached_blocks, resumed)
         # Requests that loaded are scheduled as new requests (vLLM's engine does so).
         out = SchedulerOutput(
             scheduled_new_reqs=new_reqs,
             scheduled_cached_reqs=CachedRequestData(
                 req_ids=cached_ids,
-                resumed_req_ids=set(),
+                resumed_req_ids=resumed,
                 new_token_ids=[[] for _ in cached_ids],
                 all_token_ids={},
                 new_block_ids=cached_blocks,
@@ -383,21 +407,23 @@ def run(
             total_num_scheduled_tokens=sum(num_tokens.values()),
             scheduled_spec_decode_tokens={},
             scheduled_encoder_inputs={},
-            preempted_req_ids=set(),
+            preempted_req_ids=preempted,
             finished_req_ids=finished_last,
             free_encoder_mm_hashes=[],
         )
         meta = sched.build_connector_meta(out)
         if record:
             rec.meta = _meta(meta)
-        # The workers run the step's transfers: worker 0 reports next step, worker 1 the
-        # step after (the store completes once every worker has reported).
+        # The workers run the step's transfers and report them in the next step's output
+        # (worker 0; worker 1 a step later: a store completes once every worker reported).
+        # A report due at step t is read before step t is scheduled, as vLLM's engine reads
+        # step t-1's output.
         if meta.load_event >= 0:
             recv = set(meta.load_event_to_reqs.get(meta.load_event, []))
-            reports.setdefault(step + 1, (set(), {}))[0].update(recv)
+            reports.setdefault(step + 2, (set(), {}))[0].update(recv)
         if meta.store_event >= 0:
             for w in range(shape.world_size):
-                stores = reports.setdefault(step + 1 + w, (set(), {}))[1]
+                stores = reports.setdefault(step + 2 + w, (set(), {}))[1]
                 stores[meta.store_event] = stores.get(meta.store_event, 0) + 1
         # The model ran: computed tokens advance, decode emits a token, finished requests go.
         finished_last = set()
@@ -432,6 +458,19 @@ def run(
         step += 1
         if step > 100000:
             raise RuntimeError("the step loop did not drain")
+
+
+def _schedule_first(r, kvm, new_reqs, cached_ids, cached_blocks, resumed) -> None:
+    """A request's first step after admission: a new request, or a resumed one (after a
+    preemption) with its whole block table."""
+    req = r.req
+    if r.resumed:
+        r.resumed = False
+        resumed.add(req.request_id)
+        cached_ids.append(req.request_id)
+        cached_blocks.append(kvm.get_block_ids(req.request_id))
+    else:
+        new_reqs.append(_new_req(req, kvm))
 
 
 def _new_req(req: Request, kvm: KVCacheManager) -> NewRequestData:

@@ -8,7 +8,7 @@ result, the drained ``get_stats()`` payload, the KV events ``take_events()`` ret
 ``request_finished_all_groups`` results and ``has_pending_stores()``; after the last step,
 ``reset()``. Configurations: the first requests of small-a.kvtrace
 and of mooncake-synthetic.jsonl, eager and lazy offloading, a CPU pool smaller than the GPU's
-and one larger. kvtier's class refuses KV-cache events (outside its scope), so both run with
+and one larger, a preemption every 13 steps. kvtier's class refuses KV-cache events (outside its scope), so both run with
 them off and ``take_events()`` is compared empty.
 """
 
@@ -36,6 +36,8 @@ TRACES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".
 # 1,000 and 2,886 requests, some 30 s a scheduler over the eight configurations).
 _N = int(os.environ.get("KVTIER_SIMPLE_REQUESTS", "300")) or 10**9
 PREFIX = {"small-a": _N, "mooncake": _N}
+# Every 13th step preempts a running request.
+PREEMPT_EVERY = 13
 
 
 def _requests(trace: str) -> list[list[int]]:
@@ -59,10 +61,14 @@ def _ids(case) -> str:
     return f"{trace}-{'lazy' if lazy else 'eager'}-cpu{cpu}"
 
 
+def _shape(case) -> driver.Shape:
+    _, lazy, cpu = case
+    return driver.Shape(lazy=lazy, cpu_blocks=cpu, preempt_every=PREEMPT_EVERY)
+
+
 def _records(cls, case):
     trace, lazy, cpu = case
-    shape = driver.Shape(lazy=lazy, cpu_blocks=cpu)
-    return list(driver.run(cls, _requests(trace), shape))
+    return list(driver.run(cls, _requests(trace), _shape(case)))
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)
@@ -75,8 +81,9 @@ def test_driver_exercises_the_offloader(case):
     loaded = sum(len(r.meta["load_gpu_blocks"]) for r in recs)
     hits = sum(1 for r in recs for _, n, _ in r.hits if n)
     finished = sum(len(r.finished) for r in recs)
+    flushes = sum(r.meta["need_flush"] for r in recs)
     assert finished == len(_requests(case[0]))
-    assert stored > 0
+    assert stored > 0 and flushes > 0
     if case[2] > driver.Shape().gpu_blocks:
         assert hits > 0 and loaded > 0
 
@@ -84,8 +91,8 @@ def test_driver_exercises_the_offloader(case):
 @pytest.mark.skipif(KvtierScheduler is None, reason="kvtier.simple is not built in")
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_kvtier_matches_vllm_step_by_step(case):
-    want = driver.run(VllmScheduler, _requests(case[0]), driver.Shape(lazy=case[1], cpu_blocks=case[2]))
-    got = driver.run(KvtierScheduler, _requests(case[0]), driver.Shape(lazy=case[1], cpu_blocks=case[2]))
+    want = driver.run(VllmScheduler, _requests(case[0]), _shape(case))
+    got = driver.run(KvtierScheduler, _requests(case[0]), _shape(case))
     n = 0
     for w, g in zip(want, got, strict=True):
         for what in ("hits", "meta", "stats", "events", "finished", "pending_stores", "reset"):
