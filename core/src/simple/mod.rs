@@ -324,6 +324,23 @@ impl SimpleScheduler {
         self.cursor
     }
 
+    /// Whether the scheduler holds any state for `req` (a pending hit, a load, store state).
+    /// A request it does not track can be forgotten by the caller's id map.
+    #[must_use]
+    pub fn is_tracked(&self, req: u64) -> bool {
+        self.reqs.find(req).is_some()
+    }
+
+    /// The requests whose loads are registered but not yet issued, in registration order
+    /// (the next [`build_connector_meta`](Self::build_connector_meta)'s load event names
+    /// them in this order, as vLLM's `load_event_to_reqs` lists them).
+    pub fn queued_loads(&self) -> impl Iterator<Item = u64> + '_ {
+        self.reqs
+            .load_order
+            .iter()
+            .map(|&s| self.reqs.slots[s as usize].id)
+    }
+
     /// The issued loads not yet finished, as `(load event, request)` pairs in slot order
     /// (vLLM's `load_event_to_reqs`, which the worker reads as a map of sets).
     pub fn load_event_requests(&self) -> impl Iterator<Item = (u64, u64)> + '_ {

@@ -300,6 +300,13 @@ impl<V> Interner<V> {
         self.slots.get(key.id as usize)?.value.as_ref()
     }
 
+    /// The key of a live id (`None` when the id is free).
+    #[must_use]
+    pub(crate) fn key_of(&self, id: u32) -> Option<VKey> {
+        let slot = self.slots.get(id as usize)?;
+        slot.value.as_ref().map(|_| slot.key)
+    }
+
     /// Every live key with its value, in id order.
     pub(crate) fn live(&self) -> impl Iterator<Item = (VKey, &V)> {
         self.slots

@@ -8,6 +8,7 @@ mod manager;
 mod positions;
 mod request;
 mod reuse;
+mod simple;
 mod vocab;
 
 use pyo3::prelude::*;
@@ -18,6 +19,7 @@ use pyo3::prelude::*;
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<manager::Manager>()?;
     m.add_class::<request::RequestState>()?;
+    m.add_class::<simple::SimpleScheduler>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -4,7 +4,7 @@ The manager answers with the vLLM classes and constants it was given at construc
 (``types``); ``kvtier.vllm.KvtierOffloadingManager`` is the typed, public face of it.
 """
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, final
 
 __version__: str
@@ -44,3 +44,71 @@ class Manager:
     def resident_chunks(self) -> int: ...
     def live_requests(self) -> int: ...
     def dropped_size_samples(self) -> int: ...
+
+@final
+class SimpleScheduler:
+    """kvtier's simple offloader (``kvtier_core::simple``) on vLLM's Python GPU ``BlockPool``;
+    ``kvtier.simple.SimpleCPUOffloadScheduler`` is its typed, public face."""
+
+    def __init__(
+        self,
+        block_size: int,
+        num_gpu_blocks: int,
+        capacity_bytes: int,
+        gpu_total_bytes: int,
+        num_cpu_blocks: int | None,
+        aligned_num_cpu_blocks: int | None,
+        lazy_offload: bool,
+        max_num_batched_tokens: int,
+        world_size: int,
+        num_prefill_lookahead_tokens: int,
+        disk: bool,
+        page_cache: bool,
+        max_requests: int,
+        max_blocks_per_request: int,
+    ) -> None: ...
+    def num_cpu_blocks(self) -> int: ...
+    def target_free(self) -> int: ...
+    def cpu_free_blocks(self) -> int: ...
+    def bind(self, pool: Any) -> None: ...
+    def get_num_new_matched_tokens(
+        self,
+        req_id: str,
+        block_hashes: Sequence[bytes],
+        num_tokens: int,
+        num_computed_tokens: int,
+        skip_reading_prefix_cache: bool,
+    ) -> tuple[int, bool]: ...
+    def update_state_after_alloc(
+        self, req_id: str, block_ids: list[int], num_external_tokens: int
+    ) -> None: ...
+    def build_connector_meta(
+        self,
+        handoffs: list[tuple[str, list[int]]],
+        preempted: list[str],
+        finished: list[str],
+        scheduled: list[
+            tuple[str, list[int] | None, bool, int, int, int, Sequence[bytes] | None]
+        ],
+    ) -> tuple[
+        int, list[int], list[int], int, list[int], list[int], dict[int, list[str]], bool
+    ]: ...
+    def update_connector_output(
+        self, finished_recving: list[str], completed_stores: list[tuple[int, int]]
+    ) -> None: ...
+    def request_finished(self, req_id: str) -> None: ...
+    def request_finished_all_groups(
+        self,
+        req_id: str,
+        block_ids: list[int],
+        num_computed_tokens: int,
+        num_output_placeholders: int,
+        block_hashes: Sequence[bytes],
+    ) -> None: ...
+    def reset(self) -> bool: ...
+    def has_pending_stores(self) -> bool: ...
+    def get_stats(self) -> list[tuple[str, tuple[str, ...], bool, int]]: ...
+    def boundary_store_stats(self) -> tuple[int, int, int, int, int, int, int, int]: ...
+    def take_forgotten(self) -> list[str]: ...
+    def mapped_requests(self) -> int: ...
+    def interned_keys(self) -> int: ...

@@ -231,3 +231,14 @@ class KvtierOffloadingSpec(CPUOffloadingSpec):
                 info=self.cpu_info,
             )
         return self._manager
+
+
+def __getattr__(name: str):
+    """``KvtierSimpleCPUOffloadConnector`` (vLLM's simple CPU offload connector with kvtier's
+    scheduler-side manager, ``kvtier.simple_connector``), imported on first use so that the
+    offloading spec above does not import vLLM's simple offloader."""
+    if name == "KvtierSimpleCPUOffloadConnector":
+        from kvtier.simple_connector import KvtierSimpleCPUOffloadConnector
+
+        return KvtierSimpleCPUOffloadConnector
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,381 @@
+"""kvtier's simple CPU offloader as vLLM 0.33.0's ``SimpleCPUOffloadScheduler``.
+
+``SimpleCPUOffloadScheduler`` here takes vLLM's constructor arguments and answers every call
+with vLLM's own types (``SimpleCPUOffloadMetadata``, ``SimpleCPUOffloadStats``,
+``BoundaryStoreStats``); the bookkeeping is kvtier's Rust ``kvtier_core::simple``. The GPU
+pool stays vLLM's ``BlockPool`` (the one ``bind_gpu_block_pool`` gives): kvtier reads it and
+pins or releases its blocks through its own ``touch`` and ``free_blocks``.
+
+Scope: one KV-cache group of full attention whose block size is the scheduler's and the hash
+block size (a dense model; vLLM's ``UnitaryKVCacheCoordinator``), without EAGLE's trailing
+block drop or KV-cache events. Any other configuration raises ``ValueError`` naming what is
+not supported, rather than running with different bookkeeping.
+
+Two optional ``kv_connector_extra_config`` keys bound kvtier's fixed tables:
+``kvtier_max_requests`` (requests tracked at once; default ``4 · max_num_seqs + 64``) and
+``kvtier_max_blocks_per_request`` (default ``cdiv(max_model_len, block_size) + 64``, at most
+the GPU pool).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from vllm.distributed.kv_events import MEDIUM_CPU, MEDIUM_STORAGE, KVCacheEvent
+from vllm.distributed.kv_transfer.kv_connector.utils import yield_req_data
+from vllm.v1.core.kv_cache_utils import resolve_dcp_kv_block_size
+from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
+from vllm.v1.simple_kv_offload.manager import BoundaryStoreStats
+from vllm.v1.simple_kv_offload.metadata import (
+    SimpleCPUOffloadMetadata,
+    SimpleCPUOffloadWorkerMetadata,
+)
+from vllm.v1.simple_kv_offload.metrics import (
+    OUTCOME_TO_FIELD,
+    MetricName,
+    SimpleCPUOffloadStats,
+)
+from vllm.v1.simple_kv_offload.sizing import gpu_total_bytes
+
+from kvtier import _native
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from vllm.config import VllmConfig
+    from vllm.v1.core.block_pool import BlockPool
+    from vllm.v1.core.kv_cache_manager import KVCacheBlocks
+    from vllm.v1.core.sched.output import SchedulerOutput
+    from vllm.v1.kv_cache_interface import KVCacheConfig
+    from vllm.v1.outputs import KVConnectorOutput
+    from vllm.v1.request import Request
+
+__all__ = ["SimpleCPUOffloadScheduler"]
+
+# The order vLLM's get_stats fills its payload in.
+_STATS_ORDER = {
+    **{
+        (MetricName.SAVE_OUTCOMES, (outcome,)): i
+        for i, outcome in enumerate(OUTCOME_TO_FIELD)
+    },
+    (MetricName.LOAD_BLOCKS, ()): 100,
+    (MetricName.USED_BLOCKS, ()): 101,
+    (MetricName.PENDING_STORE_BLOCKS, ()): 102,
+}
+
+_SUPPORTED_SPECS = (FullAttentionSpec, MLAAttentionSpec)
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _check_scope(
+    vllm_config: VllmConfig,
+    kv_cache_config: KVCacheConfig,
+    scheduler_block_size: int,
+    hash_block_size: int,
+) -> None:
+    """Raises ValueError for a configuration outside kvtier's simple offloader."""
+    groups = kv_cache_config.kv_cache_groups
+    if len(groups) != 1:
+        raise ValueError(
+            "kvtier's SimpleCPUOffloadScheduler supports one KV-cache group "
+            f"(full attention); this model has {len(groups)}"
+        )
+    spec = groups[0].kv_cache_spec
+    if type(spec) not in _SUPPORTED_SPECS:
+        raise ValueError(
+            "kvtier's SimpleCPUOffloadScheduler supports full-attention KV-cache groups "
+            f"only; this model's group is {type(spec).__name__}"
+        )
+    dcp = vllm_config.parallel_config.decode_context_parallel_size
+    group_block_size = resolve_dcp_kv_block_size(spec, dcp)
+    if not scheduler_block_size == hash_block_size == group_block_size:
+        raise ValueError(
+            "kvtier's SimpleCPUOffloadScheduler needs the scheduler block size, the hash "
+            "block size and the group's block size to be equal (no fine-grained hits); "
+            f"got {scheduler_block_size}, {hash_block_size} and {group_block_size}"
+        )
+    events = vllm_config.kv_events_config
+    if events is not None and events.enable_kv_cache_events:
+        raise ValueError(
+            "kvtier's SimpleCPUOffloadScheduler does not emit KV-cache events "
+            "(enable_kv_cache_events is not supported)"
+        )
+    spec_config = vllm_config.speculative_config
+    if spec_config is not None and spec_config.use_eagle_block_drop():
+        raise ValueError(
+            "kvtier's SimpleCPUOffloadScheduler does not model EAGLE's trailing-block "
+            "drop (use_eagle_block_drop is not supported)"
+        )
+
+
+def _extra_config(vllm_config: VllmConfig) -> dict[str, Any]:
+    kv_transfer = getattr(vllm_config, "kv_transfer_config", None)
+    extra = getattr(kv_transfer, "kv_connector_extra_config", None)
+    return dict(extra or {})
+
+
+class SimpleCPUOffloadScheduler:
+    """vLLM 0.33.0's ``SimpleCPUOffloadScheduler`` (scheduler-side manager of
+    ``SimpleCPUOffloadConnector``), with kvtier's bookkeeping. See the module docs."""
+
+    def __init__(
+        self,
+        vllm_config: VllmConfig,
+        kv_cache_config: KVCacheConfig | None,
+        cpu_capacity_bytes: int,
+        scheduler_block_size: int,
+        hash_block_size: int,
+        lazy_offload: bool = False,
+        disk_capacity_bytes: int = 0,
+        use_page_cache: bool = False,
+        num_cpu_blocks: int | None = None,
+        aligned_num_cpu_blocks: int | None = None,
+    ):
+        self.vllm_config = vllm_config
+        self.kv_cache_config = kv_cache_config
+        offload_capacity = (
+            disk_capacity_bytes if disk_capacity_bytes > 0 else cpu_capacity_bytes
+        )
+        self.block_size = scheduler_block_size
+        self.hash_block_size = hash_block_size
+        assert self.block_size % self.hash_block_size == 0
+        assert kv_cache_config is not None
+        _check_scope(vllm_config, kv_cache_config, scheduler_block_size, hash_block_size)
+        self.enable_kv_cache_events = False
+        self.cp_world_size = vllm_config.parallel_config.decode_context_parallel_size
+        num_gpu_blocks = kv_cache_config.num_blocks
+        gpu_bytes = gpu_total_bytes(kv_cache_config)
+        local_capacity = num_gpu_blocks * offload_capacity // gpu_bytes
+        if num_cpu_blocks is not None and (
+            type(num_cpu_blocks) is not int or not 0 < num_cpu_blocks <= local_capacity
+        ):
+            raise ValueError(
+                f"num_cpu_blocks={num_cpu_blocks!r} must be between 1 and "
+                f"local offload capacity {local_capacity}"
+            )
+        scheduler_config = vllm_config.scheduler_config
+        extra = _extra_config(vllm_config)
+        max_num_seqs = getattr(scheduler_config, "max_num_seqs", 256)
+        max_requests = int(extra.get("kvtier_max_requests", 4 * max_num_seqs + 64))
+        max_blocks = int(
+            extra.get(
+                "kvtier_max_blocks_per_request",
+                min(
+                    num_gpu_blocks,
+                    _cdiv(vllm_config.model_config.max_model_len, self.block_size) + 64,
+                ),
+            )
+        )
+        self._native = _native.SimpleScheduler(
+            self.block_size,
+            num_gpu_blocks,
+            offload_capacity,
+            gpu_bytes,
+            num_cpu_blocks,
+            aligned_num_cpu_blocks,
+            bool(lazy_offload),
+            scheduler_config.max_num_batched_tokens,
+            vllm_config.parallel_config.world_size,
+            vllm_config.num_prefill_lookahead_tokens,
+            disk_capacity_bytes > 0,
+            bool(use_page_cache),
+            max_requests,
+            max_blocks,
+        )
+        self.num_cpu_blocks: int = self._native.num_cpu_blocks()
+        self.kv_event_medium = MEDIUM_STORAGE if disk_capacity_bytes > 0 else MEDIUM_CPU
+        self._lazy_mode = bool(lazy_offload)
+        self._target_free: int = self._native.target_free()
+        self._gpu_block_pool: BlockPool | None = None
+        # The request objects of eager store states (vLLM's StoreRequestState.request): the
+        # progress a step's scan and a finish-time flush read.
+        self._requests: dict[str, Request] = {}
+
+    def _drop_forgotten(self) -> None:
+        for req_id in self._native.take_forgotten():
+            self._requests.pop(req_id, None)
+
+    def bind_gpu_block_pool(self, gpu_block_pool: BlockPool) -> None:
+        """The GPU pool the scheduler built; every later call reads and pins it."""
+        self._native.bind(gpu_block_pool)
+        self._gpu_block_pool = gpu_block_pool
+
+    def get_num_new_matched_tokens(
+        self, request: Request, num_computed_tokens: int
+    ) -> tuple[int | None, bool]:
+        """``(num_new_tokens, is_async)`` from consecutive CPU cache hits (pinned until
+        ``update_state_after_alloc``)."""
+        answer = self._native.get_num_new_matched_tokens(
+            request.request_id,
+            request.block_hashes,
+            request.num_tokens,
+            num_computed_tokens,
+            request.skip_reading_prefix_cache,
+        )
+        self._drop_forgotten()
+        return answer
+
+    def update_state_after_alloc(
+        self,
+        request: Request,
+        blocks: KVCacheBlocks,
+        num_external_tokens: int,
+    ) -> None:
+        """Registers the request's store state (eager mode) and turns its pending hit into
+        a load into ``blocks``."""
+        block_ids = blocks.get_block_ids()
+        req_id = request.request_id
+        if not self._lazy_mode and req_id not in self._requests:
+            self._requests[req_id] = request
+        self._native.update_state_after_alloc(
+            req_id, list(block_ids[0]) if block_ids else [], num_external_tokens
+        )
+        self._drop_forgotten()
+
+    def build_connector_meta(
+        self, scheduler_output: SchedulerOutput
+    ) -> SimpleCPUOffloadMetadata:
+        """This step's store and load events."""
+        preempted = list(scheduler_output.preempted_req_ids or ())
+        if self._gpu_block_pool is None:
+            return SimpleCPUOffloadMetadata(need_flush=bool(preempted))
+        handoffs: list[tuple[str, list[int]]] = []
+        scheduled: list[tuple[Any, ...]] = []
+        if not self._lazy_mode:
+            block_state = scheduler_output.kv_connector_block_state
+            if block_state is not None:
+                handoffs = [
+                    (req_id, [entry[1] for entry in entries])
+                    for req_id, entries in block_state.boundary_state_offloads.items()
+                ]
+            num_scheduled = scheduler_output.num_scheduled_tokens
+            for req_id, groups, is_full_table in yield_req_data(scheduler_output):
+                new_ids = groups[0] if groups and groups[0] is not None else None
+                request = self._requests.get(req_id)
+                if request is None:
+                    scheduled.append((req_id, new_ids, is_full_table, 0, 0, 0, None))
+                    continue
+                scheduled.append(
+                    (
+                        req_id,
+                        new_ids,
+                        is_full_table,
+                        num_scheduled.get(req_id, 0),
+                        request.num_computed_tokens,
+                        request.num_output_placeholders,
+                        request.block_hashes,
+                    )
+                )
+        (
+            store_event,
+            store_gpu,
+            store_cpu,
+            load_event,
+            load_gpu,
+            load_cpu,
+            load_event_to_reqs,
+            need_flush,
+        ) = self._native.build_connector_meta(
+            handoffs, preempted, list(scheduler_output.finished_req_ids), scheduled
+        )
+        return SimpleCPUOffloadMetadata(
+            load_event=load_event,
+            load_gpu_blocks=load_gpu,
+            load_cpu_blocks=load_cpu,
+            load_event_to_reqs=load_event_to_reqs,
+            store_event=store_event,
+            store_gpu_blocks=store_gpu,
+            store_cpu_blocks=store_cpu,
+            need_flush=need_flush,
+        )
+
+    def update_connector_output(self, connector_output: KVConnectorOutput) -> None:
+        """Finished loads, and stores every worker reported."""
+        finished_recving = list(connector_output.finished_recving or [])
+        meta = connector_output.kv_connector_worker_meta
+        completed = (
+            list(meta.completed_store_events.items())
+            if isinstance(meta, SimpleCPUOffloadWorkerMetadata)
+            else []
+        )
+        self._native.update_connector_output(finished_recving, completed)
+        self._drop_forgotten()
+
+    def has_pending_stores(self) -> bool:
+        """Whether a store transfer is queued or in flight."""
+        return self._native.has_pending_stores()
+
+    def request_finished(
+        self, request: Request, block_ids: list[int]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """Releases the request's pending hit, unissued load and (once its stores are done)
+        store state. Always ``(False, None)``."""
+        self._native.request_finished(request.request_id)
+        self._drop_forgotten()
+        return False, None
+
+    def request_finished_all_groups(
+        self, request: Request, block_ids: tuple[list[int], ...]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """Queues the finishing request's confirmed blocks not yet stored (eager mode), then
+        ``request_finished``."""
+        req_id = request.request_id
+        tracked = self._requests.get(req_id, request)
+        self._native.request_finished_all_groups(
+            req_id,
+            list(block_ids[0]) if block_ids else [],
+            tracked.num_computed_tokens,
+            tracked.num_output_placeholders,
+            tracked.block_hashes,
+        )
+        self._drop_forgotten()
+        return False, None
+
+    def get_boundary_store_stats(self) -> BoundaryStoreStats:
+        """The cumulative boundary hand-off outcomes."""
+        (
+            published,
+            stored,
+            dropped_cpu_full,
+            dropped_request_gone,
+            skipped_already_cached,
+            skipped_in_flight,
+            dropped_null_block,
+            dropped_not_hashed,
+        ) = self._native.boundary_store_stats()
+        return BoundaryStoreStats(
+            published=published,
+            stored=stored,
+            dropped_cpu_full=dropped_cpu_full,
+            dropped_request_gone=dropped_request_gone,
+            skipped_already_cached=skipped_already_cached,
+            skipped_in_flight=skipped_in_flight,
+            dropped_null_block=dropped_null_block,
+            dropped_not_hashed=dropped_not_hashed,
+        )
+
+    def get_stats(self) -> SimpleCPUOffloadStats:
+        """Drains the interval's stats."""
+        stats = SimpleCPUOffloadStats()
+        series = self._native.get_stats()
+        series.sort(key=lambda s: _STATS_ORDER.get((s[0], s[1]), 200))
+        for name, labelvalues, is_counter, value in series:
+            if is_counter:
+                stats.increase_counter(name, value, labelvalues)
+            else:
+                stats.set_gauge(name, value, labelvalues)
+        return stats
+
+    def take_events(self) -> Iterable[KVCacheEvent]:
+        """KV-cache events (none: events are not supported, see the module docs)."""
+        return []
+
+    def reset(self) -> bool:
+        """Abandons pending transfers; whether the CPU prefix cache was cleared."""
+        answer = self._native.reset()
+        self._requests.clear()
+        self._drop_forgotten()
+        return answer

@@ -1,0 +1,136 @@
+//! vLLM's block hashes as the core's [`BlockKey`](kvtier_core::BlockKey) hashes.
+//!
+//! A GPU block's key (`BlockHashWithGroupId`: the block hash ‖ the 4-byte group 0) is interned
+//! ([`crate::keys::Interner`]) to a dense id, hashed over its block-hash part so that a
+//! request's own hash (`request.block_hashes[i]`, no group) finds the same id. The core keeps
+//! keys across calls only in its CPU pool, so a sweep ([`HashKeys::sweep`]) keeps the ids the
+//! CPU pool holds and frees the rest: the interner stays within twice the CPU pool's keys.
+//!
+//! Two more values a key's `hash` can carry, never an id (ids are below 2^32):
+//! - [`ABSENT`]: a request hash no GPU block key was ever interned under, so the CPU pool
+//!   cannot hold it;
+//! - a *position* ([`encode_position`]): "the `idx`-th hash of the `list`-th hash list of this
+//!   call", read from the Python list when the core asks the GPU pool for it (a null block's
+//!   recovery), so a scan interns nothing for the hashes it only counts.
+
+use core::hash::BuildHasher;
+
+use kvtier_core::hashing::FixedState;
+use kvtier_core::simple::SimpleScheduler;
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::keys::Interner;
+
+/// The key hash of a request hash the CPU pool cannot hold.
+pub(super) const ABSENT: u64 = 1 << 62;
+
+const POSITION: u64 = 1 << 63;
+const INDEX_BITS: u32 = 40;
+const MAX_LISTS: usize = 1 << 22;
+
+/// The key hash naming `request.block_hashes[idx]` of the call's `list`-th hash list, or
+/// `None` beyond the encodable range (2^22 lists, 2^40 hashes each).
+pub(super) fn encode_position(list: usize, idx: usize) -> Option<u64> {
+    let idx = u64::try_from(idx).ok().filter(|&i| i < 1 << INDEX_BITS)?;
+    let list = u64::try_from(list).ok().filter(|&l| l < MAX_LISTS as u64)?;
+    Some(POSITION | (list << INDEX_BITS) | idx)
+}
+
+/// The `(list, idx)` a position-encoded key hash names.
+pub(super) fn decode_position(hash: u64) -> Option<(usize, usize)> {
+    if hash & POSITION == 0 {
+        return None;
+    }
+    let idx = usize::try_from(hash & ((1 << INDEX_BITS) - 1)).ok()?;
+    let list = usize::try_from((hash & !POSITION) >> INDEX_BITS).ok()?;
+    Some((list, idx))
+}
+
+/// The interner of GPU block keys.
+#[derive(Debug, Default)]
+pub(super) struct HashKeys {
+    keys: Interner<Py<PyBytes>>,
+    hasher: FixedState,
+}
+
+/// Whether the held key object `held` (hash ‖ group) is `raw` in group 0.
+fn is_raw_in_group0<'a>(py: Python<'a>, raw: &'a [u8]) -> impl Fn(&Py<PyBytes>) -> bool + 'a {
+    move |held| {
+        let b = held.bind(py).as_bytes();
+        b.len() == raw.len() + 4 && b.starts_with(raw) && b.ends_with(&[0; 4])
+    }
+}
+
+impl HashKeys {
+    /// The id of a GPU block's key (`hash ‖ u32_be(0)`), interning it.
+    ///
+    /// # Errors
+    /// `ValueError` for a key that is not in group 0 (the one group supported);
+    /// `RuntimeError` when 2^32 − 1 keys are live.
+    pub(super) fn intern_key(&mut self, key: &Bound<'_, PyBytes>) -> PyResult<u32> {
+        let bytes = key.as_bytes();
+        let Some(raw) = bytes.len().checked_sub(4).map(|n| &bytes[..n]) else {
+            return Err(PyValueError::new_err("a block key has fewer than 4 bytes"));
+        };
+        if !bytes.ends_with(&[0; 4]) {
+            return Err(PyValueError::new_err(
+                "a GPU block's key names a KV-cache group other than 0 \
+                 (kvtier's simple offloader supports one group)",
+            ));
+        }
+        let h = self.hasher.hash_one(raw);
+        let k = self
+            .keys
+            .intern(h, bytes, is_raw_in_group0(key.py(), raw), || {
+                key.clone().unbind()
+            })
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+        Ok(k.id())
+    }
+
+    /// The key hash of a request's block hash: its id if interned, else [`ABSENT`].
+    pub(super) fn find_raw(&self, raw: &Bound<'_, PyAny>) -> PyResult<u64> {
+        let b = raw.cast::<PyBytes>()?;
+        let bytes = b.as_bytes();
+        let h = self.hasher.hash_one(bytes);
+        Ok(self
+            .keys
+            .find(h, is_raw_in_group0(raw.py(), bytes))
+            .map_or(ABSENT, |k| u64::from(k.id())))
+    }
+
+    /// The key object of id `hash`, if live.
+    pub(super) fn value(&self, hash: u64) -> Option<&Py<PyBytes>> {
+        let id = u32::try_from(hash).ok()?;
+        self.keys.value(&self.keys.key_of(id)?)
+    }
+
+    /// Keys interned now.
+    pub(super) fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    /// Frees every id the scheduler's CPU pool does not hold, when enough were interned since
+    /// the last sweep.
+    pub(super) fn maybe_sweep(&mut self, s: &SimpleScheduler) {
+        if !self.keys.sweep_due() {
+            return;
+        }
+        let keys = &self.keys;
+        let mut held = Vec::new();
+        let cpu = s.cpu_pool();
+        for b in 0..cpu.num_blocks() {
+            if let Some(k) = cpu
+                .block_hash(b)
+                .and_then(|h| u32::try_from(h.key.hash).ok())
+                .and_then(|id| keys.key_of(id))
+            {
+                held.push(k);
+            }
+        }
+        self.keys
+            .sweep(|f| held.iter().for_each(f), |v| v.as_ptr() as usize);
+    }
+}

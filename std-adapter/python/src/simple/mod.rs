@@ -1,0 +1,523 @@
+//! `kvtier._native.SimpleScheduler`: kvtier's [`SimpleScheduler`] (vLLM 0.33.0's
+//! `SimpleCPUOffloadScheduler`) on vLLM's own Python GPU `BlockPool`.
+//!
+//! `kvtier.simple.SimpleCPUOffloadScheduler` reads vLLM's objects (requests, block lists, the
+//! scheduler output) into the plain arguments these methods take and builds vLLM's objects
+//! from their answers. The GPU pool is the vLLM `BlockPool` given to [`bind`](Self::bind):
+//! [`gpu`] reads and pins it through its own methods. Request ids map to the core's `u64`
+//! ids while the core tracks them ([`ids`]); block hashes map to dense key ids the CPU pool
+//! holds ([`hashes`]).
+
+mod gpu;
+mod hashes;
+mod ids;
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+
+use kvtier_core::simple::{
+    Finished, Handoff, LookupRequest, NewError, PoolSize, PoolSizing, Progress, Scheduled,
+    SimpleConfig, SimpleScheduler as Core, StepInput, WorkerOutput,
+};
+use kvtier_core::stats::Value;
+use kvtier_core::stats::simple_offload::{Backend, SaveOutcome};
+use pyo3::exceptions::{PyAssertionError, PyMemoryError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyTuple};
+
+use gpu::PyGpu;
+use hashes::{ABSENT, HashKeys, encode_position};
+use ids::{ReqIds, UNKNOWN};
+
+/// One scheduled request as `kvtier.simple` passes it: `(req_id, new_block_ids or None,
+/// is_full_table, num_scheduled_tokens, num_computed_tokens, num_output_placeholders,
+/// block_hashes or None)`.
+type ScheduledArg<'py> = (
+    Bound<'py, PyAny>,
+    Option<Vec<u32>>,
+    bool,
+    u64,
+    u64,
+    u64,
+    Option<Bound<'py, PyAny>>,
+);
+
+/// What `build_connector_meta` answers: `(store_event, store_gpu, store_cpu, load_event,
+/// load_gpu, load_cpu, load_event_to_reqs, need_flush)`, events `-1` when absent.
+type PlanTuple<'py> = (
+    i64,
+    Vec<u32>,
+    Vec<u32>,
+    i64,
+    Vec<u32>,
+    Vec<u32>,
+    Bound<'py, PyDict>,
+    bool,
+);
+
+fn value_error(e: impl std::fmt::Display) -> PyErr {
+    PyValueError::new_err(e.to_string())
+}
+
+fn event_or_minus_one(e: Option<u64>) -> i64 {
+    e.map_or(-1, |e| i64::try_from(e).unwrap_or(i64::MAX))
+}
+
+/// kvtier's simple offloader, scheduler side, for `kvtier.simple`.
+#[pyclass(module = "kvtier._native", unsendable)]
+#[derive(Debug)]
+pub(crate) struct SimpleScheduler {
+    s: Core,
+    pool: Option<Py<PyAny>>,
+    keys: RefCell<HashKeys>,
+    ids: ReqIds,
+    /// Issued load events with their requests in registration order (what vLLM's
+    /// `_load_event_to_reqs` lists), cut down to the core's live loads at each step.
+    load_reqs: Vec<(u64, Vec<u64>)>,
+    /// Position-encoded hashes of one call's requests, back to back.
+    positions: Vec<u64>,
+}
+
+impl SimpleScheduler {
+    /// The bound GPU pool.
+    fn pool<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.pool {
+            Some(p) => Ok(p.bind(py).clone()),
+            None => Err(PyAssertionError::new_err(
+                "bind_gpu_block_pool() must be called before the GPU pool is used",
+            )),
+        }
+    }
+
+    /// Appends the position keys of `hashes` (the call's `list`-th hash list, `None` for
+    /// none) to `positions`, returning their range.
+    fn push_positions(
+        &mut self,
+        list: usize,
+        hashes: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<(usize, usize)> {
+        let start = self.positions.len();
+        let n = match hashes {
+            Some(h) => h.len()?,
+            None => 0,
+        };
+        for i in 0..n {
+            let p = encode_position(list, i)
+                .ok_or_else(|| PyValueError::new_err("too many block hashes in one call"))?;
+            self.positions.push(p);
+        }
+        Ok((start, self.positions.len()))
+    }
+}
+
+#[pymethods]
+impl SimpleScheduler {
+    /// The CPU pool's size follows vLLM's `_derive_cpu_config`: `num_cpu_blocks` (checked
+    /// against the budget) when given, else `aligned_num_cpu_blocks` when given, else what
+    /// `capacity_bytes` holds at the GPU's bytes per block.
+    #[new]
+    #[pyo3(signature = (
+        block_size, num_gpu_blocks, capacity_bytes, gpu_total_bytes, num_cpu_blocks,
+        aligned_num_cpu_blocks, lazy_offload, max_num_batched_tokens, world_size,
+        num_prefill_lookahead_tokens, disk, page_cache, max_requests, max_blocks_per_request
+    ))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        block_size: u32,
+        num_gpu_blocks: u32,
+        capacity_bytes: u64,
+        gpu_total_bytes: u64,
+        num_cpu_blocks: Option<u32>,
+        aligned_num_cpu_blocks: Option<u32>,
+        lazy_offload: bool,
+        max_num_batched_tokens: u32,
+        world_size: u32,
+        num_prefill_lookahead_tokens: u32,
+        disk: bool,
+        page_cache: bool,
+        max_requests: u32,
+        max_blocks_per_request: u32,
+    ) -> PyResult<Self> {
+        let size = match (num_cpu_blocks, aligned_num_cpu_blocks) {
+            (Some(n), _) => PoolSize::Explicit(n),
+            (None, Some(n)) => PoolSize::Aligned(n),
+            (None, None) => PoolSize::FromBytes,
+        };
+        let sizing = PoolSizing {
+            capacity_bytes,
+            gpu_total_bytes,
+            size,
+        };
+        let mut c = SimpleConfig::new(block_size, num_gpu_blocks, sizing);
+        c.lazy_offload = lazy_offload;
+        c.max_num_batched_tokens = max_num_batched_tokens;
+        c.world_size = world_size;
+        c.num_prefill_lookahead_tokens = num_prefill_lookahead_tokens;
+        c.backend = if disk { Backend::Disk } else { Backend::Cpu };
+        c.page_cache = page_cache;
+        c.max_requests = max_requests;
+        c.max_blocks_per_request = max_blocks_per_request;
+        let s = Core::new(c).map_err(|e| match e {
+            NewError::Config(c) => value_error(c),
+            NewError::AllocFailed => PyMemoryError::new_err(e.to_string()),
+        })?;
+        Ok(SimpleScheduler {
+            s,
+            pool: None,
+            keys: RefCell::new(HashKeys::default()),
+            ids: ReqIds::default(),
+            load_reqs: Vec::new(),
+            positions: Vec::new(),
+        })
+    }
+
+    /// The CPU pool's blocks, the null block included (vLLM's `num_cpu_blocks`).
+    fn num_cpu_blocks(&self) -> u32 {
+        self.s.num_cpu_blocks()
+    }
+
+    /// Lazy mode's `target_free` (0 in eager mode).
+    fn target_free(&self) -> u32 {
+        self.s.target_free()
+    }
+
+    /// Free CPU blocks (`cpu_block_pool.get_num_free_blocks()`).
+    fn cpu_free_blocks(&self) -> u32 {
+        self.s.cpu_pool().free_count()
+    }
+
+    /// `bind_gpu_block_pool`: the vLLM `BlockPool` every later call reads and pins.
+    fn bind(&mut self, pool: &Bound<'_, PyAny>) -> PyResult<()> {
+        let n = pool.getattr("blocks")?.len()?;
+        if n != self.s.config().num_gpu_blocks as usize {
+            return Err(PyValueError::new_err(format!(
+                "the GPU block pool has {n} blocks, the KV-cache config {}",
+                self.s.config().num_gpu_blocks
+            )));
+        }
+        self.pool = Some(pool.clone().unbind());
+        Ok(())
+    }
+
+    /// `get_num_new_matched_tokens`: `(tokens, is_async)`.
+    fn get_num_new_matched_tokens(
+        &mut self,
+        req_id: &Bound<'_, PyAny>,
+        block_hashes: &Bound<'_, PyAny>,
+        num_tokens: u64,
+        num_computed_tokens: u64,
+        skip_reading_prefix_cache: bool,
+    ) -> PyResult<(u64, bool)> {
+        let bs = u64::from(self.s.config().block_size);
+        let mut hashes = Vec::new();
+        if !skip_reading_prefix_cache && num_computed_tokens.is_multiple_of(bs) {
+            let n = block_hashes.len()?;
+            let skipped = usize::try_from(num_computed_tokens / bs).unwrap_or(usize::MAX);
+            let cap = num_tokens
+                .saturating_sub(1)
+                .saturating_sub(num_computed_tokens)
+                / bs;
+            let end = n.min(skipped.saturating_add(usize::try_from(cap).unwrap_or(usize::MAX)));
+            hashes.resize(skipped.min(n), ABSENT);
+            let keys = self.keys.borrow();
+            for i in skipped..end {
+                // The hit ends at the first hash the CPU pool cannot hold.
+                let h = keys.find_raw(&block_hashes.get_item(i)?)?;
+                hashes.push(h);
+                if h == ABSENT {
+                    break;
+                }
+            }
+        }
+        let req = self.ids.get_or_insert(req_id)?;
+        let lookup = LookupRequest {
+            req,
+            block_hashes: &hashes,
+            num_tokens,
+            skip_reading_prefix_cache,
+        };
+        let r = self
+            .s
+            .get_num_new_matched_tokens(&lookup, num_computed_tokens);
+        self.ids.forget_if_untracked(&self.s, req);
+        r.map_err(value_error)
+    }
+
+    /// `update_state_after_alloc` with the request's group-0 block ids.
+    fn update_state_after_alloc(
+        &mut self,
+        py: Python<'_>,
+        req_id: &Bound<'_, PyAny>,
+        block_ids: Vec<u32>,
+        num_external_tokens: u64,
+    ) -> PyResult<()> {
+        let pool = self.pool(py)?;
+        let req = self.ids.get_or_insert(req_id)?;
+        let mut view = PyGpu::new(&pool, &self.keys, &[])?;
+        let r = self
+            .s
+            .update_state_after_alloc(&mut view, req, &block_ids, num_external_tokens);
+        let py_err = view.finish();
+        self.ids.forget_if_untracked(&self.s, req);
+        py_err?;
+        r.map_err(|e| PyAssertionError::new_err(e.to_string()))
+    }
+
+    /// `build_connector_meta`'s plan (see [`PlanTuple`]).
+    fn build_connector_meta<'py>(
+        &mut self,
+        py: Python<'py>,
+        handoffs: Vec<(Bound<'py, PyAny>, Vec<u32>)>,
+        preempted: Vec<Bound<'py, PyAny>>,
+        finished: Vec<Bound<'py, PyAny>>,
+        scheduled: Vec<ScheduledArg<'py>>,
+    ) -> PyResult<PlanTuple<'py>> {
+        let pool = self.pool(py)?;
+        let handoff_ids = handoffs
+            .iter()
+            .map(|(r, _)| self.ids.get(r))
+            .collect::<PyResult<Vec<u64>>>()?;
+        let preempted = preempted
+            .iter()
+            .map(|r| self.ids.get(r))
+            .collect::<PyResult<Vec<u64>>>()?;
+        let finished = finished
+            .iter()
+            .map(|r| self.ids.get(r))
+            .collect::<PyResult<Vec<u64>>>()?;
+        self.positions.clear();
+        let mut lists = Vec::with_capacity(scheduled.len());
+        let mut ranges = Vec::with_capacity(scheduled.len());
+        let mut sched_ids = Vec::with_capacity(scheduled.len());
+        for (i, sc) in scheduled.iter().enumerate() {
+            sched_ids.push(self.ids.get(&sc.0)?);
+            ranges.push(self.push_positions(i, sc.6.as_ref())?);
+            lists.push(sc.6.clone().unwrap_or_else(|| py.None().into_bound(py)));
+        }
+        let handoff_list: Vec<Handoff<'_>> = handoffs
+            .iter()
+            .zip(&handoff_ids)
+            .map(|((_, g), &req)| Handoff { req, gpu_blocks: g })
+            .collect();
+        let sched_list: Vec<Scheduled<'_>> = scheduled
+            .iter()
+            .zip(&sched_ids)
+            .zip(&ranges)
+            .map(|((sc, &req), &(a, b))| Scheduled {
+                req,
+                new_block_ids: sc.1.as_deref(),
+                full_table: sc.2,
+                num_scheduled_tokens: sc.3,
+                progress: Progress {
+                    num_computed_tokens: sc.4,
+                    num_output_placeholders: sc.5,
+                    block_hashes: &self.positions[a..b],
+                },
+            })
+            .collect();
+        let step = StepInput {
+            handoffs: &handoff_list,
+            preempted: &preempted,
+            finished: &finished,
+            scheduled: &sched_list,
+        };
+        let queued: Vec<u64> = self.s.queued_loads().collect();
+        self.keys.borrow_mut().maybe_sweep(&self.s);
+        let mut view = PyGpu::new(&pool, &self.keys, &lists)?;
+        let plan = self.s.build_connector_meta(&mut view, &step);
+        let py_err = view.finish();
+        let plan = plan.map_err(value_error)?;
+        let (store_event, load_event, need_flush) =
+            (plan.store_event, plan.load_event, plan.need_flush);
+        let out_lists = (
+            plan.store_gpu_blocks.to_vec(),
+            plan.store_cpu_blocks.to_vec(),
+            plan.load_gpu_blocks.to_vec(),
+            plan.load_cpu_blocks.to_vec(),
+        );
+        py_err?;
+        if let Some(e) = load_event {
+            self.load_reqs.push((e, queued));
+        }
+        let live: HashSet<(u64, u64)> = self.s.load_event_requests().collect();
+        for (e, reqs) in &mut self.load_reqs {
+            reqs.retain(|r| live.contains(&(*e, *r)));
+        }
+        self.load_reqs.retain(|(_, reqs)| !reqs.is_empty());
+        let to_reqs = PyDict::new(py);
+        for (e, reqs) in &self.load_reqs {
+            let names = PyList::empty(py);
+            for r in reqs {
+                if let Some(n) = self.ids.name(*r) {
+                    names.append(n.bind(py))?;
+                }
+            }
+            to_reqs.set_item(*e, names)?;
+        }
+        Ok((
+            event_or_minus_one(store_event),
+            out_lists.0,
+            out_lists.1,
+            event_or_minus_one(load_event),
+            out_lists.2,
+            out_lists.3,
+            to_reqs,
+            need_flush,
+        ))
+    }
+
+    /// `update_connector_output`: the requests whose loads finished and the store reports
+    /// `(event, workers)` summed within the step.
+    fn update_connector_output(
+        &mut self,
+        py: Python<'_>,
+        finished_recving: Vec<Bound<'_, PyAny>>,
+        completed_stores: Vec<(u64, u32)>,
+    ) -> PyResult<()> {
+        if finished_recving.is_empty() && completed_stores.is_empty() {
+            return Ok(());
+        }
+        let pool = self.pool(py)?;
+        let recv = finished_recving
+            .iter()
+            .map(|r| self.ids.get(r))
+            .collect::<PyResult<Vec<u64>>>()?;
+        self.keys.borrow_mut().maybe_sweep(&self.s);
+        let out = WorkerOutput {
+            finished_recving: &recv,
+            completed_stores: &completed_stores,
+        };
+        let mut view = PyGpu::new(&pool, &self.keys, &[])?;
+        let r = self.s.update_connector_output(&mut view, &out);
+        let py_err = view.finish();
+        self.ids.forget_untracked(&self.s);
+        py_err?;
+        r.map_err(value_error)
+    }
+
+    /// `request_finished`.
+    fn request_finished(&mut self, py: Python<'_>, req_id: &Bound<'_, PyAny>) -> PyResult<()> {
+        let req = self.ids.get(req_id)?;
+        if req == UNKNOWN {
+            return Ok(());
+        }
+        let pool = self.pool(py)?;
+        let mut view = PyGpu::new(&pool, &self.keys, &[])?;
+        self.s.request_finished(&mut view, req);
+        let py_err = view.finish();
+        self.ids.forget_if_untracked(&self.s, req);
+        py_err
+    }
+
+    /// `request_finished_all_groups` with the request's group-0 block ids and progress.
+    fn request_finished_all_groups(
+        &mut self,
+        py: Python<'_>,
+        req_id: &Bound<'_, PyAny>,
+        block_ids: Vec<u32>,
+        num_computed_tokens: u64,
+        num_output_placeholders: u64,
+        block_hashes: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let req = self.ids.get(req_id)?;
+        if req == UNKNOWN {
+            return Ok(());
+        }
+        let pool = self.pool(py)?;
+        self.positions.clear();
+        let (a, b) = self.push_positions(0, Some(block_hashes))?;
+        let fin = Finished {
+            req,
+            block_ids: &block_ids,
+            progress: Progress {
+                num_computed_tokens,
+                num_output_placeholders,
+                block_hashes: &self.positions[a..b],
+            },
+        };
+        let lists = [block_hashes.clone()];
+        self.keys.borrow_mut().maybe_sweep(&self.s);
+        let mut view = PyGpu::new(&pool, &self.keys, &lists)?;
+        let r = self.s.request_finished_all_groups(&mut view, &fin);
+        let py_err = view.finish();
+        self.ids.forget_if_untracked(&self.s, req);
+        py_err?;
+        r.map_err(value_error)
+    }
+
+    /// `reset`: whether the CPU prefix cache was cleared.
+    fn reset(&mut self, py: Python<'_>) -> PyResult<bool> {
+        let pool = self.pool(py)?;
+        let mut view = PyGpu::new(&pool, &self.keys, &[])?;
+        let ok = self.s.reset(&mut view);
+        let py_err = view.finish();
+        self.ids.forget_untracked(&self.s);
+        py_err?;
+        Ok(ok)
+    }
+
+    /// `has_pending_stores`.
+    fn has_pending_stores(&self) -> bool {
+        self.s.has_pending_stores()
+    }
+
+    /// `get_stats` drained: `[(name, labelvalues, is_counter, value)]`.
+    fn get_stats<'py>(&mut self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyTuple>>> {
+        let p = self.s.get_stats();
+        let mut out = Vec::with_capacity(p.len());
+        for series in p.series() {
+            let labels = PyTuple::new(py, series.labels().iter().collect::<Vec<_>>())?;
+            let (counter, value) = match series.value() {
+                Value::Counter(v) => (true, i128::from(*v)),
+                Value::Gauge(g) => (false, i128::from(g.numerator())),
+                Value::Histogram(_) => continue,
+            };
+            out.push(PyTuple::new(
+                py,
+                [
+                    series.name().into_pyobject(py)?.into_any(),
+                    labels.into_any(),
+                    counter.into_pyobject(py)?.to_owned().into_any(),
+                    value.into_pyobject(py)?.into_any(),
+                ],
+            )?);
+        }
+        Ok(out)
+    }
+
+    /// The cumulative boundary hand-off counts (vLLM's `BoundaryStoreStats` fields, in its
+    /// order): `(published, stored, dropped_cpu_full, dropped_request_gone,
+    /// skipped_already_cached, skipped_in_flight, dropped_null_block, dropped_not_hashed)`.
+    fn boundary_store_stats(&self) -> (u64, u64, u64, u64, u64, u64, u64, u64) {
+        let t = |o| self.s.boundary_total(o);
+        (
+            self.s.published(),
+            t(SaveOutcome::Stored),
+            t(SaveOutcome::DroppedCpuFull),
+            t(SaveOutcome::DroppedRequestGone),
+            t(SaveOutcome::SkippedAlreadyCached),
+            t(SaveOutcome::SkippedInFlight),
+            t(SaveOutcome::DroppedNullBlock),
+            t(SaveOutcome::DroppedNotHashed),
+        )
+    }
+
+    /// The request ids forgotten since the last call (their requests are no longer tracked).
+    fn take_forgotten(&mut self, py: Python<'_>) -> Vec<Py<PyAny>> {
+        self.ids
+            .take_forgotten()
+            .into_iter()
+            .map(|n| n.into_bound(py).into_any().unbind())
+            .collect()
+    }
+
+    /// Request ids mapped now (at most the requests the core tracks).
+    fn mapped_requests(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Block keys interned now.
+    fn interned_keys(&self) -> usize {
+        self.keys.borrow().len()
+    }
+}
