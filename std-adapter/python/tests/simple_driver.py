@@ -264,6 +264,14 @@ def run(
         _Req(f"r{i}", prompt(ids, 1 + i % 5), shape.decode_tokens, hasher)
         for i, ids in enumerate(requests)
     )
+    for r in waiting:
+        # A request whose whole length does not fit the GPU pool would never be admitted.
+        need = -(-(r.req.num_tokens + r.decode_left) // BLOCK)
+        if need > shape.gpu_blocks - 1:
+            raise ValueError(
+                f"request {r.req.request_id} needs {need} GPU blocks; the pool has "
+                f"{shape.gpu_blocks - 1} besides the null block"
+            )
     running: list[_Req] = []
     loading: dict[str, _Req] = {}
     # Transfers reported by the workers: step -> (finished_recving, {store_event: count}).
