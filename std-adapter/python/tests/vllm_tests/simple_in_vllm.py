@@ -15,9 +15,9 @@ torch-free harness itself lets pass.
 vLLM's helper ``simulate_store_completion`` reads the private ``_expected_worker_count`` (the
 world size) to report a store done by every worker; if kvtier's class has no such attribute,
 the plugin gives it one that reads the world size from the configuration. Against kvtier, the
-tests listed in ``simple_not_applicable.txt`` (reading vLLM's private
-attributes, or a configuration outside kvtier's scope: one full-attention group) are marked
-xfail (not strict) with their reason and counted apart; every other test must pass. A listed
+tests listed in ``simple_not_applicable.txt`` (reading vLLM's private attributes, or a
+configuration outside kvtier's scope: one full-attention group) are marked xfail (not strict)
+with their reason and counted apart; every other test must pass. A listed
 test that is not collected is an error (the list is kept exact). The summary prints the counts:
 passed (and how many of them built a kvtier scheduler), failed, not applicable.
 """
