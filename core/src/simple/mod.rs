@@ -341,6 +341,20 @@ impl SimpleScheduler {
             .map(|&s| self.reqs.slots[s as usize].id)
     }
 
+    /// The event payload recorded for CPU block `cpu_block` while it is being written (events
+    /// on, positional stores only; `None` otherwise).
+    #[must_use]
+    pub fn stored_meta(&self, cpu_block: u32) -> Option<StoredMeta> {
+        self.xfer.meta.get(cpu_block as usize).copied().flatten()
+    }
+
+    /// Store event `event` while issued and not completed: `Some(abandoned)` (abandoned by a
+    /// reset: its completion caches nothing); `None` once completed or never issued.
+    #[must_use]
+    pub fn store_event_state(&self, event: u64) -> Option<bool> {
+        self.xfer.event(event).map(|e| e.abandoned)
+    }
+
     /// The issued loads not yet finished, as `(load event, request)` pairs in slot order
     /// (vLLM's `load_event_to_reqs`, which the worker reads as a map of sets).
     pub fn load_event_requests(&self) -> impl Iterator<Item = (u64, u64)> + '_ {

@@ -139,6 +139,12 @@ impl Transfers {
         self.live_events += 1;
     }
 
+    /// The event `idx`, if issued and not completed (read-only).
+    pub(super) fn event(&self, idx: u64) -> Option<&Event> {
+        let h = self.hasher.hash_one(idx);
+        self.events.find(h, |e| e.idx == idx)
+    }
+
     /// The event `idx`, if issued and not completed.
     pub(super) fn event_mut(&mut self, idx: u64) -> Option<&mut Event> {
         let h = self.hasher.hash_one(idx);

@@ -10,6 +10,7 @@ answer, metadata, stats payload, boundary counter and both GPU pools after every
 from __future__ import annotations
 
 import hashlib
+import random
 import sys
 from types import SimpleNamespace as NS
 
@@ -42,6 +43,10 @@ from vllm.v1.simple_kv_offload.metadata import (
 from vllm.v1.simple_kv_offload.metrics import MetricName
 
 from kvtier.simple import SimpleCPUOffloadScheduler as KvtierScheduler
+
+# The connector, as vLLM's factory finds it (its first import touches stubbed modules: done
+# here, at collection).
+from kvtier.vllm import KvtierSimpleCPUOffloadConnector
 
 BS = 4
 BYTES_PER_BLOCK = 100
@@ -110,6 +115,9 @@ class Req:
         self.num_output_placeholders = 0
         self.skip_reading_prefix_cache = False
         self.lora_request = None
+        self.mm_features = []
+        self.cache_salt = None
+        self.prompt_embeds = None
 
     @property
     def num_tokens(self) -> int:
@@ -142,8 +150,10 @@ def step_output(new=(), cached=(), num_scheduled=None, finished=(), preempted=()
 
 
 def worker_output(recving=(), stores=None):
+    # vLLM passes a set; an ordered one keeps a run the same from process to process (a set
+    # of strings iterates in an order that varies with hash randomisation).
     return KVConnectorOutput(
-        finished_recving=set(recving) or None,
+        finished_recving=list(dict.fromkeys(recving)) or None,
         kv_connector_worker_meta=(
             None
             if stores is None
@@ -162,9 +172,10 @@ class Twin:
     """vLLM's scheduler and kvtier's on identical inputs, each with its own GPU pool."""
 
     def __init__(self, num_gpu_blocks=16, num_cpu_blocks=None, lazy=False, world_size=1,
-                 cpu_bytes=None, max_num_batched_tokens=16):
+                 cpu_bytes=None, max_num_batched_tokens=16, events=False):
         cfg = kv_cache_config(num_gpu_blocks)
-        vc = vllm_config(world_size, max_num_batched_tokens)
+        vc = vllm_config(world_size, max_num_batched_tokens,
+                         NS(enable_kv_cache_events=True) if events else None)
         cpu_bytes = cpu_bytes if cpu_bytes is not None else 8 * BYTES_PER_BLOCK
         self.sides = []
         for cls in (VllmScheduler, KvtierScheduler):
@@ -196,6 +207,8 @@ class Twin:
         answers = [getattr(s, method)(*args) for s, _ in self.sides]
         if method == "get_stats":
             answers = [a.data for a in answers]
+        if method == "take_events":
+            answers = [list(a) for a in answers]
         assert answers[1] == answers[0], method
         self.check()
         return answers[1]
@@ -359,9 +372,6 @@ def test_unsupported_configurations_raise():
         KvtierScheduler(vllm_config(), kv_cache_config(16, groups=2), 800, BS, BS)
     with pytest.raises(ValueError, match="block size"):
         KvtierScheduler(vllm_config(), kv_cache_config(16), 800, 2 * BS, BS)
-    with pytest.raises(ValueError, match="enable_kv_cache_events"):
-        KvtierScheduler(vllm_config(events=NS(enable_kv_cache_events=True)),
-                        kv_cache_config(16), 800, BS, BS)
     with pytest.raises(ValueError, match="local offload capacity 8"):
         KvtierScheduler(vllm_config(), kv_cache_config(16), 800, BS, BS, num_cpu_blocks=9)
 
@@ -386,3 +396,324 @@ def test_request_ids_and_keys_stay_bounded():
         t.free(ids[::-1])
     assert t.kv._native.mapped_requests() == 0
     assert t.kv._requests == {}
+
+
+# --- twin runs: a small random scheduler drives both managers ------------------------------
+
+
+class Driver:
+    """A small stand-in for vLLM's scheduler around the twin managers: admission with GPU
+    prefix hits and CPU lookups (sometimes taking fewer external tokens than offered, or
+    retrying after a failed allocation), chunked prefill, decode, preemption and resumption,
+    finishing, boundary hand-offs, worker reports split over steps, and resets."""
+
+    def __init__(self, seed: int, lazy: bool, world_size: int, events: bool = False):
+        self.rng = random.Random(seed)
+        self.events = events
+        self.world = world_size
+        # A GPU pool smaller than the CPU pool, so that prefixes leave the GPU first.
+        self.t = Twin(num_gpu_blocks=24, lazy=lazy, world_size=world_size,
+                      cpu_bytes=40 * BYTES_PER_BLOCK, max_num_batched_tokens=16,
+                      events=events)
+        self.prefixes = [[self.rng.randrange(256) for _ in range(24)] for _ in range(6)]
+        self.waiting: list[Req] = []
+        self.loading: dict[str, Req] = {}  # admitted, waiting for their load
+        self.running: dict[str, Req] = {}
+        self.finished_last: list[str] = []
+        self.preempted_now: list[str] = []
+        self.stores: dict[int, int] = {}  # event -> reports still due
+        self.loads: dict[int, list[str]] = {}
+        self.count = 0
+        self.seen_events = 0
+        self.seen = {"store": 0, "load": 0, "hit": 0, "partial": 0, "retry": 0,
+                     "preempt": 0, "reset": 0, "abort": 0}
+
+    def new_request(self):
+        self.count += 1
+        prefix = self.rng.choice(self.prefixes)[: self.rng.randrange(4, 25)]
+        tail = [self.rng.randrange(256) for _ in range(self.rng.randrange(1, 9))]
+        r = Req(f"r{self.count}", prefix + tail)
+        r.target = r.num_tokens + self.rng.randrange(1, 10)
+        r.skip_reading_prefix_cache = self.rng.random() < 0.05
+        r.table, r.fresh = [], True
+        self.waiting.append(r)
+
+    def admit(self, r: Req, scheduled: dict, new: list, cached: list) -> bool:
+        t = self.t
+        ref_pool = t.sides[0][1]
+        local = []
+        for h in r.block_hashes[: (r.num_tokens - 1) // BS]:
+            got = ref_pool.get_cached_block(h, [0])
+            if not got:
+                break
+            local.append(got[0].block_id)
+        computed = len(local) * BS
+        ext, _ = t.call("get_num_new_matched_tokens", r, computed)
+        take = ext if self.rng.random() < 0.8 else self.rng.randrange(0, ext // BS + 1) * BS
+        self.seen["hit"] += ext > 0
+        self.seen["partial"] += take < ext
+        need = -(-r.num_tokens // BS) - len(local)
+        idle = sum(1 for b in local if t.gpu.blocks[b].ref_cnt == 0)
+        if need > t.gpu.get_num_free_blocks() - idle - 2 or self.rng.random() < 0.1:
+            self.seen["retry"] += 1
+            return False  # allocation failed: the request stays waiting, its hit pinned
+        t.touch(local)
+        ids = t.alloc(need)
+        r.table = local + ids
+        r.num_computed_tokens = computed
+        t.after_alloc(r, r.table, take)
+        if take:
+            r.num_computed_tokens = computed + take
+            r.loaded = False
+            self.loading[r.request_id] = r
+            return True
+        self.schedule_prefill(r, scheduled, new, cached)
+        return True
+
+    def schedule_prefill(self, r: Req, scheduled: dict, new: list, cached: list):
+        n = min(r.num_tokens - r.num_computed_tokens, 8)
+        scheduled[r.request_id] = max(n, 1)
+        if r.fresh:
+            new.append((r.request_id, r.table))
+        else:
+            cached.append((r.request_id, list(r.table), True))
+        r.fresh = False
+        self.running[r.request_id] = r
+
+    def cache_full(self, r: Req, upto_tokens: int):
+        pool = self.t.sides[0][1]
+        for i in range(min(upto_tokens // BS, len(r.block_hashes), len(r.table))):
+            b = r.table[i]
+            if pool.blocks[b].block_hash is None:
+                self.t.cache(b, r.block_hashes[i], (i + 1) * BS)
+
+    def finish(self, r: Req):
+        self.t.call("request_finished_all_groups", r, (list(r.table),))
+        self.t.free(r.table[::-1])
+        del self.running[r.request_id]
+        self.finished_last.append(r.request_id)
+
+    def preempt(self, r: Req):
+        self.seen["preempt"] += 1
+        self.t.free(r.table[::-1])
+        r.table, r.num_computed_tokens = [], 0
+        del self.running[r.request_id]
+        self.preempted_now.append(r.request_id)
+        self.waiting.append(r)
+
+    def step(self):
+        t, rng = self.t, self.rng
+        scheduled, new, cached = {}, [], []
+        # Running requests: prefill chunks and decodes.
+        for r in list(self.running.values()):
+            if r.request_id in self.preempted_now:
+                continue
+            if r.num_computed_tokens >= r.num_tokens:
+                if r.num_tokens >= r.target:
+                    continue
+                r.all_token_ids.append(rng.randrange(256))
+                r.block_hashes = block_hashes(r.all_token_ids)
+            n = min(r.num_tokens - r.num_computed_tokens, 8)
+            grow = -(-(r.num_computed_tokens + n) // BS) - len(r.table)
+            if grow > t.gpu.get_num_free_blocks():
+                self.preempt(r)
+                continue
+            add = t.alloc(grow) if grow > 0 else []
+            r.table += add
+            scheduled[r.request_id] = n
+            cached.append((r.request_id, add or None, False))
+        if len(self.waiting) < 3:
+            self.new_request()
+        for r in list(self.waiting):
+            if self.admit(r, scheduled, new, cached):
+                self.waiting.remove(r)
+        for rid, r in list(self.loading.items()):
+            if getattr(r, "loaded", False):
+                del self.loading[rid]
+                self.schedule_prefill(r, scheduled, new, cached)
+        for rid, n in scheduled.items():
+            r = self.running[rid]
+            self.cache_full(r, r.num_computed_tokens + n)
+        handoffs = None
+        if not self.t.kv._lazy_mode and rng.random() < 0.3 and self.running:
+            r = rng.choice(list(self.running.values()))
+            handoffs = {r.request_id: [rng.choice(r.table), 0]}
+            if self.finished_last:
+                handoffs[self.finished_last[0]] = [1]
+        out = step_output(new, cached, scheduled, self.finished_last, self.preempted_now,
+                          handoffs)
+        meta = t.call("build_connector_meta", out)
+        self.finished_last, self.preempted_now = [], []
+        if meta.store_event >= 0:
+            self.stores[meta.store_event] = self.world
+            self.seen["store"] += 1
+        if meta.load_event >= 0:
+            self.seen["load"] += 1
+            self.loads[meta.load_event] = list(meta.load_event_to_reqs[meta.load_event])
+        for rid, n in scheduled.items():
+            self.running[rid].num_computed_tokens += n
+        # Workers report some stores (one worker's report at a time) and some loads.
+        reports = {e: 1 for e in self.stores if rng.random() < 0.5}
+        recving = []
+        for e in [e for e in self.loads if rng.random() < 0.5]:
+            recving += self.loads.pop(e)
+        for e in reports:
+            self.stores[e] -= 1
+            if not self.stores[e]:
+                del self.stores[e]
+        t.call("update_connector_output", worker_output(recving, reports or None))
+        for rid in recving:
+            if rid in self.loading:
+                self.loading[rid].loaded = True
+        # Finish, preempt, reset.
+        for r in list(self.running.values()):
+            if r.num_computed_tokens >= r.target or rng.random() < 0.03:
+                self.finish(r)
+        if self.running and rng.random() < 0.08:
+            self.preempt(rng.choice(list(self.running.values())))
+        # Aborts: a waiting request (its hit may be pinned) and a request whose load is in
+        # flight (its GPU blocks stay pinned by the load until the worker reports it).
+        if self.waiting and rng.random() < 0.05:
+            r = self.waiting.pop(rng.randrange(len(self.waiting)))
+            t.call("request_finished", r, [])
+            self.seen["abort"] += 1
+        if self.loading and rng.random() < 0.1:
+            rid = rng.choice(list(self.loading))
+            r = self.loading.pop(rid)
+            t.call("request_finished_all_groups", r, (list(r.table),))
+            t.free(r.table[::-1])
+            self.seen["abort"] += 1
+        if rng.random() < 0.3:
+            t.call("get_stats")
+        if self.events:
+            self.seen_events += len(t.call("take_events"))
+        if rng.random() < 0.03:
+            self.seen["reset"] += 1
+            t.call("reset")
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("world_size", [1, 2])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("events", [False, True])
+def test_twin_runs_agree_call_by_call(seed, lazy, world_size, events):
+    d = Driver(seed, lazy, world_size, events)
+    for _ in range(150):
+        d.step()
+    d.t.call("get_stats")
+    # The run exercised stores, hits, loads, partial takes and retries.
+    assert all(d.seen.values()), d.seen
+    assert d.seen_events > 0 if events else d.seen_events == 0
+
+
+def test_readme_connector_example_runs(capsys):
+    import os
+    import re
+
+    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+    text = open(os.path.join(root, "README.md")).read()
+    section = text.split("## Use from vLLM: the simple CPU offloader", 1)[1].split("\n## ")[0]
+    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
+    exec(compile(code, "README.md", "exec"), {})
+    out = capsys.readouterr().out.splitlines()
+    # Blocks 1 and 2 (the first free GPU blocks) go to CPU blocks 1 and 2; 32 of the 33
+    # tokens then hit (the last is always recomputed); the pool of 8 CPU blocks (8 · 64 KiB
+    # of budget) holds them, cached and free, beside its null block.
+    assert out[0] == "kvtier.simple"
+    assert out[1] == "store 0 [1, 2] -> [1, 2]"
+    assert out[2] == "hit (32, True)"
+    data = eval(out[3])
+    assert data[MetricName.USED_BLOCKS] == {(): 3}  # the null block and b's two pinned hits
+    assert data[MetricName.INFO] == {("cpu", "false", "false", "8"): 1}
+
+
+def test_the_connector_is_vllms_with_kvtiers_manager():
+    from vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector import (
+        SimpleCPUOffloadConnector,
+        SimpleCPUOffloadScheduler,
+    )
+
+    assert issubclass(KvtierSimpleCPUOffloadConnector, SimpleCPUOffloadConnector)
+    # vLLM's module name is pointed at kvtier's class only while one connector is built.
+    assert SimpleCPUOffloadScheduler is VllmScheduler
+
+
+def test_interned_keys_are_swept_to_what_the_cpu_pool_holds():
+    """More distinct GPU keys than one sweep period (4,096): the interner frees the keys the
+    CPU pool no longer holds, and what it holds is still found."""
+    t = Twin(num_gpu_blocks=8, lazy=True, max_num_batched_tokens=8, cpu_bytes=4 * BYTES_PER_BLOCK)
+    (ref, ref_pool), (kv, kv_pool) = t.sides
+    for i in range(4500):
+        tokens = list(i.to_bytes(4, "big"))
+        r = Req(f"r{i}", tokens + [0])
+        ids = t.alloc(1)
+        t.cache(ids[0], r.block_hashes[0], BS)
+        t.free(ids)  # cached and free: the lazy walk stores it
+        meta = t.call("build_connector_meta", step_output())
+        if meta.store_event >= 0:
+            t.call("update_connector_output", worker_output(stores={meta.store_event: 1}))
+    # The CPU pool (3 usable blocks) holds the last stored keys; the interner holds at most
+    # those plus one sweep period of newer ones.
+    assert kv._native.interned_keys() <= 4096 + kv.num_cpu_blocks
+    last = Req("again", list((4499).to_bytes(4, "big")) + [0])
+    assert t.call("get_num_new_matched_tokens", last, 0) == (4, True)
+
+
+@pytest.mark.parametrize(
+    "kwargs, blocks",
+    [
+        # The disk budget sizes the pool: 2,000 bytes over 100 per GPU block.
+        ({"disk_capacity_bytes": 2000, "use_page_cache": True}, 20),
+        ({"num_cpu_blocks": 5}, 5),
+        # The workers' aligned count is used as is, even above the budget.
+        ({"aligned_num_cpu_blocks": 30}, 30),
+        ({"num_cpu_blocks": 6, "aligned_num_cpu_blocks": 30}, 6),
+    ],
+)
+def test_pool_sizes_and_the_disk_backend_match_vllm(kwargs, blocks):
+    cfg, vc = kv_cache_config(16), vllm_config()
+    ref = VllmScheduler(vc, cfg, 800, BS, BS, **kwargs)
+    kv = KvtierScheduler(vc, cfg, 800, BS, BS, **kwargs)
+    assert kv.num_cpu_blocks == ref.num_cpu_blocks == blocks
+    assert kv.kv_event_medium == ref.kv_event_medium
+    for s in (ref, kv):
+        s.bind_gpu_block_pool(BlockPool(16, True, BS))
+    assert kv.get_stats().data == ref.get_stats().data
+
+
+def connector_config(pp: int = 1, **extra):
+    return NS(
+        kv_transfer_config=NS(kv_connector_extra_config={"cpu_bytes_to_use": 800, **extra}),
+        cache_config=NS(enable_prefix_caching=True, block_size=BS, prefix_match_unit=None,
+                        simple_cpu_offload_num_blocks=None),
+        parallel_config=NS(world_size=1, pipeline_parallel_size=pp,
+                           decode_context_parallel_size=1),
+        scheduler_config=NS(max_num_batched_tokens=16, max_num_seqs=8),
+        model_config=NS(max_model_len=4096), speculative_config=None, kv_events_config=None,
+        num_prefill_lookahead_tokens=0)
+
+
+def test_the_connector_needs_num_cpu_blocks_under_pipeline_parallelism():
+    from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
+
+    with pytest.raises(ValueError, match="num_cpu_blocks"):
+        KvtierSimpleCPUOffloadConnector(
+            connector_config(pp=2), KVConnectorRole.SCHEDULER, kv_cache_config(16))
+    c = KvtierSimpleCPUOffloadConnector(
+        connector_config(pp=2, num_cpu_blocks=4), KVConnectorRole.SCHEDULER,
+        kv_cache_config(16))
+    assert c.scheduler_manager.num_cpu_blocks == 4
+
+
+def test_max_requests_bounds_the_tracked_requests():
+    vc = connector_config(kvtier_max_requests=2)
+    kv = KvtierScheduler(vc, kv_cache_config(16), 800, BS, BS)
+    pool = BlockPool(16, True, BS)
+    kv.bind_gpu_block_pool(pool)
+    for i in range(2):
+        kv.update_state_after_alloc(Req(f"r{i}", [i] * 5), KVCacheBlocks(blocks=([],)), 0)
+    with pytest.raises(RuntimeError, match="kvtier_max_requests"):
+        kv.update_state_after_alloc(Req("r2", [2] * 5), KVCacheBlocks(blocks=([],)), 0)
+    kv.request_finished(Req("r0", []), [])
+    kv.update_state_after_alloc(Req("r2", [2] * 5), KVCacheBlocks(blocks=([],)), 0)
+    assert kv._native.mapped_requests() == 2

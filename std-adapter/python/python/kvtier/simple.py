@@ -2,13 +2,14 @@
 
 ``SimpleCPUOffloadScheduler`` here takes vLLM's constructor arguments and answers every call
 with vLLM's own types (``SimpleCPUOffloadMetadata``, ``SimpleCPUOffloadStats``,
-``BoundaryStoreStats``); the bookkeeping is kvtier's Rust ``kvtier_core::simple``. The GPU
+``BoundaryStoreStats``, and with KV-cache events on ``BlockStored`` / ``BlockRemoved`` /
+``AllBlocksCleared``); the bookkeeping is kvtier's Rust ``kvtier_core::simple``. The GPU
 pool stays vLLM's ``BlockPool`` (the one ``bind_gpu_block_pool`` gives): kvtier reads it and
 pins or releases its blocks through its own ``touch`` and ``free_blocks``.
 
 Scope: one KV-cache group of full attention whose block size is the scheduler's and the hash
 block size (a dense model; vLLM's ``UnitaryKVCacheCoordinator``), without EAGLE's trailing
-block drop or KV-cache events. Any other configuration raises ``ValueError`` naming what is
+block drop. Any other configuration raises ``ValueError`` naming what is
 not supported, rather than running with different bookkeeping.
 
 Two optional ``kv_connector_extra_config`` keys bound kvtier's fixed tables:
@@ -21,10 +22,28 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from vllm.distributed.kv_events import MEDIUM_CPU, MEDIUM_STORAGE, KVCacheEvent
+from vllm.distributed.kv_events import (
+    MEDIUM_CPU,
+    MEDIUM_STORAGE,
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVCacheEvent,
+)
 from vllm.distributed.kv_transfer.kv_connector.utils import yield_req_data
-from vllm.v1.core.kv_cache_utils import resolve_dcp_kv_block_size
-from vllm.v1.kv_cache_interface import FullAttentionSpec, MLAAttentionSpec
+from vllm.v1.core.kv_cache_utils import (
+    generate_block_hash_extra_keys,
+    get_block_hash,
+    maybe_convert_block_hash,
+    resolve_dcp_kv_block_size,
+    to_event_extra_keys,
+)
+from vllm.v1.kv_cache_interface import (
+    FullAttentionSpec,
+    MLAAttentionSpec,
+    get_kv_cache_spec_kind,
+    get_kv_cache_spec_sliding_window,
+)
 from vllm.v1.simple_kv_offload.manager import BoundaryStoreStats
 from vllm.v1.simple_kv_offload.metadata import (
     SimpleCPUOffloadMetadata,
@@ -65,6 +84,9 @@ _STATS_ORDER = {
 
 _SUPPORTED_SPECS = (FullAttentionSpec, MLAAttentionSpec)
 
+# Event payload list numbers from here on name finish-time flushes (the native module's).
+_FLUSH_LISTS = 1 << 21
+
 
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
@@ -96,12 +118,6 @@ def _check_scope(
             "kvtier's SimpleCPUOffloadScheduler needs the scheduler block size, the hash "
             "block size and the group's block size to be equal (no fine-grained hits); "
             f"got {scheduler_block_size}, {hash_block_size} and {group_block_size}"
-        )
-    events = vllm_config.kv_events_config
-    if events is not None and events.enable_kv_cache_events:
-        raise ValueError(
-            "kvtier's SimpleCPUOffloadScheduler does not emit KV-cache events "
-            "(enable_kv_cache_events is not supported)"
         )
     spec_config = vllm_config.speculative_config
     if spec_config is not None and spec_config.use_eagle_block_drop():
@@ -144,7 +160,10 @@ class SimpleCPUOffloadScheduler:
         assert self.block_size % self.hash_block_size == 0
         assert kv_cache_config is not None
         _check_scope(vllm_config, kv_cache_config, scheduler_block_size, hash_block_size)
-        self.enable_kv_cache_events = False
+        self.enable_kv_cache_events = (
+            vllm_config.kv_events_config is not None
+            and vllm_config.kv_events_config.enable_kv_cache_events
+        )
         self.cp_world_size = vllm_config.parallel_config.decode_context_parallel_size
         num_gpu_blocks = kv_cache_config.num_blocks
         gpu_bytes = gpu_total_bytes(kv_cache_config)
@@ -169,6 +188,16 @@ class SimpleCPUOffloadScheduler:
                 ),
             )
         )
+        if num_cpu_blocks is not None:
+            pool_blocks = num_cpu_blocks
+        elif aligned_num_cpu_blocks is not None:
+            pool_blocks = aligned_num_cpu_blocks
+        else:
+            pool_blocks = max(1, local_capacity)
+        # One call records at most one event per CPU block (a removal when a step hands it
+        # out, a store when its copy completes) plus a reset's clear; the queue is drained
+        # after every call.
+        event_capacity = min(max(pool_blocks, 0) + 64, 2**32 - 1)
         self._native = _native.SimpleScheduler(
             self.block_size,
             num_gpu_blocks,
@@ -184,19 +213,92 @@ class SimpleCPUOffloadScheduler:
             bool(use_page_cache),
             max_requests,
             max_blocks,
+            self.enable_kv_cache_events,
+            event_capacity,
         )
         self.num_cpu_blocks: int = self._native.num_cpu_blocks()
         self.kv_event_medium = MEDIUM_STORAGE if disk_capacity_bytes > 0 else MEDIUM_CPU
         self._lazy_mode = bool(lazy_offload)
+        self._expected_worker_count: int = vllm_config.parallel_config.world_size
         self._target_free: int = self._native.target_free()
         self._gpu_block_pool: BlockPool | None = None
         # The request objects of eager store states (vLLM's StoreRequestState.request): the
         # progress a step's scan and a finish-time flush read.
         self._requests: dict[str, Request] = {}
+        # KV-cache events (when enabled): those not yet taken, the BlockStored payloads of
+        # each issued store event (captured when it is issued, emitted when it completes),
+        # and the requests of the finish-time flushes queued since the last step.
+        spec = kv_cache_config.kv_cache_groups[0].kv_cache_spec
+        self._spec_kind = get_kv_cache_spec_kind(spec).value
+        self._spec_window = get_kv_cache_spec_sliding_window(spec)
+        self._events: list[KVCacheEvent] = []
+        self._store_payloads: dict[int, list[BlockStored]] = {}
+        self._flush_requests: dict[int, Request] = {}
 
     def _drop_forgotten(self) -> None:
         for req_id in self._native.take_forgotten():
             self._requests.pop(req_id, None)
+        if self.enable_kv_cache_events:
+            for kind, key in self._native.take_pool_events():
+                if kind == "removed":
+                    self._events.append(
+                        BlockRemoved(
+                            block_hashes=[maybe_convert_block_hash(get_block_hash(key))],
+                            medium=self.kv_event_medium,
+                            group_idx=0,
+                            locality="LOCAL",
+                        )
+                    )
+                else:
+                    self._events.append(AllBlocksCleared())
+
+    def _payload_request(self, lst, i, key, scheduled):
+        """The request a positional store's payload reads: named by its parent hash's
+        list, or (a first block) the first candidate whose first hash is the block's."""
+        if lst is not None:
+            return scheduled[lst] if lst < _FLUSH_LISTS else self._flush_requests[lst]
+        raw = get_block_hash(key)
+        for r in (*scheduled, *self._flush_requests.values()):
+            if r is not None and r.block_hashes and r.block_hashes[0] == raw:
+                return r
+        raise AssertionError("a stored block's request is unknown")
+
+    def _stored_event(self, gpu_block: int, cpu_block: int, scheduled) -> BlockStored:
+        """vLLM's BlockStored for one block of a store event, captured when it is issued."""
+        assert self._gpu_block_pool is not None
+        key = self._gpu_block_pool.blocks[gpu_block].block_hash
+        meta = self._native.stored_meta(cpu_block)
+        token_ids: list[int] = []
+        parent = lora_id = lora_name = extra = None
+        if meta is not None:
+            lst, _, start = meta
+            i = start // self.block_size
+            request = self._payload_request(lst, i, key, scheduled)
+            end = start + self.block_size
+            token_ids = list(request.all_token_ids[start:end])
+            if len(token_ids) == self.block_size:
+                if i > 0:
+                    parent = maybe_convert_block_hash(request.block_hashes[i - 1])
+                lora = request.lora_request
+                lora_id = lora.adapter_id if lora else None
+                lora_name = lora.name if lora else None
+                extra, _ = generate_block_hash_extra_keys(request, start, end, 0)
+            else:
+                token_ids = []
+        return BlockStored(
+            block_hashes=[maybe_convert_block_hash(get_block_hash(key))],
+            parent_block_hash=parent,
+            token_ids=token_ids,
+            block_size=self.block_size,
+            lora_id=lora_id,
+            medium=self.kv_event_medium,
+            lora_name=lora_name,
+            extra_keys=to_event_extra_keys(extra and [extra]),
+            group_idx=0,
+            kv_cache_spec_kind=self._spec_kind,
+            kv_cache_spec_sliding_window=self._spec_window,
+            locality="LOCAL",
+        )
 
     def bind_gpu_block_pool(self, gpu_block_pool: BlockPool) -> None:
         """The GPU pool the scheduler built; every later call reads and pins it."""
@@ -244,6 +346,7 @@ class SimpleCPUOffloadScheduler:
             return SimpleCPUOffloadMetadata(need_flush=bool(preempted))
         handoffs: list[tuple[str, list[int]]] = []
         scheduled: list[tuple[Any, ...]] = []
+        scheduled_requests: list[Request | None] = []
         if not self._lazy_mode:
             block_state = scheduler_output.kv_connector_block_state
             if block_state is not None:
@@ -255,6 +358,7 @@ class SimpleCPUOffloadScheduler:
             for req_id, groups, is_full_table in yield_req_data(scheduler_output):
                 new_ids = groups[0] if groups and groups[0] is not None else None
                 request = self._requests.get(req_id)
+                scheduled_requests.append(request)
                 if request is None:
                     scheduled.append((req_id, new_ids, is_full_table, 0, 0, 0, None))
                     continue
@@ -281,6 +385,14 @@ class SimpleCPUOffloadScheduler:
         ) = self._native.build_connector_meta(
             handoffs, preempted, list(scheduler_output.finished_req_ids), scheduled
         )
+        if self.enable_kv_cache_events:
+            if store_event >= 0:
+                self._store_payloads[store_event] = [
+                    self._stored_event(g, c, scheduled_requests)
+                    for g, c in zip(store_gpu, store_cpu, strict=True)
+                ]
+            self._flush_requests.clear()
+            self._drop_forgotten()
         return SimpleCPUOffloadMetadata(
             load_event=load_event,
             load_gpu_blocks=load_gpu,
@@ -303,6 +415,11 @@ class SimpleCPUOffloadScheduler:
         )
         self._native.update_connector_output(finished_recving, completed)
         self._drop_forgotten()
+        for event, _ in completed:
+            payloads = self._store_payloads.get(event)
+            if payloads is not None and self._native.store_event_state(event) is None:
+                self._events.extend(payloads)
+                del self._store_payloads[event]
 
     def has_pending_stores(self) -> bool:
         """Whether a store transfer is queued or in flight."""
@@ -324,13 +441,15 @@ class SimpleCPUOffloadScheduler:
         ``request_finished``."""
         req_id = request.request_id
         tracked = self._requests.get(req_id, request)
-        self._native.request_finished_all_groups(
+        flush_list = self._native.request_finished_all_groups(
             req_id,
             list(block_ids[0]) if block_ids else [],
             tracked.num_computed_tokens,
             tracked.num_output_placeholders,
             tracked.block_hashes,
         )
+        if self.enable_kv_cache_events and flush_list is not None:
+            self._flush_requests[flush_list] = tracked
         self._drop_forgotten()
         return False, None
 
@@ -370,12 +489,17 @@ class SimpleCPUOffloadScheduler:
         return stats
 
     def take_events(self) -> Iterable[KVCacheEvent]:
-        """KV-cache events (none: events are not supported, see the module docs)."""
-        return []
+        """The CPU prefix cache's events since the last call (vLLM's: ``BlockStored`` when a
+        store completes, ``BlockRemoved`` when a CPU block is reused, ``AllBlocksCleared``
+        on a reset that cleared it)."""
+        events, self._events = self._events, []
+        return events
 
     def reset(self) -> bool:
         """Abandons pending transfers; whether the CPU prefix cache was cleared."""
         answer = self._native.reset()
         self._requests.clear()
+        self._store_payloads.clear()  # abandoned: their completions cache nothing
+        self._flush_requests.clear()
         self._drop_forgotten()
         return answer

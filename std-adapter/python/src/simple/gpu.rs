@@ -25,8 +25,10 @@ pub(super) struct PyGpu<'a, 'py> {
     blocks: Bound<'py, PyList>,
     num_blocks: u32,
     keys: &'a RefCell<HashKeys>,
-    /// The `request.block_hashes` lists that position-encoded keys of this call name.
+    /// The `request.block_hashes` lists that position-encoded keys of this call name, the
+    /// first being list number `list_base`.
     hash_lists: &'a [Bound<'py, PyAny>],
+    list_base: usize,
     err: RefCell<Option<PyErr>>,
 }
 
@@ -36,6 +38,7 @@ impl<'a, 'py> PyGpu<'a, 'py> {
         pool: &'a Bound<'py, PyAny>,
         keys: &'a RefCell<HashKeys>,
         hash_lists: &'a [Bound<'py, PyAny>],
+        list_base: usize,
     ) -> PyResult<Self> {
         let py = pool.py();
         let blocks = pool.getattr(intern!(py, "blocks"))?.cast_into::<PyList>()?;
@@ -47,6 +50,7 @@ impl<'a, 'py> PyGpu<'a, 'py> {
             num_blocks,
             keys,
             hash_lists,
+            list_base,
             err: RefCell::new(None),
         })
     }
@@ -102,7 +106,10 @@ impl<'a, 'py> PyGpu<'a, 'py> {
         }
         if let Some((list, idx)) = decode_position(key.hash) {
             // A request's own hash (no group): vLLM's `get_cached_block(hash, [0])`.
-            let Some(hashes) = self.hash_lists.get(list) else {
+            let Some(hashes) = list
+                .checked_sub(self.list_base)
+                .and_then(|l| self.hash_lists.get(l))
+            else {
                 return Ok(None);
             };
             let raw = hashes.get_item(idx)?;

@@ -8,6 +8,7 @@
 //! ids while the core tracks them ([`ids`]); block hashes map to dense key ids the CPU pool
 //! holds ([`hashes`]).
 
+mod errors;
 mod gpu;
 mod hashes;
 mod ids;
@@ -17,7 +18,7 @@ use std::collections::HashSet;
 
 use kvtier_core::simple::{
     Finished, Handoff, LookupRequest, NewError, PoolSize, PoolSizing, Progress, Scheduled,
-    SimpleConfig, SimpleScheduler as Core, StepInput, WorkerOutput,
+    SimpleConfig, SimpleEvent, SimpleScheduler as Core, StepInput, WorkerOutput,
 };
 use kvtier_core::stats::Value;
 use kvtier_core::stats::simple_offload::{Backend, SaveOutcome};
@@ -25,6 +26,7 @@ use pyo3::exceptions::{PyAssertionError, PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+use errors::{alloc_error, input_error};
 use gpu::PyGpu;
 use hashes::{ABSENT, HashKeys, encode_position};
 use ids::{ReqIds, UNKNOWN};
@@ -76,7 +78,14 @@ pub(crate) struct SimpleScheduler {
     load_reqs: Vec<(u64, Vec<u64>)>,
     /// Position-encoded hashes of one call's requests, back to back.
     positions: Vec<u64>,
+    /// The list number the next `request_finished_all_groups` gives its hashes (from
+    /// [`FLUSH_LISTS`] on, so that a queued flush's event payload names its own request).
+    flush_serial: usize,
 }
+
+/// List numbers from here on name the requests of finish-time flushes (below: the scheduled
+/// requests of one `build_connector_meta`).
+const FLUSH_LISTS: usize = 1 << 21;
 
 impl SimpleScheduler {
     /// The bound GPU pool.
@@ -119,7 +128,8 @@ impl SimpleScheduler {
     #[pyo3(signature = (
         block_size, num_gpu_blocks, capacity_bytes, gpu_total_bytes, num_cpu_blocks,
         aligned_num_cpu_blocks, lazy_offload, max_num_batched_tokens, world_size,
-        num_prefill_lookahead_tokens, disk, page_cache, max_requests, max_blocks_per_request
+        num_prefill_lookahead_tokens, disk, page_cache, max_requests, max_blocks_per_request,
+        enable_events, event_capacity
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -137,6 +147,8 @@ impl SimpleScheduler {
         page_cache: bool,
         max_requests: u32,
         max_blocks_per_request: u32,
+        enable_events: bool,
+        event_capacity: u32,
     ) -> PyResult<Self> {
         let size = match (num_cpu_blocks, aligned_num_cpu_blocks) {
             (Some(n), _) => PoolSize::Explicit(n),
@@ -157,6 +169,8 @@ impl SimpleScheduler {
         c.page_cache = page_cache;
         c.max_requests = max_requests;
         c.max_blocks_per_request = max_blocks_per_request;
+        c.enable_events = enable_events;
+        c.event_capacity = event_capacity;
         let s = Core::new(c).map_err(|e| match e {
             NewError::Config(c) => value_error(c),
             NewError::AllocFailed => PyMemoryError::new_err(e.to_string()),
@@ -168,6 +182,7 @@ impl SimpleScheduler {
             ids: ReqIds::default(),
             load_reqs: Vec::new(),
             positions: Vec::new(),
+            flush_serial: 0,
         })
     }
 
@@ -240,7 +255,7 @@ impl SimpleScheduler {
             .s
             .get_num_new_matched_tokens(&lookup, num_computed_tokens);
         self.ids.forget_if_untracked(&self.s, req);
-        r.map_err(value_error)
+        r.map_err(input_error)
     }
 
     /// `update_state_after_alloc` with the request's group-0 block ids.
@@ -253,14 +268,14 @@ impl SimpleScheduler {
     ) -> PyResult<()> {
         let pool = self.pool(py)?;
         let req = self.ids.get_or_insert(req_id)?;
-        let mut view = PyGpu::new(&pool, &self.keys, &[])?;
+        let mut view = PyGpu::new(&pool, &self.keys, &[], 0)?;
         let r = self
             .s
             .update_state_after_alloc(&mut view, req, &block_ids, num_external_tokens);
         let py_err = view.finish();
         self.ids.forget_if_untracked(&self.s, req);
         py_err?;
-        r.map_err(|e| PyAssertionError::new_err(e.to_string()))
+        r.map_err(alloc_error)
     }
 
     /// `build_connector_meta`'s plan (see [`PlanTuple`]).
@@ -323,10 +338,10 @@ impl SimpleScheduler {
         };
         let queued: Vec<u64> = self.s.queued_loads().collect();
         self.keys.borrow_mut().maybe_sweep(&self.s);
-        let mut view = PyGpu::new(&pool, &self.keys, &lists)?;
+        let mut view = PyGpu::new(&pool, &self.keys, &lists, 0)?;
         let plan = self.s.build_connector_meta(&mut view, &step);
         let py_err = view.finish();
-        let plan = plan.map_err(value_error)?;
+        let plan = plan.map_err(input_error)?;
         let (store_event, load_event, need_flush) =
             (plan.store_event, plan.load_event, plan.need_flush);
         let out_lists = (
@@ -387,7 +402,7 @@ impl SimpleScheduler {
             finished_recving: &recv,
             completed_stores: &completed_stores,
         };
-        let mut view = PyGpu::new(&pool, &self.keys, &[])?;
+        let mut view = PyGpu::new(&pool, &self.keys, &[], 0)?;
         let r = self.s.update_connector_output(&mut view, &out);
         let py_err = view.finish();
         self.ids.forget_untracked(&self.s);
@@ -402,14 +417,15 @@ impl SimpleScheduler {
             return Ok(());
         }
         let pool = self.pool(py)?;
-        let mut view = PyGpu::new(&pool, &self.keys, &[])?;
+        let mut view = PyGpu::new(&pool, &self.keys, &[], 0)?;
         self.s.request_finished(&mut view, req);
         let py_err = view.finish();
         self.ids.forget_if_untracked(&self.s, req);
         py_err
     }
 
-    /// `request_finished_all_groups` with the request's group-0 block ids and progress.
+    /// `request_finished_all_groups` with the request's group-0 block ids and progress;
+    /// returns the list number its event payloads name (see [`stored_meta`](Self::stored_meta)).
     fn request_finished_all_groups(
         &mut self,
         py: Python<'_>,
@@ -418,14 +434,16 @@ impl SimpleScheduler {
         num_computed_tokens: u64,
         num_output_placeholders: u64,
         block_hashes: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
+    ) -> PyResult<Option<usize>> {
         let req = self.ids.get(req_id)?;
         if req == UNKNOWN {
-            return Ok(());
+            return Ok(None);
         }
         let pool = self.pool(py)?;
+        let list = FLUSH_LISTS + self.flush_serial;
+        self.flush_serial = (self.flush_serial + 1) % FLUSH_LISTS;
         self.positions.clear();
-        let (a, b) = self.push_positions(0, Some(block_hashes))?;
+        let (a, b) = self.push_positions(list, Some(block_hashes))?;
         let fin = Finished {
             req,
             block_ids: &block_ids,
@@ -437,18 +455,19 @@ impl SimpleScheduler {
         };
         let lists = [block_hashes.clone()];
         self.keys.borrow_mut().maybe_sweep(&self.s);
-        let mut view = PyGpu::new(&pool, &self.keys, &lists)?;
+        let mut view = PyGpu::new(&pool, &self.keys, &lists, list)?;
         let r = self.s.request_finished_all_groups(&mut view, &fin);
         let py_err = view.finish();
         self.ids.forget_if_untracked(&self.s, req);
         py_err?;
-        r.map_err(value_error)
+        r.map_err(input_error)?;
+        Ok(Some(list))
     }
 
     /// `reset`: whether the CPU prefix cache was cleared.
     fn reset(&mut self, py: Python<'_>) -> PyResult<bool> {
         let pool = self.pool(py)?;
-        let mut view = PyGpu::new(&pool, &self.keys, &[])?;
+        let mut view = PyGpu::new(&pool, &self.keys, &[], 0)?;
         let ok = self.s.reset(&mut view);
         let py_err = view.finish();
         self.ids.forget_untracked(&self.s);
@@ -500,6 +519,47 @@ impl SimpleScheduler {
             t(SaveOutcome::DroppedNullBlock),
             t(SaveOutcome::DroppedNotHashed),
         )
+    }
+
+    /// The CPU prefix cache's changes since the last call, oldest first (events on):
+    /// `("removed", key)` for a key a CPU block lost, `("cleared", None)` for a reset that
+    /// cleared the cache. Completed stores are not listed (`kvtier.simple` emits them from
+    /// the payloads it captured when it issued them). Call after every call that changes
+    /// the pool: a removed key's object is kept only until the next call.
+    fn take_pool_events(&mut self, py: Python<'_>) -> Vec<(&'static str, Option<Py<PyAny>>)> {
+        let keys = self.keys.borrow();
+        let mut out = Vec::new();
+        for e in self.s.take_events() {
+            match e {
+                SimpleEvent::Removed { key, .. } => out.push((
+                    "removed",
+                    keys.value(key.hash).map(|v| v.clone_ref(py).into_any()),
+                )),
+                SimpleEvent::AllCleared => out.push(("cleared", None)),
+                SimpleEvent::Stored { .. } => {}
+            }
+        }
+        out
+    }
+
+    /// The event payload of CPU block `cpu_block` of the store just issued:
+    /// `(list, index, token_start)` naming the parent hash `block_hashes[index]` of the
+    /// call's `list`-th request (`list` and `index` `None` for a request's first block),
+    /// or `None` for a store without a payload.
+    fn stored_meta(&self, cpu_block: u32) -> Option<(Option<usize>, Option<usize>, u64)> {
+        let m = self.s.stored_meta(cpu_block)?;
+        let parent = m.parent_hash.and_then(hashes::decode_position);
+        Some((parent.map(|p| p.0), parent.map(|p| p.1), m.token_start))
+    }
+
+    /// `Some(abandoned)` while store event `event` is issued and not completed.
+    fn store_event_state(&self, event: u64) -> Option<bool> {
+        self.s.store_event_state(event)
+    }
+
+    /// Events the core dropped (more than `event_capacity` between two drains).
+    fn dropped_events(&self) -> u64 {
+        self.s.dropped_events()
     }
 
     /// The request ids forgotten since the last call (their requests are no longer tracked).
