@@ -13,8 +13,8 @@ that every scheduler those tests build, directly or through the connector, is kv
 torch-free harness itself lets pass.
 
 vLLM's helper ``simulate_store_completion`` reads the private ``_expected_worker_count`` (the
-world size) to report a store done by every worker; if kvtier's class has no such attribute,
-the plugin gives it one that reads the world size from the configuration. Against kvtier, the
+world size) to report a store done by every worker; kvtier's class keeps that attribute, so
+the tests using the helper are not counted as reading private state. Against kvtier, the
 tests listed in ``simple_not_applicable.txt`` (reading vLLM's private attributes, or a
 configuration outside kvtier's scope: one full-attention group) are marked xfail (not strict)
 with their reason and counted apart; every other test must pass. A listed
@@ -53,14 +53,6 @@ if MODE == "kvtier":
         _kvtier_init(self, *args, **kwargs)
 
     _Kvtier.__init__ = _counting_init  # type: ignore[method-assign]
-    if not hasattr(_Kvtier, "_expected_worker_count"):
-        # vLLM's test helper simulate_store_completion reports a store event done by all
-        # workers at once, reading the count from the private _expected_worker_count (vLLM's
-        # __init__ sets it to the world size). kvtier's class keeps that count in Rust; the
-        # helper gets it from the configuration, as vLLM derives it.
-        _Kvtier._expected_worker_count = property(  # type: ignore[attr-defined]
-            lambda self: self.vllm_config.parallel_config.world_size
-        )
     _vllm_manager.SimpleCPUOffloadScheduler = _Kvtier  # type: ignore[misc]
     _connector.SimpleCPUOffloadScheduler = _Kvtier  # type: ignore[attr-defined]
 
