@@ -10,8 +10,9 @@ into the scheduler are timed (``get_num_new_matched_tokens``, ``update_state_aft
 ``get_stats``, ``take_events``), each with ``time.perf_counter_ns`` around it, so the GPU
 side's and the driver's own time is left out. Runs alternate between the two schedulers;
 the medians over ``--runs`` runs and their ratio are printed per configuration (eager and
-lazy, two CPU capacities, a preemption every 13 steps: the differential test's shapes). The step records of both are compared too: a run whose results
-differ is reported as such, not timed as if it were the same work.
+lazy, two CPU capacities, a preemption every 13 steps, KV events on: the differential
+test's shapes). The step records of both are compared too: a run whose results differ is
+reported as such, not timed as if it were the same work.
 Importing vLLM's modules needs the test suite's import hook (tests/vllm_stubs.py).
 """
 
@@ -101,7 +102,7 @@ def main() -> None:
     print(f"{'mode':6} {'cpu':>5} {'steps':>6} {'vLLM s':>8} {'kvtier s':>9} {'ratio':>6}  same")
     for lazy in (False, True):
         for cpu in (48, 512):
-            shape = driver.Shape(lazy=lazy, cpu_blocks=cpu, preempt_every=13)
+            shape = driver.Shape(lazy=lazy, cpu_blocks=cpu, preempt_every=13, kv_events=True)
             tv, tk = [], []
             same = True
             steps = 0

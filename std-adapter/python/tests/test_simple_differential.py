@@ -8,8 +8,7 @@ result, the drained ``get_stats()`` payload, the KV events ``take_events()`` ret
 ``request_finished_all_groups`` results and ``has_pending_stores()``; after the last step,
 ``reset()``. Configurations: the first requests of small-a.kvtrace
 and of mooncake-synthetic.jsonl, eager and lazy offloading, a CPU pool smaller than the GPU's
-and one larger, a preemption every 13 steps. kvtier's class refuses KV-cache events (outside its scope), so both run with
-them off and ``take_events()`` is compared empty.
+and one larger, a preemption every 13 steps, KV-cache events on.
 """
 
 from __future__ import annotations
@@ -63,7 +62,7 @@ def _ids(case) -> str:
 
 def _shape(case) -> driver.Shape:
     _, lazy, cpu = case
-    return driver.Shape(lazy=lazy, cpu_blocks=cpu, preempt_every=PREEMPT_EVERY)
+    return driver.Shape(lazy=lazy, cpu_blocks=cpu, preempt_every=PREEMPT_EVERY, kv_events=True)
 
 
 def _records(cls, case):
@@ -74,8 +73,8 @@ def _records(cls, case):
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_driver_exercises_the_offloader(case):
     """The comparison below is not vacuous: on vLLM's scheduler every configuration runs
-    every request to its end and stores, and the CPU pool larger than the GPU's loads CPU
-    hits back."""
+    every request to its end, stores, flushes after preemptions and emits KV events, and the
+    CPU pool larger than the GPU's loads CPU hits back."""
     recs = _records(VllmScheduler, case)
     stored = sum(len(r.meta["store_gpu_blocks"]) for r in recs)
     loaded = sum(len(r.meta["load_gpu_blocks"]) for r in recs)
@@ -83,7 +82,8 @@ def test_driver_exercises_the_offloader(case):
     finished = sum(len(r.finished) for r in recs)
     flushes = sum(r.meta["need_flush"] for r in recs)
     assert finished == len(_requests(case[0]))
-    assert stored > 0 and flushes > 0
+    events = sum(len(r.events) for r in recs)
+    assert stored > 0 and flushes > 0 and events > 0
     if case[2] > driver.Shape().gpu_blocks:
         assert hits > 0 and loaded > 0
 

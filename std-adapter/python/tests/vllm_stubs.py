@@ -6,11 +6,17 @@ torch and a few engine modules appear there only in type annotations, class bodi
 worker-side code paths. A meta-path finder (``install()``) therefore
 
 - loads the heavy *packages* listed in ``_HOLLOW_PACKAGES`` as empty packages (their
-  submodules import from the real files; their ``__init__`` does not run), and
+  submodules import from the real files; their ``__init__`` does not run),
 - replaces the modules listed in ``_STUBS`` by stubs whose every attribute is a placeholder,
   except the few answers in ``_ANSWERS``: vLLM's log helpers ask whether this process is the
   first rank before a once-only log line (the out-of-tree spec warning); a test process is the
-  only rank.
+  only rank. For the simple offloader's engine types (Request, the block pool, the KV cache
+  specs) torch's dtypes are values with their element sizes (``torch.tensor([], dtype=d)``
+  answers ``element_size()``), and ``current_platform`` answers its device type and the no-op
+  hook that registers a platform's own KV cache specs;
+- replaces ``vllm.config`` by a namespace of vLLM's torch-free config classes and small
+  records for the others (see ``_config_namespace``), and lets a hollow package re-export
+  the few names vLLM's ``__init__`` would (``_REEXPORTS``).
 
 Every use of a placeholder is recorded. Uses while vLLM's modules are imported are expected;
 ``watching()`` collects the uses of one test, so that the suites' autouse fixtures fail any
@@ -248,10 +254,11 @@ class _HollowLoader(importlib.abc.Loader):
 # ``vllm.config``'s ``__init__`` imports every config module, among them the model and engine
 # configs, which need torch, transformers and the model's files from the Hugging Face hub. The
 # package is therefore replaced by ``_config_namespace()``: the config classes that import
-# torch-free are vLLM's own (from their real submodules, which stay importable); ``ModelConfig``,
-# ``DeviceConfig``, ``ParallelConfig``, ``SpeculativeConfig`` and ``VllmConfig`` are ``_Lite`` records of their constructor arguments
-# plus the few derived values vLLM's scheduler side reads. Reading any other attribute of a
-# record is a stub use (the test fails).
+# torch-free are vLLM's own (from their real submodules, which stay importable);
+# ``ModelConfig``, ``DeviceConfig``, ``ParallelConfig``, ``SpeculativeConfig`` and
+# ``VllmConfig`` are ``_Lite`` records of their constructor arguments plus the few derived
+# values vLLM's scheduler side reads. Reading any other attribute of a record is a stub use
+# (the test fails). Other names asked of ``vllm.config`` are placeholders.
 _REAL_CONFIGS = {
     "vllm.config.cache": ["CacheConfig"],
     "vllm.config.kv_events": ["KVEventsConfig"],

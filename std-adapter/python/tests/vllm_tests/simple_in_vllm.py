@@ -37,7 +37,9 @@ MODE = os.environ.get("KVTIER_SIMPLE", "kvtier")
 if MODE not in ("kvtier", "vllm"):
     raise pytest.UsageError(f"KVTIER_SIMPLE must be kvtier or vllm, not {MODE!r}")
 
-import vllm.distributed.kv_transfer.kv_connector.v1.simple_cpu_offload_connector as _connector  # noqa: E402,E501
+from vllm.distributed.kv_transfer.kv_connector.v1 import (  # noqa: E402
+    simple_cpu_offload_connector as _connector,
+)
 import vllm.v1.simple_kv_offload.manager as _vllm_manager  # noqa: E402
 
 _LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simple_not_applicable.txt")
