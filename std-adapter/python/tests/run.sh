@@ -2,7 +2,8 @@
 # The Python test suite: creates or reuses the test venv (setup_env.sh), builds and installs
 # the kvtier package into it, runs pytest against vLLM 0.33.0's real modules, then vLLM
 # 0.33.0's own offloading tests against kvtier's manager (vllm_tests/: fetch.py puts them in
-# target/vllm-0.33.0-tests, unchanged; the kvtier_in_vllm plugin runs them).
+# target/vllm-0.33.0-tests, unchanged; the kvtier_in_vllm plugin runs them), and vLLM's own
+# simple-offloader scheduler tests against vLLM's class and then kvtier's (simple_in_vllm).
 #
 #   std-adapter/python/tests/run.sh              # everything
 #   std-adapter/python/tests/run.sh -k plugin    # pytest arguments pass through (kvtier's
@@ -50,4 +51,16 @@ if [ $# -eq 0 ] && [ "${KVTIER_VLLM_TESTS:-}" != "0" ]; then
     rc=$?
     set -e
     check "$rc"
+    # vLLM's own simple-offloader scheduler tests: first against vLLM's class (the torch-free
+    # harness must let all of them pass), then against kvtier's (simple_in_vllm.py).
+    simple="$vt/tests/v1/simple_kv_offload"
+    for mode in vllm kvtier; do
+        set +e
+        KVTIER_SIMPLE=$mode PYTHONPATH="$here:$here/vllm_tests" "$venv/bin/python" -m pytest \
+            -q -p no:cacheprovider -p simple_in_vllm --rootdir="$vt" --confcutdir="$simple" \
+            "$simple/test_scheduler.py"
+        rc=$?
+        set -e
+        check "$rc"
+    done
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the test virtualenv: vLLM 0.33.0's Python package without its
 # dependencies (the tests import only its pure-Python offloading modules; see conftest.py),
-# plus numpy, msgspec (imported by vLLM's offloading types), pytest, hypothesis and maturin.
+# plus numpy, msgspec (imported by vLLM's offloading types), pytest, hypothesis and maturin, and
+# the few pure-Python packages the simple offloader's engine types import (see below).
 #
 #   std-adapter/python/tests/setup_env.sh            # the venv in <repo>/target/pyenv
 #   KVTIER_PYENV=/some/dir setup_env.sh               # elsewhere
@@ -26,5 +27,8 @@ fi
 "${pip[@]}" install "numpy>=1.26" "msgspec>=0.18" "typing_extensions>=4.10" \
     "pytest>=8" "hypothesis>=6.100" "maturin>=1.5,<2"
 "${pip[@]}" install "pyzmq>=25" "psutil>=5" "urllib3>=2" # vllm.distributed.kv_events's imports
-"${pip[@]}" install "cbor2>=5" # vllm.utils.hashing's import (vllm.v1.core.kv_cache_utils)
+# Imported by the engine types the simple offloader's scheduler uses (vllm_stubs.py): pydantic
+# (vLLM's config classes, SamplingParams), cbor2 (vllm.utils.hashing), regex (the KV cache
+# specs' module), cloudpickle (vllm.v1.serial_utils).
+"${pip[@]}" install "pydantic>=2.12" "cbor2>=5" "regex>=2024" "cloudpickle>=3"
 echo "$venv"

@@ -1,6 +1,6 @@
 """Fetches vLLM 0.33.0's own offloading tests from its source distribution.
 
-    python fetch.py DEST        # prints DEST once DEST/tests/v1/kv_offload/ holds them
+    python fetch.py DEST        # prints DEST once DEST/tests/v1/ holds them
 
 The source distribution (47 MB) comes from the package index pip uses (``PIP_INDEX_URL``,
 else PyPI), found through the index's JSON page (PEP 691) as pip finds it, checked against the
@@ -10,8 +10,8 @@ downloads it once; ``VLLM_SDIST=/path/to/vllm-0.33.0.tar.gz`` uses a local copy 
 package's metadata before it saves a source distribution, and vLLM's build requires torch
 2.14.0, which with ``--no-binary :all:`` pip tries to build from source.
 
-Only ``tests/v1/kv_offload/`` (and the two ``__init__.py`` above it, which make it the package
-``tests.v1.kv_offload`` its files import from) is unpacked, unchanged.
+Only ``tests/v1/kv_offload/`` and ``tests/v1/simple_kv_offload/`` (and the two ``__init__.py``
+above them, which make them the packages their files import from) are unpacked, unchanged.
 """
 
 from __future__ import annotations
@@ -29,7 +29,12 @@ from pathlib import Path
 NAME = "vllm-0.33.0.tar.gz"
 SHA256 = "f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 ROOT = "vllm-0.33.0/"
-WANTED = ("tests/__init__.py", "tests/v1/__init__.py", "tests/v1/kv_offload/")
+WANTED = (
+    "tests/__init__.py",
+    "tests/v1/__init__.py",
+    "tests/v1/kv_offload/",
+    "tests/v1/simple_kv_offload/",
+)
 
 
 def sha256(path: Path) -> str:
@@ -87,6 +92,12 @@ def sdist() -> Path:
     return path
 
 
+def stamp_text() -> str:
+    """What ``DEST/SHA256`` holds: the archive's SHA-256 and the unpacked folders, so that a
+    copy unpacked with another list is unpacked again."""
+    return SHA256 + "\n" + "\n".join(WANTED) + "\n"
+
+
 def unpack(archive: Path, dest: Path) -> None:
     """Unpacks the wanted members of ``archive`` into ``dest`` (replacing it)."""
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=dest.name + "."))
@@ -103,7 +114,7 @@ def unpack(archive: Path, dest: Path) -> None:
             tar.extractall(tmp, members=members, filter="data")
         else:  # Python before 3.11.4: the members were checked to be plain files and dirs
             tar.extractall(tmp, members=members)
-    (tmp / "SHA256").write_text(SHA256 + "\n")
+    (tmp / "SHA256").write_text(stamp_text())
     if dest.exists():
         shutil.rmtree(dest)
     os.replace(tmp, dest)
@@ -112,7 +123,7 @@ def unpack(archive: Path, dest: Path) -> None:
 def main() -> None:
     dest = Path(sys.argv[1]).resolve()
     stamp = dest / "SHA256"
-    if not (stamp.exists() and stamp.read_text().strip() == SHA256):
+    if not (stamp.exists() and stamp.read_text() == stamp_text()):
         dest.parent.mkdir(parents=True, exist_ok=True)
         unpack(sdist(), dest)
     print(dest)

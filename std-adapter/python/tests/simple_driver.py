@@ -1,0 +1,494 @@
+"""A deterministic engine step loop around a simple-offloader scheduler (vLLM's
+``SimpleCPUOffloadScheduler`` or kvtier's), for the differential test and the benchmark.
+
+The GPU side is vLLM 0.33.0's own ``KVCacheManager`` (its ``BlockPool`` is bound to the
+offloader), driven the way vLLM's engine scheduler drives it: per step, running requests get
+their next prefill chunk or one decode token, then waiting requests are admitted (at most
+``max_seqs`` running, a token budget per step, and only when the free GPU blocks hold the whole
+request, so that no running request ever needs preempting); a request's GPU prefix hit comes
+from ``get_computed_blocks``, its CPU hit from the offloader, loaded asynchronously. After the
+step's ``build_connector_meta`` the "workers" finish that step's transfers one step later:
+loads through ``finished_recving``, stores through ``SimpleCPUOffloadWorkerMetadata``, one
+report per worker (``world_size`` workers, the second a step after the first). A finished
+request is handed to ``request_finished_all_groups`` (vLLM's connector supports the hybrid
+allocator) and freed. With ``preempt_every`` = k, every k-th step preempts the last running
+request (its blocks freed, its progress lost, back to the queue's front; it resumes with its
+whole block table), so the offloader also sees ``preempted_req_ids`` and resumed requests.
+
+Requests come from a trace (kvtrace or Mooncake JSONL): each block id of a request becomes 16
+tokens derived from the id alone, so that requests sharing trace blocks share prompt prefixes
+and vLLM's chained block hashes. Everything the offloader returns is recorded per step
+(``Record``), so that two runs can be compared step by step.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import vllm_stubs
+
+vllm_stubs.install()
+
+# test_kv_events.py stands a one-alias module in for vLLM's kv_cache_utils when it is imported
+# first; the engine types below need the real file.
+_utils = sys.modules.get("vllm.v1.core.kv_cache_utils")
+if _utils is not None and getattr(_utils, "__file__", None) is None:
+    del sys.modules["vllm.v1.core.kv_cache_utils"]
+
+from vllm import SamplingParams  # noqa: E402
+from vllm.config import (  # noqa: E402
+    CacheConfig,
+    KVEventsConfig,
+    KVTransferConfig,
+    ModelConfig,
+    ParallelConfig,
+    SchedulerConfig,
+    VllmConfig,
+)
+from vllm.utils.hashing import sha256  # noqa: E402
+from vllm.v1.core.kv_cache_manager import KVCacheManager  # noqa: E402
+from vllm.v1.core.kv_cache_utils import (  # noqa: E402
+    get_request_block_hasher,
+    init_none_hash,
+)
+from vllm.v1.core.sched.output import (  # noqa: E402
+    CachedRequestData,
+    NewRequestData,
+    SchedulerOutput,
+)
+from vllm.v1.core.single_type_kv_cache_manager import (  # noqa: E402
+    register_all_kvcache_specs,
+)
+from vllm.v1.kv_cache_interface import (  # noqa: E402
+    FullAttentionSpec,
+    KVCacheConfig,
+    KVCacheGroupSpec,
+    KVCacheTensor,
+)
+from vllm.v1.outputs import KVConnectorOutput  # noqa: E402
+from vllm.v1.request import Request, RequestStatus  # noqa: E402
+from vllm.v1.simple_kv_offload.metadata import (  # noqa: E402
+    SimpleCPUOffloadWorkerMetadata,
+)
+
+import torch  # noqa: E402  (vllm_stubs' torch: dtypes as values)
+
+BLOCK = 16
+HEADS = 1
+HEAD_SIZE = 16
+BYTES_PER_BLOCK = BLOCK * HEADS * HEAD_SIZE * 2 * 2  # K and V, float16
+
+init_none_hash(sha256)
+register_all_kvcache_specs(vllm_config=None)
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One run's engine shape."""
+
+    gpu_blocks: int = 160
+    cpu_blocks: int = 64
+    lazy: bool = False
+    world_size: int = 2
+    max_seqs: int = 8
+    step_tokens: int = 256
+    chunk_tokens: int = 64
+    decode_tokens: int = 3
+    drain: int = 3
+    preempt_every: int = 0
+    kv_events: bool = False
+
+
+def kv_cache_config(gpu_blocks: int) -> KVCacheConfig:
+    """One full-attention group of one layer, float16, ``gpu_blocks`` blocks."""
+    spec = FullAttentionSpec(
+        block_size=BLOCK, num_kv_heads=HEADS, head_size=HEAD_SIZE, dtype=torch.float16
+    )
+    size = BYTES_PER_BLOCK * gpu_blocks
+    return KVCacheConfig(
+        num_blocks=gpu_blocks,
+        kv_cache_tensors=[
+            KVCacheTensor(
+                size=size, layers=["layer_0"], layer_stride=size, block_stride=BYTES_PER_BLOCK
+            )
+        ],
+        kv_cache_groups=[KVCacheGroupSpec(["layer_0"], spec)],
+    )
+
+
+def vllm_config(shape: Shape) -> VllmConfig:
+    return VllmConfig(
+        model_config=ModelConfig(model="facebook/opt-125m", max_model_len=1 << 16),
+        scheduler_config=SchedulerConfig(
+            max_num_seqs=shape.max_seqs,
+            max_num_batched_tokens=shape.step_tokens,
+            max_model_len=1 << 16,
+            enable_chunked_prefill=True,
+            is_encoder_decoder=False,
+        ),
+        cache_config=CacheConfig(block_size=BLOCK, enable_prefix_caching=True),
+        parallel_config=ParallelConfig(tensor_parallel_size=shape.world_size),
+        kv_events_config=KVEventsConfig(enable_kv_cache_events=shape.kv_events),
+        kv_transfer_config=KVTransferConfig(
+            kv_connector="SimpleCPUOffloadConnector", kv_role="kv_both"
+        ),
+    )
+
+
+# --- traces -----------------------------------------------------------------------------
+
+
+def kvtrace_requests(path: str, limit: int) -> list[list[int]]:
+    """The block ids of the first ``limit`` requests of a kvtrace, in arrival (L) order."""
+    out: list[list[int]] = []
+    with open(path) as f:
+        for line in f:
+            if line.startswith("L "):
+                parts = line.split()
+                out.append([int(h, 16) for h in parts[3:]])
+                if len(out) == limit:
+                    break
+    return out
+
+
+def mooncake_requests(path: str, limit: int, max_blocks: int = 64) -> list[list[int]]:
+    """The block ids of the first ``limit`` requests of a Mooncake JSONL trace (its full
+    512-token blocks, each replayed here as one 16-token block; at most ``max_blocks`` per
+    request, so that a request fits the GPU pool)."""
+    out: list[list[int]] = []
+    with open(path) as f:
+        for line in f:
+            rec = json.loads(line)
+            full = min(len(rec["hash_ids"]), rec["input_length"] // 512)
+            if full == 0:
+                continue
+            out.append(rec["hash_ids"][:min(full, max_blocks)])
+            if len(out) == limit:
+                break
+    return out
+
+
+def prompt(block_ids: list[int], tail: int) -> list[int]:
+    """16 tokens per block id (from the id alone), then ``tail`` tokens of a partial block."""
+    tokens: list[int] = []
+    for h in block_ids:
+        base = (h * 2654435761) % 50000
+        tokens.extend((base + j * 7919) % 50000 for j in range(BLOCK))
+    tokens.extend(50000 + j for j in range(tail))
+    return tokens
+
+
+# --- the step loop ------------------------------------------------------------------------
+
+
+@dataclass
+class Record:
+    """What the offloader returned during one step."""
+
+    step: int
+    hits: list[tuple[str, int | None, bool]] = field(default_factory=list)
+    meta: dict | None = None
+    stats: object = None
+    events: list = field(default_factory=list)
+    finished: list[tuple[str, object]] = field(default_factory=list)
+    pending_stores: bool | None = None
+    reset: bool | None = None
+
+
+def _meta(m) -> dict:
+    return {
+        "load_event": m.load_event,
+        "load_gpu_blocks": list(m.load_gpu_blocks),
+        "load_cpu_blocks": list(m.load_cpu_blocks),
+        "load_event_to_reqs": {k: list(v) for k, v in m.load_event_to_reqs.items()},
+        "store_event": m.store_event,
+        "store_gpu_blocks": list(m.store_gpu_blocks),
+        "store_cpu_blocks": list(m.store_cpu_blocks),
+        "need_flush": m.need_flush,
+    }
+
+
+def _stats(s) -> object:
+    data = getattr(s, "data", s)
+    return repr(data)
+
+
+class _Req:
+    def __init__(self, rid: str, tokens: list[int], decode: int, hasher):
+        self.req = Request(
+            request_id=rid,
+            prompt_token_ids=tokens,
+            sampling_params=SamplingParams(max_tokens=decode),
+            pooling_params=None,
+            mm_features=None,
+            block_hasher=hasher,
+        )
+        self.decode_left = decode
+        self.loading = False
+        self.scheduled_once = False
+        self.resumed = False
+        self.need = 0
+
+
+def run(
+    scheduler_cls: Callable,
+    requests: list[list[int]],
+    shape: Shape,
+    record: bool = True,
+) -> Iterator[Record]:
+    """Runs the requests to completion, yielding one ``Record`` per step."""
+    cfg = vllm_config(shape)
+    kcfg = kv_cache_config(shape.gpu_blocks)
+    sched = scheduler_cls(
+        vllm_config=cfg,
+        kv_cache_config=kcfg,
+        cpu_capacity_bytes=BYTES_PER_BLOCK * shape.cpu_blocks,
+        scheduler_block_size=BLOCK,
+        hash_block_size=BLOCK,
+        lazy_offload=shape.lazy,
+    )
+    kvm = KVCacheManager(
+        kcfg,
+        max_model_len=1 << 16,
+        scheduler_block_size=BLOCK,
+        hash_block_size=BLOCK,
+        max_in_flight_tokens=shape.step_tokens,
+    )
+    sched.bind_gpu_block_pool(kvm.block_pool)
+    hasher = get_request_block_hasher(BLOCK, sha256)
+    waiting = deque(
+        _Req(f"r{i}", prompt(ids, 1 + i % 5), shape.decode_tokens, hasher)
+        for i, ids in enumerate(requests)
+    )
+    for r in waiting:
+        # A request whose whole length does not fit the GPU pool would never be admitted.
+        need = -(-(r.req.num_tokens + r.decode_left) // BLOCK)
+        if need > shape.gpu_blocks - 1:
+            raise ValueError(
+                f"request {r.req.request_id} needs {need} GPU blocks; the pool has "
+                f"{shape.gpu_blocks - 1} besides the null block"
+            )
+    running: list[_Req] = []
+    loading: dict[str, _Req] = {}
+    # Transfers reported by the workers: step -> (finished_recving, {store_event: count}).
+    reports: dict[int, tuple[set[str], dict[int, int]]] = {}
+    finished_last: set[str] = set()
+    step = 0
+    idle = 0
+    # Once every request finished, ``drain`` more steps deliver the last reports (lazy
+    # offloading keeps storing while the GPU's cached blocks outnumber the CPU's).
+    while idle <= shape.drain:
+        if not (waiting or running or loading):
+            idle += 1
+        rec = Record(step)
+        # Worker reports due now (from earlier steps' metadata).
+        due = reports.pop(step, None)
+        if due is not None:
+            recving, stores = due
+            sched.update_connector_output(
+                KVConnectorOutput(
+                    finished_recving=set(recving),
+                    kv_connector_worker_meta=SimpleCPUOffloadWorkerMetadata(
+                        completed_store_events=dict(stores)
+                    ),
+                )
+            )
+            for rid in sorted(recving):
+                r = loading.pop(rid, None)
+                if r is not None:
+                    kvm.cache_blocks(r.req, r.req.num_computed_tokens)
+                    r.loading = False
+                    running.append(r)
+        budget = shape.step_tokens
+        new_reqs: list[NewRequestData] = []
+        cached_ids: list[str] = []
+        cached_blocks: list = []
+        resumed: set[str] = set()
+        num_tokens: dict[str, int] = {}
+        preempted: set[str] = set()
+        if shape.preempt_every and step % shape.preempt_every == shape.preempt_every - 1:
+            # Preemption, as vLLM's engine preempts: the last running request loses its GPU
+            # blocks and its progress and goes back to the front of the queue.
+            victims = [r for r in running if r.scheduled_once]
+            if len(running) >= 2 and victims:
+                r = victims[-1]
+                running.remove(r)
+                kvm.free(r.req)
+                r.req.status = RequestStatus.PREEMPTED
+                r.req.num_computed_tokens = 0
+                r.req.num_preemptions += 1
+                r.scheduled_once = False
+                r.resumed = True
+                preempted.add(r.req.request_id)
+                waiting.appendleft(r)
+        # Running requests: the next prefill chunk or one decode token.
+        for r in running:
+            if budget == 0:
+                break
+            req = r.req
+            left = req.num_tokens - req.num_computed_tokens
+            if left == 0:
+                continue
+            n = min(left, shape.chunk_tokens, budget)
+            new_blocks = kvm.allocate_slots(req, n)
+            if new_blocks is None:
+                # Lazy offloading pins cached GPU blocks until their store completes: the
+                # request waits for the pins to go (vLLM would preempt; here none is).
+                continue
+            budget -= n
+            num_tokens[req.request_id] = n
+            if not r.scheduled_once:
+                # First scheduled after its load: vLLM's engine calls the connector again,
+                # with no external tokens.
+                r.scheduled_once = True
+                sched.update_state_after_alloc(req, kvm.get_blocks(req.request_id), 0)
+                _schedule_first(r, kvm, new_reqs, cached_ids, cached_blocks, resumed)
+            else:
+                cached_ids.append(req.request_id)
+                cached_blocks.append(new_blocks.get_block_ids(allow_none=True))
+        # Admission.
+        while waiting and budget > 0 and len(running) + len(loading) < shape.max_seqs:
+            r = waiting[0]
+            req = r.req
+            need = -(-(req.num_tokens + r.decode_left) // BLOCK)
+            # Blocks the admitted requests will still allocate stay reserved for them.
+            reserved = sum(
+                o.need - len(kvm.get_block_ids(o.req.request_id)[0])
+                for o in (*running, *loading.values())
+            )
+            if kvm.block_pool.get_num_free_blocks() - reserved < need:
+                break
+            r.need = need
+            computed, n_local, _ = kvm.get_computed_blocks(req)
+            ext, is_async = sched.get_num_new_matched_tokens(req, n_local)
+            rec.hits.append((req.request_id, ext, is_async))
+            ext = ext or 0
+            if ext > 0:
+                blocks = kvm.allocate_slots(
+                    req,
+                    0,
+                    n_local,
+                    computed,
+                    num_external_computed_tokens=ext,
+                    delay_cache_blocks=True,
+                )
+                if blocks is None:
+                    break
+                waiting.popleft()
+                sched.update_state_after_alloc(req, kvm.get_blocks(req.request_id), ext)
+                req.num_computed_tokens = n_local + ext
+                loading[req.request_id] = r
+                r.loading = True
+                r.scheduled_once = False
+                continue
+            n = min(req.num_tokens - n_local, shape.chunk_tokens, budget)
+            blocks = kvm.allocate_slots(req, n, n_local, computed)
+            if blocks is None:
+                break
+            waiting.popleft()
+            sched.update_state_after_alloc(req, kvm.get_blocks(req.request_id), 0)
+            req.num_computed_tokens = n_local
+            budget -= n
+            num_tokens[req.request_id] = n
+            r.scheduled_once = True
+            running.append(r)
+            _schedule_first(r, kvm, new_reqs, cached_ids, cached_blocks, resumed)
+        # Requests that loaded are scheduled as new requests (vLLM's engine does so).
+        out = SchedulerOutput(
+            scheduled_new_reqs=new_reqs,
+            scheduled_cached_reqs=CachedRequestData(
+                req_ids=cached_ids,
+                resumed_req_ids=resumed,
+                new_token_ids=[[] for _ in cached_ids],
+                all_token_ids={},
+                new_block_ids=cached_blocks,
+                num_computed_tokens=[0] * len(cached_ids),
+                num_output_tokens=[0] * len(cached_ids),
+            )
+            if cached_ids
+            else CachedRequestData.make_empty(),
+            num_scheduled_tokens=num_tokens,
+            total_num_scheduled_tokens=sum(num_tokens.values()),
+            scheduled_spec_decode_tokens={},
+            scheduled_encoder_inputs={},
+            preempted_req_ids=preempted,
+            finished_req_ids=finished_last,
+            free_encoder_mm_hashes=[],
+        )
+        meta = sched.build_connector_meta(out)
+        if record:
+            rec.meta = _meta(meta)
+        # The workers run the step's transfers and report them in the next step's output
+        # (worker 0; worker 1 a step later: a store completes once every worker reported).
+        # A report due at step t is read before step t is scheduled, as vLLM's engine reads
+        # step t-1's output.
+        if meta.load_event >= 0:
+            recv = set(meta.load_event_to_reqs.get(meta.load_event, []))
+            reports.setdefault(step + 2, (set(), {}))[0].update(recv)
+        if meta.store_event >= 0:
+            for w in range(shape.world_size):
+                stores = reports.setdefault(step + 2 + w, (set(), {}))[1]
+                stores[meta.store_event] = stores.get(meta.store_event, 0) + 1
+        # The model ran: computed tokens advance, decode emits a token, finished requests go.
+        finished_last = set()
+        still: list[_Req] = []
+        for r in running:
+            req = r.req
+            n = num_tokens.get(req.request_id, 0)
+            req.num_computed_tokens += n
+            if n and req.num_computed_tokens == req.num_tokens:
+                if r.decode_left == 0:
+                    block_ids = kvm.get_block_ids_for_computed_tokens(
+                        request_id=req.request_id,
+                        num_computed_tokens=req.num_computed_tokens,
+                    )
+                    res = sched.request_finished_all_groups(req, block_ids)
+                    rec.finished.append((req.request_id, res))
+                    kvm.free(req)
+                    finished_last.add(req.request_id)
+                    continue
+                req.append_output_token_ids([7 + r.decode_left])
+                r.decode_left -= 1
+            still.append(r)
+        running = still
+        if record:
+            rec.stats = _stats(sched.get_stats())
+            rec.events = [repr(e) for e in sched.take_events()]
+            rec.pending_stores = sched.has_pending_stores()
+        if idle > shape.drain:
+            # The last step: the connector's reset (vLLM's reset_prefix_cache path).
+            rec.reset = sched.reset()
+        yield rec
+        step += 1
+        if step > 100000:
+            raise RuntimeError("the step loop did not drain")
+
+
+def _schedule_first(r, kvm, new_reqs, cached_ids, cached_blocks, resumed) -> None:
+    """A request's first step after admission: a new request, or a resumed one (after a
+    preemption) with its whole block table."""
+    req = r.req
+    if r.resumed:
+        r.resumed = False
+        resumed.add(req.request_id)
+        cached_ids.append(req.request_id)
+        cached_blocks.append(kvm.get_block_ids(req.request_id))
+    else:
+        new_reqs.append(_new_req(req, kvm))
+
+
+def _new_req(req: Request, kvm: KVCacheManager) -> NewRequestData:
+    return NewRequestData(
+        req_id=req.request_id,
+        prompt_token_ids=None,
+        mm_features=[],
+        sampling_params=None,
+        pooling_params=None,
+        block_ids=kvm.get_block_ids(req.request_id),
+        num_computed_tokens=req.num_computed_tokens,
+        lora_request=None,
+    )
