@@ -72,12 +72,14 @@
 
 mod fenwick;
 mod flags;
+mod hot;
 mod mini;
 mod shadows;
 mod shards;
 mod stack;
 mod stamps;
 
+pub use hot::{HotCounter, HotKeys};
 pub use mini::{MiniCounts, MiniReplay};
 pub use shards::{DEFAULT_SEED, Mini, SAMPLE_MODULUS, SampledConfig, SampledCurves, Sampler};
 pub use stack::{LruStack, StackConfig};

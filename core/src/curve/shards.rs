@@ -5,10 +5,11 @@
 use alloc::vec::Vec;
 use core::hash::BuildHasher;
 
+use super::hot::HotKeys;
 use super::mini::{MiniCounts, MiniReplay};
 use super::stack::{LruStack, StackConfig};
 use super::{Curve, CurveError};
-use crate::hashing::{FixedState, Set};
+use crate::hashing::{FixedState, Map, Set};
 use crate::manager::{ManagerConfig, PolicyKind};
 
 /// The seed of [`Sampler::new`]'s hash.
@@ -111,6 +112,11 @@ pub struct SampledConfig {
     /// Whether to run the sampled LRU stack (the whole sampled LRU curve; without a store
     /// threshold only).
     pub stack: bool,
+    /// Keys counted in a first pass ([`HotCounter`](super::HotCounter)): at each capacity
+    /// `C`, those whose mean reuse interval is at most `C` references
+    /// ([`HotKeys::floor`]) are taken as resident and counted exactly, outside the
+    /// miniatures, which simulate the other sampled keys in the room left (empty: none).
+    pub hot: HotKeys,
 }
 
 /// One miniature replay: its policy and full-scale capacity.
@@ -122,6 +128,12 @@ pub struct Mini {
     pub capacity: u32,
     /// The capacity it simulates.
     pub scaled: u32,
+    /// The reference count from which a key is hot at this capacity.
+    pub floor: u64,
+    /// References to this capacity's hot keys (all of them, none sampled).
+    pub hot_blocks: u64,
+    /// Of those, the ones counted as hits: in the leading run of hot keys met before.
+    pub hot_hits: u64,
     replay: MiniReplay,
 }
 
@@ -144,6 +156,11 @@ pub struct SampledCurves {
     minis: Vec<Mini>,
     open: Set<u64>,
     scratch: Vec<u64>,
+    sampled: Vec<(u64, u64)>,
+    hot: Map<u64, u64>,
+    seen: Set<u64>,
+    counts: Vec<u64>,
+    run: Vec<u64>,
     requests: u64,
     request_blocks: u64,
 }
@@ -164,10 +181,19 @@ impl SampledCurves {
             s.max_open_requests = cfg.max_requests;
             Some(LruStack::new(s)?)
         };
+        let mut hot = Map::with_hasher(FixedState::default());
+        let mut seen = Set::with_hasher(FixedState::default());
+        hot.try_reserve(cfg.hot.keys.len())
+            .map_err(|_| CurveError::OutOfMemory)?;
+        seen.try_reserve(cfg.hot.keys.len())
+            .map_err(|_| CurveError::OutOfMemory)?;
+        hot.extend(cfg.hot.keys.iter().copied());
         let mut minis = Vec::new();
         for &policy in &cfg.policies {
             for &capacity in &cfg.capacities {
-                let scaled = sampler.scaled(capacity);
+                let floor = cfg.hot.floor(capacity);
+                let pinned = u32::try_from(cfg.hot.at_least(floor)).unwrap_or(u32::MAX);
+                let scaled = sampler.scaled(capacity.saturating_sub(pinned));
                 let mut m = ManagerConfig::new(scaled);
                 m.policy = policy;
                 m.store_threshold = cfg.store_threshold;
@@ -177,6 +203,9 @@ impl SampledCurves {
                     policy,
                     capacity,
                     scaled,
+                    floor,
+                    hot_blocks: 0,
+                    hot_hits: 0,
                     replay: MiniReplay::new(m, cfg.block_tokens)?,
                 });
             }
@@ -187,6 +216,11 @@ impl SampledCurves {
             minis,
             open: Set::with_hasher(FixedState::default()),
             scratch: Vec::new(),
+            sampled: Vec::new(),
+            hot,
+            seen,
+            counts: Vec::new(),
+            run: Vec::new(),
             requests: 0,
             request_blocks: 0,
         })
@@ -203,23 +237,78 @@ impl SampledCurves {
     /// # Errors
     /// [`CurveError`] from the stack or a miniature replay.
     pub fn lookup(&mut self, rid: u64, keys: &[u64]) -> Result<(), CurveError> {
+        if self.open.contains(&rid) {
+            return Err(CurveError::DuplicateRequest(rid));
+        }
         self.requests += 1;
         self.request_blocks += keys.len() as u64;
+        self.hot_counts(keys)?;
         self.scratch.clear();
+        self.sampled.clear();
         let s = self.sampler;
-        self.scratch
-            .extend(keys.iter().copied().filter(|&k| s.keeps(k)));
+        for &k in keys.iter().filter(|&&k| s.keeps(k)) {
+            self.scratch.push(k);
+            self.sampled
+                .push((k, self.hot.get(&k).copied().unwrap_or(0)));
+        }
+        for m in &mut self.minis {
+            m.hot_blocks += self.counts.partition_point(|&c| c >= m.floor) as u64;
+            m.hot_hits += self.run.partition_point(|&c| c >= m.floor) as u64;
+        }
         if self.scratch.is_empty() {
             return Ok(());
         }
-        if !self.open.insert(rid) {
-            return Err(CurveError::DuplicateRequest(rid));
-        }
+        self.open.insert(rid);
         if let Some(lru) = &mut self.lru {
             lru.lookup(rid, &self.scratch)?;
         }
         for m in &mut self.minis {
-            m.replay.lookup(rid, &self.scratch)?;
+            self.scratch.clear();
+            self.scratch.extend(
+                self.sampled
+                    .iter()
+                    .filter(|&&(_, c)| c < m.floor)
+                    .map(|&(k, _)| k),
+            );
+            if !self.scratch.is_empty() {
+                m.replay.lookup(rid, &self.scratch)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The hot keys' counts in `keys` (non-increasing) and the running minimum of the counts
+    /// over the leading run of hot keys met before; then marks `keys`' hot keys met.
+    fn hot_counts(&mut self, keys: &[u64]) -> Result<(), CurveError> {
+        self.counts.clear();
+        self.run.clear();
+        if self.hot.is_empty() {
+            return Ok(());
+        }
+        self.counts
+            .try_reserve(keys.len())
+            .map_err(|_| CurveError::OutOfMemory)?;
+        self.run
+            .try_reserve(keys.len())
+            .map_err(|_| CurveError::OutOfMemory)?;
+        let (mut leading, mut least) = (true, u64::MAX);
+        for k in keys {
+            let c = self.hot.get(k).copied().unwrap_or(0);
+            if c > 0 {
+                self.counts.push(c);
+            }
+            if leading && c > 0 && self.seen.contains(k) {
+                least = least.min(c);
+                self.run.push(least);
+            } else {
+                leading = false;
+            }
+        }
+        self.counts.sort_unstable_by(|a, b| b.cmp(a));
+        for k in keys {
+            if self.hot.contains_key(k) {
+                self.seen.insert(*k);
+            }
         }
         Ok(())
     }
@@ -235,7 +324,7 @@ impl SampledCurves {
         if let Some(lru) = &mut self.lru {
             lru.store(rid)?;
         }
-        for m in &mut self.minis {
+        for m in self.minis.iter_mut().filter(|m| m.replay.is_open(rid)) {
             m.replay.store(rid)?;
         }
         Ok(())
@@ -252,7 +341,7 @@ impl SampledCurves {
         if let Some(lru) = &mut self.lru {
             lru.finish(rid)?;
         }
-        for m in &mut self.minis {
+        for m in self.minis.iter_mut().filter(|m| m.replay.is_open(rid)) {
             m.replay.finish(rid)?;
         }
         Ok(())
@@ -296,6 +385,19 @@ impl SampledCurves {
         self.minis
             .iter()
             .find(|m| m.policy == policy && m.capacity == capacity)
+    }
+
+    /// The estimated block hit rate at miniature `m`'s capacity: its hot keys' hits, counted
+    /// exactly, plus the other blocks seen at the miniature's hit rate, over all blocks seen.
+    #[must_use]
+    #[expect(clippy::cast_precision_loss, reason = "a rate")]
+    pub fn estimate(&self, m: &Mini) -> f64 {
+        if self.request_blocks == 0 {
+            return 0.0;
+        }
+        let cold = self.request_blocks.saturating_sub(m.hot_blocks) as f64;
+        let est = m.hot_hits as f64 + cold * m.counts().block_hit_rate();
+        (est / self.request_blocks as f64).clamp(0.0, 1.0)
     }
 
     /// The miniature replays, in policy then capacity order.
