@@ -12,7 +12,8 @@
 use std::fmt;
 
 use kvtier_core::curve::{
-    Curve, CurveError, DEFAULT_SEED, HotCounter, HotKeys, LruStack, SampledConfig, SampledCurves, Sink, StackConfig,
+    Curve, CurveError, DEFAULT_SEED, HotCounter, HotKeys, LruStack, SampledConfig, SampledCurves,
+    Sink, StackConfig,
 };
 use kvtier_core::manager::PolicyKind;
 use serde::Serialize;
