@@ -11,6 +11,7 @@ use super::stack::{LruStack, StackConfig};
 use super::{Curve, CurveError};
 use crate::hashing::{FixedState, Map, Set};
 use crate::manager::{ManagerConfig, PolicyKind};
+use crate::reserve::filled;
 
 /// The seed of [`Sampler::new`]'s hash.
 pub const DEFAULT_SEED: u64 = 0x5348_4152_4453;
@@ -130,10 +131,8 @@ pub struct Mini {
     pub scaled: u32,
     /// The reference count from which a key is hot at this capacity.
     pub floor: u64,
-    /// References to this capacity's hot keys (all of them, none sampled).
-    pub hot_blocks: u64,
-    /// Of those, the ones counted as hits: in the leading run of hot keys met before.
-    pub hot_hits: u64,
+    /// The index of `floor` among the distinct floors, ascending.
+    floor_ix: usize,
     replay: MiniReplay,
 }
 
@@ -154,6 +153,12 @@ pub struct SampledCurves {
     /// Without a store threshold, the LRU stack (with one, LRU runs in miniature too).
     lru: Option<LruStack>,
     minis: Vec<Mini>,
+    /// The distinct floors of the miniatures, ascending.
+    floors: Vec<u64>,
+    /// `hot_hist[j]`: hot references counted at the miniatures of floor index below `j`.
+    hot_hist: Vec<u64>,
+    /// As `hot_hist`, for the hot references counted as hits.
+    hit_hist: Vec<u64>,
     open: Set<u64>,
     scratch: Vec<u64>,
     sampled: Vec<(u64, u64)>,
@@ -204,13 +209,22 @@ impl SampledCurves {
                     capacity,
                     scaled,
                     floor,
-                    hot_blocks: 0,
-                    hot_hits: 0,
+                    floor_ix: 0,
                     replay: MiniReplay::new(m, cfg.block_tokens)?,
                 });
             }
         }
+        let mut floors: Vec<u64> = minis.iter().map(|m| m.floor).collect();
+        floors.sort_unstable();
+        floors.dedup();
+        for m in &mut minis {
+            m.floor_ix = floors.partition_point(|&f| f < m.floor);
+        }
+        let hot_hist = filled(floors.len() + 1, 0)?;
         Ok(SampledCurves {
+            hit_hist: hot_hist.clone(),
+            hot_hist,
+            floors,
             sampler,
             lru,
             minis,
@@ -251,9 +265,13 @@ impl SampledCurves {
             self.sampled
                 .push((k, self.hot.get(&k).copied().unwrap_or(0)));
         }
-        for m in &mut self.minis {
-            m.hot_blocks += self.counts.partition_point(|&c| c >= m.floor) as u64;
-            m.hot_hits += self.run.partition_point(|&c| c >= m.floor) as u64;
+        // A count `c` is hot at the miniatures whose floor is at most `c`: those of floor index
+        // below the number of floors up to `c`.
+        for &c in &self.counts {
+            self.hot_hist[self.floors.partition_point(|&f| f <= c)] += 1;
+        }
+        for &c in &self.run {
+            self.hit_hist[self.floors.partition_point(|&f| f <= c)] += 1;
         }
         if self.scratch.is_empty() {
             return Ok(());
@@ -277,7 +295,7 @@ impl SampledCurves {
         Ok(())
     }
 
-    /// The hot keys' counts in `keys` (non-increasing) and the running minimum of the counts
+    /// The hot keys' counts in `keys` and the running minimum of the counts
     /// over the leading run of hot keys met before; then marks `keys`' hot keys met.
     fn hot_counts(&mut self, keys: &[u64]) -> Result<(), CurveError> {
         self.counts.clear();
@@ -304,7 +322,6 @@ impl SampledCurves {
                 leading = false;
             }
         }
-        self.counts.sort_unstable_by(|a, b| b.cmp(a));
         for k in keys {
             if self.hot.contains_key(k) {
                 self.seen.insert(*k);
@@ -395,9 +412,18 @@ impl SampledCurves {
         if self.request_blocks == 0 {
             return 0.0;
         }
-        let cold = self.request_blocks.saturating_sub(m.hot_blocks) as f64;
-        let est = m.hot_hits as f64 + cold * m.counts().block_hit_rate();
+        let (hot_blocks, hot_hits) = self.hot(m);
+        let cold = self.request_blocks.saturating_sub(hot_blocks) as f64;
+        let est = hot_hits as f64 + cold * m.counts().block_hit_rate();
         (est / self.request_blocks as f64).clamp(0.0, 1.0)
+    }
+
+    /// The references to miniature `m`'s hot keys (all of them, none sampled), and how many
+    /// of them are counted as hits (in the leading run of hot keys met before).
+    #[must_use]
+    pub fn hot(&self, m: &Mini) -> (u64, u64) {
+        let above = |h: &[u64]| h.get(m.floor_ix + 1..).map_or(0, |t| t.iter().sum());
+        (above(&self.hot_hist), above(&self.hit_hist))
     }
 
     /// The miniature replays, in policy then capacity order.
