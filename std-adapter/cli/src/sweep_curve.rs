@@ -6,8 +6,9 @@
 //!   the largest asked; each capacity the pass certifies takes its hit blocks, hit requests
 //!   and digest from it, every other case (uncertified capacities, ARC, a store threshold) is
 //!   replayed, so every row still equals `kvtier replay`.
-//! - `sample`: a fraction of the keys (`--sample`) through miniature replays of every policy
-//!   and threshold at every capacity, and exact replays at `--verify` checkpoints beside them.
+//! - `sample`: the hottest keys (`--hot-keys` counters of a first pass) counted exactly, a
+//!   fraction of the others (`--sample`) through miniature replays of every policy and
+//!   threshold at every capacity, and exact replays at `--verify` checkpoints beside them.
 
 use std::fmt;
 
