@@ -97,6 +97,11 @@
 //! `small-a`, 7 to 10 points high at 720 chunks even at `R = 0.5`, where sampling alone is
 //! within 4): at `R = 0.5` counting no hot keys (`HotKeys::default()`) is better.
 //!
+//! Estimating instead each hot reference's LRU reuse distance (distinct keys kept at `16 · R`
+//! since its last reference, over that rate) was tried too: 2.4 points on Mooncake, but 7 to
+//! 12 points high near 500 chunks on the others (key-level LRU distances miss the in-flight
+//! effects that make small caches lose hits), so it is not kept.
+//!
 //! One point is not reached at `R = 0.01`: the Mooncake sample has no hot keys (no block is
 //! referenced more than 12 times) and about 1,200 sampled blocks, whose binomial spread alone
 //! is over a point; on the 1M-record trace what remains is the scale of the small caches
