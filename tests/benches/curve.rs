@@ -74,6 +74,7 @@ fn sampled_64(bencher: Bencher) {
         max_requests: 1024,
         seed: DEFAULT_SEED,
         stack: true,
+        hot: kvtier_core::curve::HotKeys::default(),
     };
     bencher
         .counter(ItemsCount::new(blocks))

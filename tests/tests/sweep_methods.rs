@@ -118,6 +118,12 @@ fn sampled_rows_are_marked_with_exact_checkpoints() {
         "the legend marks sampled curves"
     );
     assert!(text.contains("exact replays at checkpoints"));
+    for policy in ["LRU", "ARC"] {
+        assert!(
+            text.contains(&format!("{policy} (exact replays)")),
+            "the checkpoints' replays of {policy} are drawn as a line beside its sampled curve"
+        );
+    }
 }
 
 /// A rate outside (0, 1] is refused with a message naming the option.

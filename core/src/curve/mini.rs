@@ -87,6 +87,12 @@ impl MiniReplay {
         self.counts
     }
 
+    /// Whether request `rid` is open.
+    #[must_use]
+    pub fn is_open(&self, rid: u64) -> bool {
+        self.open.contains_key(&rid)
+    }
+
     /// The manager, for inspection.
     #[must_use]
     pub const fn manager(&self) -> &OffloadManager<BlockKey> {

@@ -5,11 +5,13 @@
 use alloc::vec::Vec;
 use core::hash::BuildHasher;
 
+use super::hot::HotKeys;
 use super::mini::{MiniCounts, MiniReplay};
 use super::stack::{LruStack, StackConfig};
 use super::{Curve, CurveError};
-use crate::hashing::{FixedState, Set};
+use crate::hashing::{FixedState, Map, Set};
 use crate::manager::{ManagerConfig, PolicyKind};
+use crate::reserve::filled;
 
 /// The seed of [`Sampler::new`]'s hash.
 pub const DEFAULT_SEED: u64 = 0x5348_4152_4453;
@@ -111,6 +113,11 @@ pub struct SampledConfig {
     /// Whether to run the sampled LRU stack (the whole sampled LRU curve; without a store
     /// threshold only).
     pub stack: bool,
+    /// Keys counted in a first pass ([`HotCounter`](super::HotCounter)): at each capacity
+    /// `C`, those whose mean reuse interval is at most `C` references
+    /// ([`HotKeys::floor`]) are taken as resident and counted exactly, outside the
+    /// miniatures, which simulate the other sampled keys in the room left (empty: none).
+    pub hot: HotKeys,
 }
 
 /// One miniature replay: its policy and full-scale capacity.
@@ -122,6 +129,10 @@ pub struct Mini {
     pub capacity: u32,
     /// The capacity it simulates.
     pub scaled: u32,
+    /// The reference count from which a key is hot at this capacity.
+    pub floor: u64,
+    /// The index of `floor` among the distinct floors, ascending.
+    floor_ix: usize,
     replay: MiniReplay,
 }
 
@@ -142,8 +153,19 @@ pub struct SampledCurves {
     /// Without a store threshold, the LRU stack (with one, LRU runs in miniature too).
     lru: Option<LruStack>,
     minis: Vec<Mini>,
+    /// The distinct floors of the miniatures, ascending.
+    floors: Vec<u64>,
+    /// `hot_hist[j]`: hot references counted at the miniatures of floor index below `j`.
+    hot_hist: Vec<u64>,
+    /// As `hot_hist`, for the hot references counted as hits.
+    hit_hist: Vec<u64>,
     open: Set<u64>,
     scratch: Vec<u64>,
+    sampled: Vec<(u64, u64)>,
+    hot: Map<u64, u64>,
+    seen: Set<u64>,
+    counts: Vec<u64>,
+    run: Vec<u64>,
     requests: u64,
     request_blocks: u64,
 }
@@ -164,10 +186,19 @@ impl SampledCurves {
             s.max_open_requests = cfg.max_requests;
             Some(LruStack::new(s)?)
         };
+        let mut hot = Map::with_hasher(FixedState::default());
+        let mut seen = Set::with_hasher(FixedState::default());
+        hot.try_reserve(cfg.hot.keys.len())
+            .map_err(|_| CurveError::OutOfMemory)?;
+        seen.try_reserve(cfg.hot.keys.len())
+            .map_err(|_| CurveError::OutOfMemory)?;
+        hot.extend(cfg.hot.keys.iter().copied());
         let mut minis = Vec::new();
         for &policy in &cfg.policies {
             for &capacity in &cfg.capacities {
-                let scaled = sampler.scaled(capacity);
+                let floor = cfg.hot.floor(capacity);
+                let pinned = u32::try_from(cfg.hot.at_least(floor)).unwrap_or(u32::MAX);
+                let scaled = sampler.scaled(capacity.saturating_sub(pinned));
                 let mut m = ManagerConfig::new(scaled);
                 m.policy = policy;
                 m.store_threshold = cfg.store_threshold;
@@ -177,16 +208,33 @@ impl SampledCurves {
                     policy,
                     capacity,
                     scaled,
+                    floor,
+                    floor_ix: 0,
                     replay: MiniReplay::new(m, cfg.block_tokens)?,
                 });
             }
         }
+        let mut floors: Vec<u64> = minis.iter().map(|m| m.floor).collect();
+        floors.sort_unstable();
+        floors.dedup();
+        for m in &mut minis {
+            m.floor_ix = floors.partition_point(|&f| f < m.floor);
+        }
+        let hot_hist = filled(floors.len() + 1, 0)?;
         Ok(SampledCurves {
+            hit_hist: hot_hist.clone(),
+            hot_hist,
+            floors,
             sampler,
             lru,
             minis,
             open: Set::with_hasher(FixedState::default()),
             scratch: Vec::new(),
+            sampled: Vec::new(),
+            hot,
+            seen,
+            counts: Vec::new(),
+            run: Vec::new(),
             requests: 0,
             request_blocks: 0,
         })
@@ -203,23 +251,81 @@ impl SampledCurves {
     /// # Errors
     /// [`CurveError`] from the stack or a miniature replay.
     pub fn lookup(&mut self, rid: u64, keys: &[u64]) -> Result<(), CurveError> {
+        if self.open.contains(&rid) {
+            return Err(CurveError::DuplicateRequest(rid));
+        }
         self.requests += 1;
         self.request_blocks += keys.len() as u64;
+        self.hot_counts(keys)?;
         self.scratch.clear();
+        self.sampled.clear();
         let s = self.sampler;
-        self.scratch
-            .extend(keys.iter().copied().filter(|&k| s.keeps(k)));
+        for &k in keys.iter().filter(|&&k| s.keeps(k)) {
+            self.scratch.push(k);
+            self.sampled
+                .push((k, self.hot.get(&k).copied().unwrap_or(0)));
+        }
+        // A count `c` is hot at the miniatures whose floor is at most `c`: those of floor index
+        // below the number of floors up to `c`.
+        for &c in &self.counts {
+            self.hot_hist[self.floors.partition_point(|&f| f <= c)] += 1;
+        }
+        for &c in &self.run {
+            self.hit_hist[self.floors.partition_point(|&f| f <= c)] += 1;
+        }
         if self.scratch.is_empty() {
             return Ok(());
         }
-        if !self.open.insert(rid) {
-            return Err(CurveError::DuplicateRequest(rid));
-        }
+        self.open.insert(rid);
         if let Some(lru) = &mut self.lru {
             lru.lookup(rid, &self.scratch)?;
         }
         for m in &mut self.minis {
-            m.replay.lookup(rid, &self.scratch)?;
+            self.scratch.clear();
+            self.scratch.extend(
+                self.sampled
+                    .iter()
+                    .filter(|&&(_, c)| c < m.floor)
+                    .map(|&(k, _)| k),
+            );
+            if !self.scratch.is_empty() {
+                m.replay.lookup(rid, &self.scratch)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The hot keys' counts in `keys` and the running minimum of the counts
+    /// over the leading run of hot keys met before; then marks `keys`' hot keys met.
+    fn hot_counts(&mut self, keys: &[u64]) -> Result<(), CurveError> {
+        self.counts.clear();
+        self.run.clear();
+        if self.hot.is_empty() {
+            return Ok(());
+        }
+        self.counts
+            .try_reserve(keys.len())
+            .map_err(|_| CurveError::OutOfMemory)?;
+        self.run
+            .try_reserve(keys.len())
+            .map_err(|_| CurveError::OutOfMemory)?;
+        let (mut leading, mut least) = (true, u64::MAX);
+        for k in keys {
+            let c = self.hot.get(k).copied().unwrap_or(0);
+            if c > 0 {
+                self.counts.push(c);
+            }
+            if leading && c > 0 && self.seen.contains(k) {
+                least = least.min(c);
+                self.run.push(least);
+            } else {
+                leading = false;
+            }
+        }
+        for k in keys {
+            if self.hot.contains_key(k) {
+                self.seen.insert(*k);
+            }
         }
         Ok(())
     }
@@ -235,7 +341,7 @@ impl SampledCurves {
         if let Some(lru) = &mut self.lru {
             lru.store(rid)?;
         }
-        for m in &mut self.minis {
+        for m in self.minis.iter_mut().filter(|m| m.replay.is_open(rid)) {
             m.replay.store(rid)?;
         }
         Ok(())
@@ -252,7 +358,7 @@ impl SampledCurves {
         if let Some(lru) = &mut self.lru {
             lru.finish(rid)?;
         }
-        for m in &mut self.minis {
+        for m in self.minis.iter_mut().filter(|m| m.replay.is_open(rid)) {
             m.replay.finish(rid)?;
         }
         Ok(())
@@ -296,6 +402,28 @@ impl SampledCurves {
         self.minis
             .iter()
             .find(|m| m.policy == policy && m.capacity == capacity)
+    }
+
+    /// The estimated block hit rate at miniature `m`'s capacity: its hot keys' hits, counted
+    /// exactly, plus the other blocks seen at the miniature's hit rate, over all blocks seen.
+    #[must_use]
+    #[expect(clippy::cast_precision_loss, reason = "a rate")]
+    pub fn estimate(&self, m: &Mini) -> f64 {
+        if self.request_blocks == 0 {
+            return 0.0;
+        }
+        let (hot_blocks, hot_hits) = self.hot(m);
+        let cold = self.request_blocks.saturating_sub(hot_blocks) as f64;
+        let est = hot_hits as f64 + cold * m.counts().block_hit_rate();
+        (est / self.request_blocks as f64).clamp(0.0, 1.0)
+    }
+
+    /// The references to miniature `m`'s hot keys (all of them, none sampled), and how many
+    /// of them are counted as hits (in the leading run of hot keys met before).
+    #[must_use]
+    pub fn hot(&self, m: &Mini) -> (u64, u64) {
+        let above = |h: &[u64]| h.get(m.floor_ix + 1..).map_or(0, |t| t.iter().sum());
+        (above(&self.hot_hist), above(&self.hit_hist))
     }
 
     /// The miniature replays, in policy then capacity order.

@@ -201,18 +201,19 @@ fn gib(chunks: u32, bytes_per_chunk: u64) -> f64 {
 }
 
 /// The lines: one per (policy, threshold), points by capacity.
+/// The legend name of one policy and store threshold.
+fn line_name(policy: &str, threshold: u32) -> String {
+    if threshold >= 2 {
+        format!("{}, store threshold {threshold}", policy.to_uppercase())
+    } else {
+        policy.to_uppercase()
+    }
+}
+
 fn lines(sweep: &Sweep) -> Vec<(String, Vec<&SweepPoint>)> {
     let mut out: Vec<(String, Vec<&SweepPoint>)> = Vec::new();
     for p in &sweep.points {
-        let name = if p.case.threshold >= 2 {
-            format!(
-                "{}, store threshold {}",
-                p.case.policy.name().to_uppercase(),
-                p.case.threshold
-            )
-        } else {
-            p.case.policy.name().to_uppercase()
-        };
+        let name = line_name(p.case.policy.name(), p.case.threshold);
         match out.iter_mut().find(|(n, _)| *n == name) {
             Some((_, v)) => v.push(p),
             None => out.push((name, vec![p])),
@@ -376,6 +377,25 @@ fn draw_on<DB: DrawingBackend>(
             .map(|c| c.error_points.abs())
             .fold(0.0, f64::max);
         let size = dot * 2;
+        // Beside each sampled curve, its exact replays as a solid line of the same colour.
+        for (i, (name, _)) in lines(spec.sweep).into_iter().enumerate() {
+            let mut xy: Vec<(f64, f64)> = spec
+                .checkpoints
+                .iter()
+                .filter(|c| line_name(c.policy, c.store_threshold) == name)
+                .map(|c| (f64::from(c.capacity), c.exact_block_hit_rate * 100.0))
+                .collect();
+            if xy.len() < 2 {
+                continue;
+            }
+            xy.sort_by(|a, b| a.0.total_cmp(&b.0));
+            let style = COLORS[i % COLORS.len()].stroke_width(stroke);
+            chart
+                .draw_series(LineSeries::new(xy, style))
+                .map_err(|e| err(&e))?
+                .label(format!("{name} (exact replays)"))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+        }
         chart
             .draw_series(spec.checkpoints.iter().map(|c| {
                 Cross::new(

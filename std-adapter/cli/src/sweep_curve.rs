@@ -6,13 +6,15 @@
 //!   the largest asked; each capacity the pass certifies takes its hit blocks, hit requests
 //!   and digest from it, every other case (uncertified capacities, ARC, a store threshold) is
 //!   replayed, so every row still equals `kvtier replay`.
-//! - `sample`: a fraction of the keys (`--sample`) through miniature replays of every policy
-//!   and threshold at every capacity, and exact replays at `--verify` checkpoints beside them.
+//! - `sample`: the hottest keys (`--hot-keys` counters of a first pass) counted exactly, a
+//!   fraction of the others (`--sample`) through miniature replays of every policy and
+//!   threshold at every capacity, and exact replays at `--verify` checkpoints beside them.
 
 use std::fmt;
 
 use kvtier_core::curve::{
-    Curve, CurveError, DEFAULT_SEED, LruStack, SampledConfig, SampledCurves, Sink, StackConfig,
+    Curve, CurveError, DEFAULT_SEED, HotCounter, HotKeys, LruStack, SampledConfig, SampledCurves,
+    Sink, StackConfig,
 };
 use kvtier_core::manager::PolicyKind;
 use serde::Serialize;
@@ -119,6 +121,7 @@ pub fn sampled(
     threshold: u32,
     block_tokens: u64,
     max_requests: u32,
+    hot: &HotKeys,
     tick: &dyn Fn(u64),
 ) -> Result<SampledCurves, CurveRunError> {
     if !(rate > 0.0 && rate <= 1.0) {
@@ -135,10 +138,28 @@ pub fn sampled(
         max_requests,
         seed: DEFAULT_SEED,
         stack: false,
+        hot: hot.clone(),
     };
     let mut s = SampledCurves::new(&cfg)?;
     feed(trace, &mut s, tick)?;
     Ok(s)
+}
+
+/// The hot keys of `trace` from one counting pass in `k` counters (none for `k = 0`).
+///
+/// # Errors
+/// [`CurveRunError::Curve`] when the counters cannot be had.
+pub fn hot_keys(trace: &CompactTrace, k: u32) -> Result<HotKeys, CurveRunError> {
+    if k == 0 {
+        return Ok(HotKeys::default());
+    }
+    let mut h = HotCounter::new(k)?;
+    for rec in trace.cursor() {
+        if let Record::Load { hashes, .. } = rec {
+            h.add_all(hashes);
+        }
+    }
+    Ok(h.finish()?)
 }
 
 /// `n` checkpoints among `capacities` (sorted, distinct): evenly spread over their indices,
@@ -248,6 +269,8 @@ pub struct MethodSpec {
     pub rate: f64,
     /// `--verify`.
     pub verify: usize,
+    /// `--hot-keys`.
+    pub hot_keys: u32,
     /// Threads for the replays.
     pub jobs: usize,
     /// Tokens per block.
@@ -386,6 +409,8 @@ fn sample_points(
     let mut thresholds: Vec<u32> = cases.iter().map(|c| c.threshold).collect();
     thresholds.sort_unstable();
     thresholds.dedup();
+    let hot = hot_keys(trace, spec.hot_keys).map_err(MethodError::Curve)?;
+    let hot = &hot;
     let mut est: Vec<(SweepCase, f64)> = Vec::new();
     for &t in &thresholds {
         let mine: Vec<&SweepCase> = cases.iter().filter(|c| c.threshold == t).collect();
@@ -419,6 +444,7 @@ fn sample_points(
                             t,
                             spec.block_tokens,
                             spec.max_requests,
+                            hot,
                             &|n| bar.inc(n),
                         )
                     })
@@ -437,7 +463,7 @@ fn sample_points(
             let s = s.map_err(MethodError::Curve)?;
             for c in &mine {
                 if let Some(m) = s.mini(c.policy, c.capacity) {
-                    est.push((**c, m.counts().block_hit_rate()));
+                    est.push((**c, s.estimate(m)));
                 }
             }
         }

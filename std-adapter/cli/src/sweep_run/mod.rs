@@ -125,6 +125,11 @@ pub struct SweepOptions {
     /// With --offloader simple: workers that report each store (vLLM's world_size).
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub world_size: u32,
+    /// `--method sample`: counters of the first pass that finds the hottest keys (16 bytes
+    /// each); at each capacity the keys re-referenced on average within that many references
+    /// are counted exactly rather than sampled (0: sample every key alike).
+    #[arg(long, default_value_t = 4096, value_name = "K")]
+    pub hot_keys: u32,
 }
 
 /// One row of the sweep.
@@ -387,6 +392,7 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
         method: args.method,
         rate: args.sample,
         verify: args.verify,
+        hot_keys: args.hot_keys,
         jobs,
         block_tokens: u64::from(block_tokens),
         max_requests: args.manager.max_requests.min(MINI_MAX_REQUESTS),
