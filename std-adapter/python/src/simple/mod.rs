@@ -8,6 +8,7 @@
 //! ids while the core tracks them ([`ids`]); block hashes map to dense key ids the CPU pool
 //! holds ([`hashes`]).
 
+mod cpu;
 mod errors;
 mod gpu;
 mod hashes;
@@ -199,6 +200,13 @@ impl SimpleScheduler {
     /// Free CPU blocks (`cpu_block_pool.get_num_free_blocks()`).
     fn cpu_free_blocks(&self) -> u32 {
         self.s.cpu_pool().free_count()
+    }
+
+    /// A live view of the CPU pool (`cpu_block_pool`).
+    fn cpu_pool(slf: Bound<'_, Self>) -> cpu::CpuBlockPool {
+        cpu::CpuBlockPool {
+            sched: slf.unbind(),
+        }
     }
 
     /// `bind_gpu_block_pool`: the vLLM `BlockPool` every later call reads and pins.
