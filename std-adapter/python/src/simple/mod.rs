@@ -27,6 +27,7 @@ use pyo3::exceptions::{PyAssertionError, PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+pub(crate) use cpu::CpuBlockPool;
 use errors::{alloc_error, input_error};
 use gpu::PyGpu;
 use hashes::{ABSENT, HashKeys, encode_position};
@@ -203,8 +204,8 @@ impl SimpleScheduler {
     }
 
     /// A live view of the CPU pool (`cpu_block_pool`).
-    fn cpu_pool(slf: Bound<'_, Self>) -> cpu::CpuBlockPool {
-        cpu::CpuBlockPool {
+    fn cpu_pool(slf: Bound<'_, Self>) -> CpuBlockPool {
+        CpuBlockPool {
             sched: slf.unbind(),
         }
     }
