@@ -285,6 +285,29 @@ impl SimpleScheduler {
         &self.cpu
     }
 
+    /// Takes one more reference on CPU blocks (vLLM's `cpu_block_pool.touch`, which vLLM's
+    /// scheduler exposes raw): a block at count 0 leaves the free queue, so no store hands
+    /// it out until [`cpu_free_blocks`](Self::cpu_free_blocks) releases it. A caller that
+    /// pins blocks and never frees them shrinks the pool for good.
+    ///
+    /// # Errors
+    /// The pool's [`TouchError`](crate::block_pool::TouchError); nothing changes then.
+    pub fn cpu_touch(&mut self, blocks: &[u32]) -> Result<(), crate::block_pool::TouchError> {
+        self.cpu.touch(blocks)
+    }
+
+    /// Drops one reference on CPU blocks, in eviction order (vLLM's
+    /// `cpu_block_pool.free_blocks`): blocks reaching 0 rejoin the free queue, hashed ones at
+    /// the back. Only the references a caller took with [`cpu_touch`](Self::cpu_touch) are
+    /// its to drop: freeing a block a load or store of the scheduler holds lets a later
+    /// store overwrite it while that transfer still reads or writes it.
+    ///
+    /// # Errors
+    /// The pool's [`FreeError`](crate::block_pool::FreeError); nothing changes then.
+    pub fn cpu_free_blocks(&mut self, blocks: &[u32]) -> Result<(), crate::block_pool::FreeError> {
+        self.cpu.free_blocks(blocks)
+    }
+
     /// The cumulative count of one outcome since construction or the last reset (vLLM's
     /// `get_boundary_store_stats()` field).
     #[must_use]

@@ -20,6 +20,7 @@ fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<manager::Manager>()?;
     m.add_class::<request::RequestState>()?;
     m.add_class::<simple::SimpleScheduler>()?;
+    m.add_class::<simple::CpuBlockPool>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -717,3 +717,80 @@ def test_max_requests_bounds_the_tracked_requests():
     kv.request_finished(Req("r0", []), [])
     kv.update_state_after_alloc(Req("r2", [2] * 5), KVCacheBlocks(blocks=([],)), 0)
     assert kv._native.mapped_requests() == 2
+
+
+# --- cpu_block_pool: vLLM's BlockPool names over kvtier's CPU pool ------------------------
+
+
+def cpu_state(s) -> list:
+    pool = s.cpu_block_pool
+    blocks = [(b.block_id, b.ref_cnt, b.block_hash, b.is_null) for b in pool.blocks]
+    return blocks, pool.get_num_free_blocks()
+
+
+def store_now(t: Twin, req: Req, blocks: int) -> list[int]:
+    """Computes ``blocks`` full blocks of ``req`` and completes their eager store; returns
+    the CPU blocks they went to."""
+    prefill(t, req, blocks)
+    meta = t.call("build_connector_meta", step_output(cached=[(req.request_id, [], False)],
+                                                      num_scheduled={req.request_id: 1}))
+    t.call("update_connector_output", worker_output(stores={meta.store_event: 1}))
+    return meta.store_cpu_blocks
+
+
+def test_cpu_block_pool_touch_then_free_moves_blocks_to_the_lru_tail():
+    t = Twin()  # 8 CPU blocks: the null block and 7 free
+    (ref, _), (kv, _) = t.sides
+    assert cpu_state(kv) == cpu_state(ref)
+    a, b = Req("a", list(range(9))), Req("b", list(range(100, 109)))
+    assert store_now(t, a, 2) == [1, 2]
+    assert store_now(t, b, 2) == [3, 4]
+    # Free queue now 5 6 7 (never used), then the stored blocks 1 2 3 4 in completion order.
+    assert cpu_state(kv) == cpu_state(ref)
+    for s in (ref, kv):
+        pool = s.cpu_block_pool
+        hit = [pool.cached_block_hash_to_block.get_one_block(
+            make_block_hash_with_group_id(h, 0)) for h in a.block_hashes[:2]]
+        assert [blk.block_id for blk in hit] == [1, 2]
+        assert [blk.block_hash for blk in hit] == [
+            make_block_hash_with_group_id(h, 0) for h in a.block_hashes[:2]]
+        pool.touch(hit)
+        assert [blk.ref_cnt for blk in hit] == [1, 1]
+        assert pool.get_num_free_blocks() == 5
+    assert cpu_state(kv) == cpu_state(ref)
+    for s in (ref, kv):
+        pool = s.cpu_block_pool
+        pool.free_blocks([pool.blocks[1], pool.blocks[2]])
+    assert cpu_state(kv) == cpu_state(ref)
+    # Queue 5 6 7 3 4 1 2: four new blocks take 5 6 7 and b's first block, 3.
+    c = Req("c", list(range(200, 217)))
+    assert store_now(t, c, 4) == [5, 6, 7, 3]
+    assert cpu_state(kv) == cpu_state(ref)
+    for s in (ref, kv):
+        cached = s.cpu_block_pool.cached_block_hash_to_block
+        found = [cached.get_one_block(make_block_hash_with_group_id(h, 0))
+                 for h in (*a.block_hashes[:2], *b.block_hashes[:2])]
+        assert [None if f is None else f.block_id for f in found] == [1, 2, None, 4]
+        # A key of another group is never cached.
+        assert cached.get_one_block(make_block_hash_with_group_id(a.block_hashes[0], 1)) is None
+
+
+def test_cpu_block_pool_refuses_bad_pins_and_changes_nothing():
+    t = Twin()
+    a = Req("a", list(range(9)))
+    store_now(t, a, 2)
+    kv = t.kv
+    pool = kv.cpu_block_pool
+    before = cpu_state(kv)
+    # Block 1 is referenced once by the touch, block 3 never: vLLM would drive 3 below 0.
+    pool.touch([pool.blocks[1]])
+    with pytest.raises(ValueError, match="3"):
+        pool.free_blocks([pool.blocks[1], pool.blocks[3]])
+    assert pool.blocks[1].ref_cnt == 1
+    pool.free_blocks([pool.blocks[1]])
+    assert cpu_state(kv) == before
+    with pytest.raises(ValueError):
+        kv._native.cpu_pool().touch([kv.num_cpu_blocks])
+    with pytest.raises(IndexError):
+        kv._native.cpu_pool().ref_cnt(kv.num_cpu_blocks)
+    assert cpu_state(kv) == before

@@ -133,6 +133,76 @@ def _extra_config(vllm_config: VllmConfig) -> dict[str, Any]:
     return dict(extra or {})
 
 
+class CpuBlock:
+    """One CPU block as vLLM's ``KVCacheBlock`` reads: ``block_id``, and live from the pool
+    ``ref_cnt``, ``block_hash`` (``BlockHashWithGroupId`` bytes or ``None``), ``is_null``."""
+
+    __slots__ = ("_pool", "block_id")
+
+    def __init__(self, pool: _native.CpuBlockPool, block_id: int) -> None:
+        self._pool = pool
+        self.block_id = block_id
+
+    @property
+    def ref_cnt(self) -> int:
+        return self._pool.ref_cnt(self.block_id)
+
+    @property
+    def block_hash(self) -> bytes | None:
+        return self._pool.block_hash(self.block_id)
+
+    @property
+    def is_null(self) -> bool:
+        return self.block_id == 0
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, CpuBlock)
+            and other._pool is self._pool
+            and other.block_id == self.block_id
+        )
+
+    def __hash__(self) -> int:
+        return hash(self.block_id)
+
+    def __repr__(self) -> str:
+        return f"CpuBlock(block_id={self.block_id}, ref_cnt={self.ref_cnt})"
+
+
+class _CachedBlocks:
+    """``cached_block_hash_to_block``: lookup by ``BlockHashWithGroupId``."""
+
+    def __init__(self, pool: CpuBlockPool) -> None:
+        self._pool = pool
+
+    def get_one_block(self, key: bytes) -> CpuBlock | None:
+        b = self._pool._native.get_one_block(key)
+        return None if b is None else self._pool.blocks[b]
+
+
+class CpuBlockPool:
+    """vLLM's ``cpu_block_pool`` over kvtier's CPU pool: what vLLM's tests and connector
+    read (free count, blocks, lookup by hash) and pin with (``touch``, ``free_blocks``,
+    checked: a bad block raises ``ValueError`` and changes nothing). Releasing a reference
+    the scheduler's own loads or stores hold corrupts its transfers, as it does in vLLM."""
+
+    def __init__(self, native: _native.CpuBlockPool) -> None:
+        self._native = native
+        self.blocks: tuple[CpuBlock, ...] = tuple(
+            CpuBlock(native, i) for i in range(native.num_blocks())
+        )
+        self.cached_block_hash_to_block = _CachedBlocks(self)
+
+    def get_num_free_blocks(self) -> int:
+        return self._native.free_count()
+
+    def touch(self, blocks: Iterable[CpuBlock]) -> None:
+        self._native.touch([b.block_id for b in blocks])
+
+    def free_blocks(self, ordered_blocks: Iterable[CpuBlock]) -> None:
+        self._native.free_blocks([b.block_id for b in ordered_blocks])
+
+
 class SimpleCPUOffloadScheduler:
     """vLLM 0.33.0's ``SimpleCPUOffloadScheduler`` (scheduler-side manager of
     ``SimpleCPUOffloadConnector``), with kvtier's bookkeeping. See the module docs."""
@@ -217,6 +287,7 @@ class SimpleCPUOffloadScheduler:
             event_capacity,
         )
         self.num_cpu_blocks: int = self._native.num_cpu_blocks()
+        self.cpu_block_pool = CpuBlockPool(self._native.cpu_pool())
         self.kv_event_medium = MEDIUM_STORAGE if disk_capacity_bytes > 0 else MEDIUM_CPU
         self._lazy_mode = bool(lazy_offload)
         self._expected_worker_count: int = vllm_config.parallel_config.world_size

@@ -101,6 +101,24 @@ impl HashKeys {
             .map_or(ABSENT, |k| u64::from(k.id())))
     }
 
+    /// The id of a GPU block key object (`hash ‖ u32_be(group)`), `None` when it was never
+    /// interned or names a group other than 0 (no CPU block can hold it then).
+    pub(super) fn find_key(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
+        let b = key.cast::<PyBytes>()?;
+        let bytes = b.as_bytes();
+        let Some(raw) = bytes.len().checked_sub(4).map(|n| &bytes[..n]) else {
+            return Ok(None);
+        };
+        if !bytes.ends_with(&[0; 4]) {
+            return Ok(None);
+        }
+        let h = self.hasher.hash_one(raw);
+        Ok(self
+            .keys
+            .find(h, is_raw_in_group0(key.py(), raw))
+            .map(|k| k.id()))
+    }
+
     /// The key object of id `hash`, if live.
     pub(super) fn value(&self, hash: u64) -> Option<&Py<PyBytes>> {
         let id = u32::try_from(hash).ok()?;

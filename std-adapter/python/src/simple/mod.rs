@@ -8,6 +8,7 @@
 //! ids while the core tracks them ([`ids`]); block hashes map to dense key ids the CPU pool
 //! holds ([`hashes`]).
 
+mod cpu;
 mod errors;
 mod gpu;
 mod hashes;
@@ -26,6 +27,7 @@ use pyo3::exceptions::{PyAssertionError, PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
+pub(crate) use cpu::CpuBlockPool;
 use errors::{alloc_error, input_error};
 use gpu::PyGpu;
 use hashes::{ABSENT, HashKeys, encode_position};
@@ -199,6 +201,13 @@ impl SimpleScheduler {
     /// Free CPU blocks (`cpu_block_pool.get_num_free_blocks()`).
     fn cpu_free_blocks(&self) -> u32 {
         self.s.cpu_pool().free_count()
+    }
+
+    /// A live view of the CPU pool (`cpu_block_pool`).
+    fn cpu_pool(slf: Bound<'_, Self>) -> CpuBlockPool {
+        CpuBlockPool {
+            sched: slf.unbind(),
+        }
     }
 
     /// `bind_gpu_block_pool`: the vLLM `BlockPool` every later call reads and pins.

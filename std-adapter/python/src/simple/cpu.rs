@@ -1,0 +1,107 @@
+//! `kvtier._native.CpuBlockPool`: the scheduler's CPU [`BlockPool`](kvtier_core::block_pool)
+//! as `kvtier.simple` exposes it (vLLM's `cpu_block_pool`): free count, live ref counts and
+//! key objects, lookup by key, and the checked `touch` / `free_blocks`.
+//!
+//! Keys come back as the GPU block key objects the interner holds (vLLM's
+//! `BlockHashWithGroupId` bytes), and a lookup takes the same bytes, so what a block answers
+//! compares equal to what vLLM's own code builds with `make_block_hash_with_group_id`.
+
+use pyo3::exceptions::{PyIndexError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use kvtier_core::BlockKey;
+
+use super::SimpleScheduler;
+
+/// A view of one scheduler's CPU pool; every answer is read live from the scheduler.
+#[pyclass(module = "kvtier._native", unsendable)]
+pub(crate) struct CpuBlockPool {
+    pub(super) sched: Py<SimpleScheduler>,
+}
+
+impl CpuBlockPool {
+    fn check(s: &SimpleScheduler, block: u32) -> PyResult<()> {
+        let n = s.s.cpu_pool().num_blocks();
+        if block >= n {
+            return Err(PyIndexError::new_err(format!(
+                "CPU block {block} is out of range (the pool has {n})"
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[pymethods]
+impl CpuBlockPool {
+    /// The pool's blocks, the null block (0) included.
+    fn num_blocks(&self, py: Python<'_>) -> u32 {
+        self.sched.borrow(py).s.cpu_pool().num_blocks()
+    }
+
+    /// Blocks in the free queue (`get_num_free_blocks`).
+    fn free_count(&self, py: Python<'_>) -> u32 {
+        self.sched.borrow(py).s.cpu_pool().free_count()
+    }
+
+    /// Block `block`'s reference count (0 for the null block).
+    ///
+    /// # Errors
+    /// `IndexError` for a block out of range.
+    fn ref_cnt(&self, py: Python<'_>, block: u32) -> PyResult<u32> {
+        let s = self.sched.borrow(py);
+        Self::check(&s, block)?;
+        Ok(s.s.cpu_pool().ref_count(block).unwrap_or(0))
+    }
+
+    /// The key object block `block` holds (hash ‖ group, vLLM's `BlockHashWithGroupId`),
+    /// `None` for none.
+    ///
+    /// # Errors
+    /// `IndexError` for a block out of range.
+    fn block_hash(&self, py: Python<'_>, block: u32) -> PyResult<Option<Py<PyBytes>>> {
+        let s = self.sched.borrow(py);
+        Self::check(&s, block)?;
+        let keys = s.keys.borrow();
+        Ok(s.s
+            .cpu_pool()
+            .block_hash(block)
+            .and_then(|h| keys.value(h.key.hash))
+            .map(|v| v.clone_ref(py)))
+    }
+
+    /// The block cached under `key` (`cached_block_hash_to_block.get_one_block`), the first
+    /// cached when several share it; `None` when no block holds it.
+    ///
+    /// # Errors
+    /// `TypeError` when `key` is not `bytes`.
+    fn get_one_block(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
+        let s = self.sched.borrow(py);
+        let Some(id) = s.keys.borrow().find_key(key)? else {
+            return Ok(None);
+        };
+        Ok(s.s
+            .cpu_pool()
+            .get_one_block(&BlockKey::new(u64::from(id), 0)))
+    }
+
+    /// `touch`: one more reference on each block, in order.
+    ///
+    /// # Errors
+    /// `ValueError` for a block out of range or a count overflow; nothing changes then.
+    fn touch(&self, py: Python<'_>, blocks: Vec<u32>) -> PyResult<()> {
+        let mut s = self.sched.borrow_mut(py);
+        s.s.cpu_touch(&blocks)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// `free_blocks`: one reference less on each block, in eviction order.
+    ///
+    /// # Errors
+    /// `ValueError` for a block out of range or not in use; nothing changes then.
+    fn free_blocks(&self, py: Python<'_>, blocks: Vec<u32>) -> PyResult<()> {
+        let mut s = self.sched.borrow_mut(py);
+        s.s.cpu_free_blocks(&blocks)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+}
