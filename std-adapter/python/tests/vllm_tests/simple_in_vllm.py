@@ -42,6 +42,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1 import (  # noqa: E402
 )
 import vllm.v1.simple_kv_offload.manager as _vllm_manager  # noqa: E402
 
+from listed import read_not_applicable  # noqa: E402
+
 _LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simple_not_applicable.txt")
 _built: list[int] = [0]
 
@@ -60,19 +62,7 @@ if MODE == "kvtier":
 
 
 def _not_applicable() -> dict[str, str]:
-    """The list: test id (a parametrized test's name without its parameters stands for all
-    its cases) -> reason."""
-    out: dict[str, str] = {}
-    with open(_LIST) as f:
-        for line in f:
-            line = line.strip()
-            if not line or line.startswith("#"):
-                continue
-            test, sep, reason = line.partition("  ")
-            if not sep or not reason.strip():
-                raise pytest.UsageError(f"{_LIST}: no reason given for {test!r}")
-            out[test] = reason.strip()
-    return out
+    return read_not_applicable(_LIST)
 
 
 class _Tally:
