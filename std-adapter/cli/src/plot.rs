@@ -331,10 +331,10 @@ fn draw_on<DB: DrawingBackend>(
                 "infinite cache (every repeated block hits): {y:.1}%"
             ))
             .legend(|(x, y)| {
-                PathElement::new(
-                    vec![(x, y), (x + 24, y)],
-                    RGBColor(90, 90, 90).stroke_width(2),
-                )
+                let style = RGBColor(90, 90, 90).stroke_width(2);
+                EmptyElement::at((x, y))
+                    + PathElement::new(vec![(0, 0), (9, 0)], style)
+                    + PathElement::new(vec![(15, 0), (24, 0)], style)
             });
     }
 
@@ -358,7 +358,12 @@ fn draw_on<DB: DrawingBackend>(
                 .draw_series(DashedLineSeries::new(xy.clone(), 12, 6, style))
                 .map_err(|e| err(&e))?
                 .label(format!("{name} (sampled, R = {r})"))
-                .legend(legend),
+                // The swatch dashed like the curve: two dashes with a gap.
+                .legend(move |(x, y)| {
+                    EmptyElement::at((x, y))
+                        + PathElement::new(vec![(0, 0), (9, 0)], style)
+                        + PathElement::new(vec![(15, 0), (24, 0)], style)
+                }),
             None => chart
                 .draw_series(LineSeries::new(xy.clone(), style))
                 .map_err(|e| err(&e))?
