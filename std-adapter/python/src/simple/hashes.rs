@@ -3,7 +3,7 @@
 //! A GPU block's key (`BlockHashWithGroupId`: the block hash ‖ the 4-byte group 0) is interned
 //! ([`crate::keys::Interner`]) to a dense id, hashed over its block-hash part so that a
 //! request's own hash (`request.block_hashes[i]`, no group) finds the same id. The core keeps
-//! keys across calls only in its CPU pool, so a sweep ([`HashKeys::sweep`]) keeps the ids the
+//! keys across calls only in its CPU pool, so a sweep ([`HashKeys::maybe_sweep`]) keeps the ids the
 //! CPU pool holds and frees the rest: the interner stays within twice the CPU pool's keys.
 //!
 //! Two more values a key's `hash` can carry, never an id (ids are below 2^32):

@@ -1,9 +1,9 @@
-//! `kvtier._native.SimpleScheduler`: kvtier's [`SimpleScheduler`] (vLLM 0.33.0's
+//! `kvtier._native.SimpleScheduler`: kvtier's [`SimpleScheduler`](Core) (vLLM 0.33.0's
 //! `SimpleCPUOffloadScheduler`) on vLLM's own Python GPU `BlockPool`.
 //!
 //! `kvtier.simple.SimpleCPUOffloadScheduler` reads vLLM's objects (requests, block lists, the
 //! scheduler output) into the plain arguments these methods take and builds vLLM's objects
-//! from their answers. The GPU pool is the vLLM `BlockPool` given to [`bind`](Self::bind):
+//! from their answers. The GPU pool is the vLLM `BlockPool` given to [`bind`](SimpleScheduler::bind):
 //! [`gpu`] reads and pins it through its own methods. Request ids map to the core's `u64`
 //! ids while the core tracks them ([`ids`]); block hashes map to dense key ids the CPU pool
 //! holds ([`hashes`]).
