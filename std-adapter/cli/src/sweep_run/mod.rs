@@ -398,7 +398,14 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
         max_requests: args.manager.max_requests.min(MINI_MAX_REQUESTS),
         progress,
     };
-    let by_method = points(&spec, &cases, &make_replayer, &trace).map_err(|e| match e {
+    // The repeat bound is one more pass over the parsed trace, independent of the points:
+    // it runs beside them, on a core the single-threaded phases (the hot-key pass) leave idle.
+    let (by_method, bound_pass) = std::thread::scope(|scope| {
+        let bound_pass = scope.spawn(|| repeat_bound(trace.cursor()));
+        let by_method = points(&spec, &cases, &make_replayer, &trace);
+        (by_method, bound_pass.join())
+    });
+    let by_method = by_method.map_err(|e| match e {
         MethodError::Curve(e) => SweepRunError::Curve(e),
         MethodError::Sweep(error) => SweepRunError::Sweep {
             path: path.clone(),
@@ -410,7 +417,10 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
         points: by_method.points.into_iter().map(|(p, _)| p).collect(),
     };
     let sweep_s = t.elapsed().as_secs_f64();
-    let (repeated, blocks) = repeat_bound(trace.cursor());
+    let (repeated, blocks) = match bound_pass {
+        Ok(rb) => rb,
+        Err(_) => repeat_bound(trace.cursor()),
+    };
     #[expect(clippy::cast_precision_loss, reason = "a rate for people")]
     let bound = if blocks == 0 {
         0.0
