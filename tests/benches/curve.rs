@@ -1,7 +1,8 @@
 //! Sizing-curve benchmarks (divan): one stack pass (the LRU curve at every capacity up to
 //! 65,536 chunks) against one replay of the same generated workload at 65,536 chunks, and the
 //! sampled curves (rate 0.01: the sampled LRU stack plus miniature LRU and ARC replays at 64
-//! capacities), records already parsed.
+//! capacities; and with the 4,096 hottest keys counted exactly, as `kvtier sweep --method
+//! sample` runs it), records already parsed.
 //!
 //! Run: `cargo bench -p kvtier-tests --bench curve`. Throughput is in request-blocks per
 //! second (divan's `items`); the ratios are read side by side from one run.
@@ -75,6 +76,39 @@ fn sampled_64(bencher: Bencher) {
         seed: DEFAULT_SEED,
         stack: true,
         hot: kvtier_core::curve::HotKeys::default(),
+    };
+    bencher
+        .counter(ItemsCount::new(blocks))
+        .with_inputs(|| SampledCurves::new(&cfg).unwrap())
+        .bench_local_values(|mut s| {
+            feed(&recs, &mut s).unwrap();
+            s
+        });
+}
+
+/// As [`sampled_64`] with the default first pass of `kvtier sweep --method sample`: the 4,096
+/// hottest keys counted exactly, the miniatures without the sampled stack.
+#[divan::bench(sample_count = 5, sample_size = 1)]
+fn sampled_64_hot(bencher: Bencher) {
+    let (recs, blocks) = workload();
+    let mut counter = kvtier_core::curve::HotCounter::new(4096).unwrap();
+    for rec in &recs {
+        if let kvtier_cli::trace::Record::Load { hashes, .. } = rec.as_record() {
+            counter.add_all(hashes);
+        }
+    }
+    let cfg = SampledConfig {
+        rate: 0.01,
+        max_capacity: MAX,
+        capacities: geometric_capacities(64, MAX, 64).unwrap(),
+        policies: vec![PolicyKind::Lru, PolicyKind::Arc],
+        store_threshold: 1,
+        max_tracker_size: 64_000,
+        block_tokens: 16,
+        max_requests: 1024,
+        seed: DEFAULT_SEED,
+        stack: false,
+        hot: counter.finish().unwrap(),
     };
     bencher
         .counter(ItemsCount::new(blocks))

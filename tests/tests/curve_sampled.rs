@@ -15,7 +15,8 @@ use kvtier_cli::sweep::geometric_capacities;
 use kvtier_cli::trace::OwnedRecord;
 use kvtier_cli::trace::Record;
 use kvtier_core::curve::{
-    DEFAULT_SEED, HotCounter, HotKeys, SampledConfig, SampledCurves, Sampler,
+    CurveError, DEFAULT_SEED, HotCounter, HotKeys, MiniReplay, SampledConfig, SampledCurves,
+    Sampler,
 };
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
 use kvtier_tests::curve::{feed, read};
@@ -111,6 +112,72 @@ fn at_rate_one_the_miniatures_are_the_replays() {
         "{rate} vs {}",
         r.block_hit_rate()
     );
+}
+
+/// A miniature replay fed the whole trace by request id is the replay (its request slots
+/// are reused as requests end), and it refuses a request opened twice, one never opened and
+/// records out of order without changing what it counted.
+#[test]
+fn a_miniature_fed_by_request_id_is_the_replay() {
+    let records = read("small-a.kvtrace");
+    for policy in [PolicyKind::Lru, PolicyKind::Arc] {
+        let mut cfg = ManagerConfig::new(300);
+        cfg.policy = policy;
+        let mut m = MiniReplay::new(cfg, 16).unwrap();
+        feed(&records, &mut m).unwrap();
+        let r = replay(&records, 300, policy);
+        let c = m.counts();
+        assert_eq!(
+            (c.requests, c.request_blocks, c.hit_blocks, c.store_failures),
+            (r.requests, r.request_blocks, r.hit_blocks, r.store_failures),
+            "{policy:?}"
+        );
+        m.lookup(7, &[1, 2, 3]).unwrap();
+        let before = m.counts();
+        assert_eq!(m.lookup(7, &[4]), Err(CurveError::DuplicateRequest(7)));
+        assert_eq!(m.finish(7), Err(CurveError::OutOfOrder(7)));
+        assert_eq!(m.store(8), Err(CurveError::UnknownRequest(8)));
+        assert_eq!(m.counts(), before);
+        m.store(7).unwrap();
+        m.finish(7).unwrap();
+        assert!(!m.is_open(7));
+        assert_eq!(m.finish(7), Err(CurveError::UnknownRequest(7)));
+    }
+}
+
+/// The sampler's seed chooses the keys: the same seed gives the same estimates, another seed
+/// other keys and other estimates, all of them near the replay at a large capacity.
+#[test]
+fn the_seed_chooses_the_sampled_keys() {
+    let records = read("small-b.kvtrace");
+    let with = |seed: u64| {
+        let cfg = SampledConfig {
+            rate: 0.05,
+            max_capacity: 20_000,
+            capacities: vec![20_000],
+            policies: vec![PolicyKind::Lru],
+            store_threshold: 1,
+            max_tracker_size: 64_000,
+            block_tokens: 16,
+            max_requests: 1024,
+            seed,
+            stack: false,
+            hot: HotKeys::default(),
+        };
+        let mut s = SampledCurves::new(&cfg).unwrap();
+        feed(&records, &mut s).unwrap();
+        (s.minis()[0].counts(), s.estimate(&s.minis()[0]))
+    };
+    let (a, b, again) = (with(1), with(2), with(1));
+    assert_eq!(a, again);
+    assert_ne!(a.0.request_blocks, b.0.request_blocks, "other keys sampled");
+    let exact = replay(&records, 20_000, PolicyKind::Lru).block_hit_rate();
+    for (_, est) in [a, b] {
+        assert!((est - exact).abs() < 0.1, "{est} vs {exact}");
+    }
+    let s1 = Sampler::with_seed(0.05, 1).unwrap();
+    let s2 = Sampler::with_seed(0.05, 2).unwrap();
+    assert!((0..10_000u64).any(|k| s1.keeps(k) != s2.keeps(k)));
 }
 
 /// The hot-key counter against exact counts (a plain map): every key referenced more than

@@ -126,6 +126,34 @@ fn sampled_rows_are_marked_with_exact_checkpoints() {
     }
 }
 
+/// `--sample-seed` samples other keys: the default seed's rows are those of no flag, another
+/// seed moves the estimates, and the checkpoints' exact column does not move.
+#[test]
+fn the_sample_seed_moves_only_the_estimates() {
+    fn run(seed: Option<&str>) -> SweepReport {
+        let mut a = GRID.to_vec();
+        a.extend_from_slice(&["--method", "sample", "--sample", "0.1", "--verify", "2"]);
+        if let Some(s) = seed {
+            a.extend_from_slice(&["--sample-seed", s]);
+        }
+        sweep(&a)
+    }
+    let plain = run(None);
+    let same = run(Some(&kvtier_core::curve::DEFAULT_SEED.to_string()));
+    let other = run(Some("7"));
+    let rates = |r: &SweepReport| r.rows.iter().map(|x| x.block_hit_rate).collect::<Vec<_>>();
+    assert_eq!(rates(&plain), rates(&same));
+    assert_ne!(rates(&plain), rates(&other));
+    let exact = |r: &SweepReport| {
+        r.checkpoints
+            .iter()
+            .map(|c| c.exact_block_hit_rate)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(exact(&plain), exact(&other));
+    assert_eq!(exact(&plain).len(), 4);
+}
+
 /// A rate outside (0, 1] is refused with a message naming the option.
 #[test]
 fn a_bad_rate_is_refused() {

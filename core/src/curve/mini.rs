@@ -38,7 +38,8 @@ impl MiniCounts {
     }
 }
 
-/// One open request of a miniature replay: its keys, how many of them hit, the store's keys.
+/// One request slot of a miniature replay: its keys, how many of them hit, the store's keys
+/// (`req` is `None` while the slot is free).
 #[derive(Clone, Debug, Default)]
 struct Open {
     req: Option<RequestId>,
@@ -48,6 +49,60 @@ struct Open {
     started: bool,
 }
 
+/// Dense slots for the open requests of a stream: a request's id maps to a small index
+/// while it is open, so per-request state lives in vectors indexed by slot. One table can
+/// serve many miniatures fed the same stream.
+#[derive(Clone, Debug)]
+pub(super) struct RequestSlots {
+    of: Map<u64, u32>,
+    free: Vec<u32>,
+    next: u32,
+}
+
+impl RequestSlots {
+    pub(super) fn new() -> Self {
+        RequestSlots {
+            of: Map::with_hasher(FixedState::default()),
+            free: Vec::new(),
+            next: 0,
+        }
+    }
+
+    /// The slot of open request `rid`.
+    pub(super) fn get(&self, rid: u64) -> Option<u32> {
+        self.of.get(&rid).copied()
+    }
+
+    /// A slot for `rid`, which must not be open.
+    pub(super) fn open(&mut self, rid: u64) -> Result<u32, CurveError> {
+        if self.of.contains_key(&rid) {
+            return Err(CurveError::DuplicateRequest(rid));
+        }
+        self.of
+            .try_reserve(1)
+            .map_err(|_| CurveError::OutOfMemory)?;
+        let slot = match self.free.pop() {
+            Some(s) => s,
+            None => {
+                self.free
+                    .try_reserve(1)
+                    .map_err(|_| CurveError::OutOfMemory)?;
+                self.next += 1;
+                self.next - 1
+            }
+        };
+        self.of.insert(rid, slot);
+        Ok(slot)
+    }
+
+    /// Frees `rid`'s slot (its index, if it was open).
+    pub(super) fn close(&mut self, rid: u64) -> Option<u32> {
+        let slot = self.of.remove(&rid)?;
+        self.free.push(slot);
+        Some(slot)
+    }
+}
+
 /// The kvtrace protocol over one manager (`L`: [`lookup`](Self::lookup), `S`:
 /// [`store`](Self::store), `C`: [`finish`](Self::finish)), keys in KV group 0, end-token
 /// positions `(i + 1) · block_tokens`.
@@ -55,8 +110,9 @@ struct Open {
 pub struct MiniReplay {
     manager: OffloadManager<BlockKey>,
     block_tokens: u64,
-    open: Map<u64, Open>,
-    spare: Vec<Open>,
+    /// The request table of the rid-level calls (unused when a caller drives the slots).
+    ids: RequestSlots,
+    open: Vec<Open>,
     counts: MiniCounts,
     slots: Vec<u32>,
     positions: Vec<u64>,
@@ -72,8 +128,8 @@ impl MiniReplay {
         Ok(MiniReplay {
             manager: OffloadManager::new(cfg).map_err(|_| CurveError::Config)?,
             block_tokens: block_tokens.max(1),
-            open: Map::with_hasher(FixedState::default()),
-            spare: Vec::new(),
+            ids: RequestSlots::new(),
+            open: Vec::new(),
             counts: MiniCounts::default(),
             slots: Vec::new(),
             positions: Vec::new(),
@@ -90,7 +146,14 @@ impl MiniReplay {
     /// Whether request `rid` is open.
     #[must_use]
     pub fn is_open(&self, rid: u64) -> bool {
-        self.open.contains_key(&rid)
+        self.ids.get(rid).is_some()
+    }
+
+    /// Whether slot `slot` holds an open request.
+    pub(super) fn slot_open(&self, slot: u32) -> bool {
+        self.open
+            .get(slot as usize)
+            .is_some_and(|o| o.req.is_some())
     }
 
     /// The manager, for inspection.
@@ -118,11 +181,51 @@ impl MiniReplay {
     /// [`CurveError`] for a request already open or one the manager refuses (too many in
     /// flight, a key repeated in what it would store); nothing changes then.
     pub fn lookup(&mut self, rid: u64, hashes: &[u64]) -> Result<(), CurveError> {
-        if self.open.contains_key(&rid) {
+        let slot = self.ids.open(rid)?;
+        self.lookup_slot(slot, rid, hashes).inspect_err(|_| {
+            self.ids.close(rid);
+        })
+    }
+
+    /// An `S` record.
+    ///
+    /// # Errors
+    /// [`CurveError::UnknownRequest`] or [`CurveError::OutOfOrder`]; nothing changes then.
+    pub fn store(&mut self, rid: u64) -> Result<(), CurveError> {
+        let slot = self.ids.get(rid).ok_or(CurveError::UnknownRequest(rid))?;
+        self.store_slot(slot, rid)
+    }
+
+    /// A `C` record.
+    ///
+    /// # Errors
+    /// [`CurveError::UnknownRequest`] or [`CurveError::OutOfOrder`]; nothing changes then.
+    pub fn finish(&mut self, rid: u64) -> Result<(), CurveError> {
+        let slot = self.ids.get(rid).ok_or(CurveError::UnknownRequest(rid))?;
+        self.finish_slot(slot, rid)?;
+        self.ids.close(rid);
+        Ok(())
+    }
+
+    /// [`lookup`](Self::lookup) of request `rid` into free slot `slot`.
+    pub(super) fn lookup_slot(
+        &mut self,
+        slot: u32,
+        rid: u64,
+        hashes: &[u64],
+    ) -> Result<(), CurveError> {
+        let ix = slot as usize;
+        if self.open.len() <= ix {
+            self.open
+                .try_reserve(ix + 1 - self.open.len())
+                .map_err(|_| CurveError::OutOfMemory)?;
+            self.open.resize_with(ix + 1, Open::default);
+        }
+        if self.open[ix].req.is_some() {
             return Err(CurveError::DuplicateRequest(rid));
         }
         self.positions(hashes.len())?;
-        let mut o = self.spare.pop().unwrap_or_default();
+        let o = &mut self.open[ix];
         o.keys.clear();
         o.stored.clear();
         o.started = false;
@@ -136,19 +239,14 @@ impl MiniReplay {
             .enumerate()
             .any(|(i, k)| o.keys[hits + i + 1..].contains(k))
         {
-            self.spare.push(o);
             return Err(CurveError::RepeatedKey(rid));
         }
         let req = match self.manager.on_new_request() {
             Ok(r) => r,
             Err(RequestError::TooManyRequests { .. }) => {
-                self.spare.push(o);
                 return Err(CurveError::TooManyRequests(rid));
             }
-            Err(_) => {
-                self.spare.push(o);
-                return Err(CurveError::Config);
-            }
+            Err(_) => return Err(CurveError::Config),
         };
         if hits > 0
             && self
@@ -162,7 +260,6 @@ impl MiniReplay {
                 .is_err()
         {
             let _ = self.manager.drop_request(req);
-            self.spare.push(o);
             return Err(CurveError::Config);
         }
         o.req = Some(req);
@@ -170,18 +267,15 @@ impl MiniReplay {
         self.counts.requests += 1;
         self.counts.request_blocks += hashes.len() as u64;
         self.counts.hit_blocks += hits as u64;
-        self.open.insert(rid, o);
         Ok(())
     }
 
-    /// An `S` record.
-    ///
-    /// # Errors
-    /// [`CurveError::UnknownRequest`] or [`CurveError::OutOfOrder`]; nothing changes then.
-    pub fn store(&mut self, rid: u64) -> Result<(), CurveError> {
+    /// [`store`](Self::store) of request `rid` in slot `slot`.
+    pub(super) fn store_slot(&mut self, slot: u32, rid: u64) -> Result<(), CurveError> {
         let o = self
             .open
-            .get_mut(&rid)
+            .get_mut(slot as usize)
+            .filter(|o| o.req.is_some())
             .ok_or(CurveError::UnknownRequest(rid))?;
         let Some(req) = o.req.filter(|_| !o.started) else {
             return Err(CurveError::OutOfOrder(rid));
@@ -207,26 +301,22 @@ impl MiniReplay {
         Ok(())
     }
 
-    /// A `C` record.
-    ///
-    /// # Errors
-    /// [`CurveError::UnknownRequest`] or [`CurveError::OutOfOrder`]; nothing changes then.
-    pub fn finish(&mut self, rid: u64) -> Result<(), CurveError> {
-        match self.open.get(&rid) {
-            None => return Err(CurveError::UnknownRequest(rid)),
-            Some(o) if !o.started => return Err(CurveError::OutOfOrder(rid)),
-            Some(_) => {}
+    /// [`finish`](Self::finish) of request `rid` in slot `slot`, which is then free.
+    pub(super) fn finish_slot(&mut self, slot: u32, rid: u64) -> Result<(), CurveError> {
+        let o = self
+            .open
+            .get_mut(slot as usize)
+            .filter(|o| o.req.is_some())
+            .ok_or(CurveError::UnknownRequest(rid))?;
+        if !o.started {
+            return Err(CurveError::OutOfOrder(rid));
         }
-        let Some(o) = self.open.remove(&rid) else {
-            return Err(CurveError::UnknownRequest(rid));
-        };
         if !o.stored.is_empty() {
             self.manager.complete_store(&o.stored, StoreOutcome::Stored);
         }
-        if let Some(req) = o.req {
+        if let Some(req) = o.req.take() {
             let _ = self.manager.on_request_finished(req);
         }
-        self.spare.push(o);
         Ok(())
     }
 }

@@ -6,10 +6,10 @@ use alloc::vec::Vec;
 use core::hash::BuildHasher;
 
 use super::hot::HotKeys;
-use super::mini::{MiniCounts, MiniReplay};
+use super::mini::{MiniCounts, MiniReplay, RequestSlots};
 use super::stack::{LruStack, StackConfig};
 use super::{Curve, CurveError};
-use crate::hashing::{FixedState, Map, Set};
+use crate::hashing::{FixedState, Map};
 use crate::manager::{ManagerConfig, PolicyKind};
 use crate::reserve::filled;
 
@@ -159,11 +159,14 @@ pub struct SampledCurves {
     hot_hist: Vec<u64>,
     /// As `hot_hist`, for the hot references counted as hits.
     hit_hist: Vec<u64>,
-    open: Set<u64>,
+    ids: RequestSlots,
     scratch: Vec<u64>,
+    picked: Vec<u64>,
     sampled: Vec<(u64, u64)>,
-    hot: Map<u64, u64>,
-    seen: Set<u64>,
+    /// Each hot key's reference count, and whether it was met before.
+    hot: Map<u64, (u64, bool)>,
+    /// The hot keys of the current request met for the first time.
+    newly: Vec<u64>,
     counts: Vec<u64>,
     run: Vec<u64>,
     requests: u64,
@@ -187,12 +190,9 @@ impl SampledCurves {
             Some(LruStack::new(s)?)
         };
         let mut hot = Map::with_hasher(FixedState::default());
-        let mut seen = Set::with_hasher(FixedState::default());
         hot.try_reserve(cfg.hot.keys.len())
             .map_err(|_| CurveError::OutOfMemory)?;
-        seen.try_reserve(cfg.hot.keys.len())
-            .map_err(|_| CurveError::OutOfMemory)?;
-        hot.extend(cfg.hot.keys.iter().copied());
+        hot.extend(cfg.hot.keys.iter().map(|&(k, c)| (k, (c, false))));
         let mut minis = Vec::new();
         for &policy in &cfg.policies {
             for &capacity in &cfg.capacities {
@@ -228,11 +228,12 @@ impl SampledCurves {
             sampler,
             lru,
             minis,
-            open: Set::with_hasher(FixedState::default()),
+            ids: RequestSlots::new(),
             scratch: Vec::new(),
+            picked: Vec::new(),
             sampled: Vec::new(),
             hot,
-            seen,
+            newly: Vec::new(),
             counts: Vec::new(),
             run: Vec::new(),
             requests: 0,
@@ -251,7 +252,7 @@ impl SampledCurves {
     /// # Errors
     /// [`CurveError`] from the stack or a miniature replay.
     pub fn lookup(&mut self, rid: u64, keys: &[u64]) -> Result<(), CurveError> {
-        if self.open.contains(&rid) {
+        if self.ids.get(rid).is_some() {
             return Err(CurveError::DuplicateRequest(rid));
         }
         self.requests += 1;
@@ -263,7 +264,7 @@ impl SampledCurves {
         for &k in keys.iter().filter(|&&k| s.keeps(k)) {
             self.scratch.push(k);
             self.sampled
-                .push((k, self.hot.get(&k).copied().unwrap_or(0)));
+                .push((k, self.hot.get(&k).map_or(0, |&(c, _)| c)));
         }
         // A count `c` is hot at the miniatures whose floor is at most `c`: those of floor index
         // below the number of floors up to `c`.
@@ -276,20 +277,28 @@ impl SampledCurves {
         if self.scratch.is_empty() {
             return Ok(());
         }
-        self.open.insert(rid);
+        let slot = self.ids.open(rid)?;
         if let Some(lru) = &mut self.lru {
             lru.lookup(rid, &self.scratch)?;
         }
+        // `scratch` holds every sampled key: a miniature whose floor is above the largest
+        // hot count among them takes it as it is, the others only their keys below the floor.
+        let top = self.sampled.iter().map(|&(_, c)| c).max().unwrap_or(0);
         for m in &mut self.minis {
-            self.scratch.clear();
-            self.scratch.extend(
-                self.sampled
-                    .iter()
-                    .filter(|&&(_, c)| c < m.floor)
-                    .map(|&(k, _)| k),
-            );
-            if !self.scratch.is_empty() {
-                m.replay.lookup(rid, &self.scratch)?;
+            let keys = if m.floor > top {
+                &self.scratch
+            } else {
+                self.picked.clear();
+                self.picked.extend(
+                    self.sampled
+                        .iter()
+                        .filter(|&&(_, c)| c < m.floor)
+                        .map(|&(k, _)| k),
+                );
+                &self.picked
+            };
+            if !keys.is_empty() {
+                m.replay.lookup_slot(slot, rid, keys)?;
             }
         }
         Ok(())
@@ -309,22 +318,29 @@ impl SampledCurves {
         self.run
             .try_reserve(keys.len())
             .map_err(|_| CurveError::OutOfMemory)?;
+        self.newly.clear();
         let (mut leading, mut least) = (true, u64::MAX);
         for k in keys {
-            let c = self.hot.get(k).copied().unwrap_or(0);
+            let (c, seen) = self.hot.get(k).copied().unwrap_or((0, false));
             if c > 0 {
                 self.counts.push(c);
+                if !seen {
+                    self.newly
+                        .try_reserve(1)
+                        .map_err(|_| CurveError::OutOfMemory)?;
+                    self.newly.push(*k);
+                }
             }
-            if leading && c > 0 && self.seen.contains(k) {
+            if leading && c > 0 && seen {
                 least = least.min(c);
                 self.run.push(least);
             } else {
                 leading = false;
             }
         }
-        for k in keys {
-            if self.hot.contains_key(k) {
-                self.seen.insert(*k);
+        for k in &self.newly {
+            if let Some(h) = self.hot.get_mut(k) {
+                h.1 = true;
             }
         }
         Ok(())
@@ -335,14 +351,14 @@ impl SampledCurves {
     /// # Errors
     /// [`CurveError`] from the stack or a miniature replay.
     pub fn store(&mut self, rid: u64) -> Result<(), CurveError> {
-        if !self.open.contains(&rid) {
+        let Some(slot) = self.ids.get(rid) else {
             return Ok(());
-        }
+        };
         if let Some(lru) = &mut self.lru {
             lru.store(rid)?;
         }
-        for m in self.minis.iter_mut().filter(|m| m.replay.is_open(rid)) {
-            m.replay.store(rid)?;
+        for m in self.minis.iter_mut().filter(|m| m.replay.slot_open(slot)) {
+            m.replay.store_slot(slot, rid)?;
         }
         Ok(())
     }
@@ -352,14 +368,14 @@ impl SampledCurves {
     /// # Errors
     /// [`CurveError`] from the stack or a miniature replay.
     pub fn finish(&mut self, rid: u64) -> Result<(), CurveError> {
-        if !self.open.remove(&rid) {
+        let Some(slot) = self.ids.close(rid) else {
             return Ok(());
-        }
+        };
         if let Some(lru) = &mut self.lru {
             lru.finish(rid)?;
         }
-        for m in self.minis.iter_mut().filter(|m| m.replay.is_open(rid)) {
-            m.replay.finish(rid)?;
+        for m in self.minis.iter_mut().filter(|m| m.replay.slot_open(slot)) {
+            m.replay.finish_slot(slot, rid)?;
         }
         Ok(())
     }

@@ -13,8 +13,8 @@
 use std::fmt;
 
 use kvtier_core::curve::{
-    Curve, CurveError, DEFAULT_SEED, HotCounter, HotKeys, LruStack, SampledConfig, SampledCurves,
-    Sink, StackConfig,
+    Curve, CurveError, HotCounter, HotKeys, LruStack, SampledConfig, SampledCurves, Sink,
+    StackConfig,
 };
 use kvtier_core::manager::PolicyKind;
 use serde::Serialize;
@@ -122,6 +122,7 @@ pub fn sampled(
     block_tokens: u64,
     max_requests: u32,
     hot: &HotKeys,
+    seed: u64,
     tick: &dyn Fn(u64),
 ) -> Result<SampledCurves, CurveRunError> {
     if !(rate > 0.0 && rate <= 1.0) {
@@ -136,7 +137,7 @@ pub fn sampled(
         max_tracker_size: 64_000,
         block_tokens,
         max_requests,
-        seed: DEFAULT_SEED,
+        seed,
         stack: false,
         hot: hot.clone(),
     };
@@ -271,6 +272,8 @@ pub struct MethodSpec {
     pub verify: usize,
     /// `--hot-keys`.
     pub hot_keys: u32,
+    /// `--sample-seed` (the sampler's hash seed).
+    pub seed: u64,
     /// Threads for the replays.
     pub jobs: usize,
     /// Tokens per block.
@@ -445,6 +448,7 @@ fn sample_points(
                             spec.block_tokens,
                             spec.max_requests,
                             hot,
+                            spec.seed,
                             &|n| bar.inc(n),
                         )
                     })

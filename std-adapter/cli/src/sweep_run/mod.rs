@@ -14,6 +14,7 @@ pub use error::{ChunkBytesError, GridError, SweepRunError};
 use std::path::PathBuf;
 use std::time::Instant;
 
+use kvtier_core::curve::DEFAULT_SEED;
 use kvtier_core::manager::PolicyKind;
 use serde::Serialize;
 
@@ -130,6 +131,11 @@ pub struct SweepOptions {
     /// are counted exactly rather than sampled (0: sample every key alike).
     #[arg(long, default_value_t = 4096, value_name = "K")]
     pub hot_keys: u32,
+    /// `--method sample`: seeds the sampling hash, so another seed keeps other keys (the
+    /// spread of the estimates over a few seeds is the sampling error on the trace at
+    /// hand); without it, the library's fixed default.
+    #[arg(long, value_name = "S")]
+    pub sample_seed: Option<u64>,
 }
 
 /// One row of the sweep.
@@ -393,6 +399,7 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
         rate: args.sample,
         verify: args.verify,
         hot_keys: args.hot_keys,
+        seed: args.sample_seed.unwrap_or(DEFAULT_SEED),
         jobs,
         block_tokens: u64::from(block_tokens),
         max_requests: args.manager.max_requests.min(MINI_MAX_REQUESTS),
