@@ -76,6 +76,7 @@ fn sampled_64(bencher: Bencher) {
         seed: DEFAULT_SEED,
         stack: true,
         hot: kvtier_core::curve::HotKeys::default(),
+        max_seen_keys: 1 << 22,
     };
     bencher
         .counter(ItemsCount::new(blocks))
@@ -109,6 +110,7 @@ fn sampled_64_hot(bencher: Bencher) {
         seed: DEFAULT_SEED,
         stack: false,
         hot: counter.finish().unwrap(),
+        max_seen_keys: 1 << 22,
     };
     bencher
         .counter(ItemsCount::new(blocks))

@@ -9,7 +9,7 @@ use super::hot::HotKeys;
 use super::mini::{MiniCounts, MiniReplay, RequestSlots};
 use super::stack::{LruStack, StackConfig};
 use super::{Curve, CurveError};
-use crate::hashing::{FixedState, Map};
+use crate::hashing::{FixedState, Map, Set};
 use crate::manager::{ManagerConfig, PolicyKind};
 use crate::reserve::filled;
 
@@ -118,6 +118,10 @@ pub struct SampledConfig {
     /// ([`HotKeys::floor`]) are taken as resident and counted exactly, outside the
     /// miniatures, which simulate the other sampled keys in the room left (empty: none).
     pub hot: HotKeys,
+    /// Distinct sampled keys remembered for the control variate of
+    /// [`SampledCurves::estimate_controlled`] (8 bytes each and the table's slack); past it,
+    /// or at 0, that estimate is [`SampledCurves::estimate`]'s.
+    pub max_seen_keys: u32,
 }
 
 /// One miniature replay: its policy and full-scale capacity.
@@ -159,6 +163,19 @@ pub struct SampledCurves {
     hot_hist: Vec<u64>,
     /// As `hot_hist`, for the hot references counted as hits.
     hit_hist: Vec<u64>,
+    /// As `hot_hist`, for the hot references to a key met before (the repeat bound's).
+    hot_rep_hist: Vec<u64>,
+    /// `cold_hist[j]`: sampled references cold at the miniatures of floor index `j` and above.
+    cold_hist: Vec<u64>,
+    /// As `cold_hist`, for the sampled references to a key met before.
+    cold_rep_hist: Vec<u64>,
+    /// The sampled keys met so far, at most [`SampledConfig::max_seen_keys`].
+    sampled_seen: Set<u64>,
+    max_seen: usize,
+    /// `sampled_seen` overflowed (or could not grow): no control variate.
+    seen_full: bool,
+    /// The hot references of the current request to a key met before: their counts.
+    reps: Vec<u64>,
     ids: RequestSlots,
     scratch: Vec<u64>,
     picked: Vec<u64>,
@@ -223,6 +240,13 @@ impl SampledCurves {
         let hot_hist = filled(floors.len() + 1, 0)?;
         Ok(SampledCurves {
             hit_hist: hot_hist.clone(),
+            hot_rep_hist: hot_hist.clone(),
+            cold_hist: hot_hist.clone(),
+            cold_rep_hist: hot_hist.clone(),
+            sampled_seen: Set::with_hasher(FixedState::default()),
+            max_seen: cfg.max_seen_keys as usize,
+            seen_full: cfg.max_seen_keys == 0,
+            reps: Vec::new(),
             hot_hist,
             floors,
             sampler,
@@ -274,6 +298,26 @@ impl SampledCurves {
         for &c in &self.run {
             self.hit_hist[self.floors.partition_point(|&f| f <= c)] += 1;
         }
+        for &c in &self.reps {
+            self.hot_rep_hist[self.floors.partition_point(|&f| f <= c)] += 1;
+        }
+        if !self.seen_full {
+            for &(k, c) in &self.sampled {
+                let j = self.floors.partition_point(|&f| f <= c);
+                self.cold_hist[j] += 1;
+                if self.sampled_seen.contains(&k) {
+                    self.cold_rep_hist[j] += 1;
+                } else if self.sampled_seen.len() >= self.max_seen
+                    || self.sampled_seen.try_reserve(1).is_err()
+                {
+                    self.seen_full = true;
+                    self.sampled_seen = Set::with_hasher(FixedState::default());
+                    break;
+                } else {
+                    self.sampled_seen.insert(k);
+                }
+            }
+        }
         if self.scratch.is_empty() {
             return Ok(());
         }
@@ -309,6 +353,7 @@ impl SampledCurves {
     fn hot_counts(&mut self, keys: &[u64]) -> Result<(), CurveError> {
         self.counts.clear();
         self.run.clear();
+        self.reps.clear();
         if self.hot.is_empty() {
             return Ok(());
         }
@@ -319,11 +364,15 @@ impl SampledCurves {
             .try_reserve(keys.len())
             .map_err(|_| CurveError::OutOfMemory)?;
         self.newly.clear();
+        self.reps.clear();
         let (mut leading, mut least) = (true, u64::MAX);
         for k in keys {
             let (c, seen) = self.hot.get(k).copied().unwrap_or((0, false));
             if c > 0 {
                 self.counts.push(c);
+                if seen || self.newly.contains(k) {
+                    self.reps.push(c);
+                }
                 if !seen {
                     self.newly
                         .try_reserve(1)
@@ -423,14 +472,44 @@ impl SampledCurves {
     /// The estimated block hit rate at miniature `m`'s capacity: its hot keys' hits, counted
     /// exactly, plus the other blocks seen at the miniature's hit rate, over all blocks seen.
     #[must_use]
-    #[expect(clippy::cast_precision_loss, reason = "a rate")]
     pub fn estimate(&self, m: &Mini) -> f64 {
+        self.combine(m, m.counts().block_hit_rate())
+    }
+
+    /// [`estimate`](Self::estimate) with the sampling error of the cold keys corrected by a
+    /// control variate: `repeated`, the trace's exact count of references to a key met
+    /// before (the infinite-cache bound), against the same count over the sampled keys. The
+    /// miniature's hit rate is scaled by the exact cold repeat rate over the sampled one (a
+    /// ratio estimator: a sample that drew more re-referenced keys than the trace holds also
+    /// drew more hits), and never above the exact cold repeat rate. Without a sampled repeat,
+    /// or once the remembered keys overflowed, it is [`estimate`](Self::estimate).
+    #[must_use]
+    #[expect(clippy::cast_precision_loss, reason = "rates")]
+    pub fn estimate_controlled(&self, m: &Mini, repeated: u64) -> f64 {
+        let (hot_blocks, _) = self.hot(m);
+        let above = |h: &[u64]| h.get(m.floor_ix + 1..).map_or(0, |t| t.iter().sum::<u64>());
+        let upto = |h: &[u64]| h.get(..=m.floor_ix).map_or(0, |t| t.iter().sum::<u64>());
+        let cold = self.request_blocks.saturating_sub(hot_blocks);
+        let cold_reps = repeated.saturating_sub(above(&self.hot_rep_hist));
+        let (s_refs, s_reps) = (upto(&self.cold_hist), upto(&self.cold_rep_hist));
+        let rate = m.counts().block_hit_rate();
+        if self.seen_full || cold == 0 || s_refs == 0 || s_reps == 0 {
+            return self.combine(m, rate);
+        }
+        let exact = cold_reps as f64 / cold as f64;
+        let sampled = s_reps as f64 / s_refs as f64;
+        self.combine(m, (rate * exact / sampled).min(exact))
+    }
+
+    /// Miniature `m`'s hot hits plus its cold blocks at `cold_rate`, over all blocks seen.
+    #[expect(clippy::cast_precision_loss, reason = "a rate")]
+    fn combine(&self, m: &Mini, cold_rate: f64) -> f64 {
         if self.request_blocks == 0 {
             return 0.0;
         }
         let (hot_blocks, hot_hits) = self.hot(m);
         let cold = self.request_blocks.saturating_sub(hot_blocks) as f64;
-        let est = hot_hits as f64 + cold * m.counts().block_hit_rate();
+        let est = hot_hits as f64 + cold * cold_rate;
         (est / self.request_blocks as f64).clamp(0.0, 1.0)
     }
 

@@ -104,6 +104,10 @@ pub fn stack_curve(
     Ok(s.curve()?)
 }
 
+/// Distinct sampled keys the control variate remembers (at most 64 MiB): past them the
+/// estimates go uncorrected.
+pub const MAX_SEEN_KEYS: u32 = 1 << 22;
+
 /// The sampled curves of `trace` for one store threshold: miniature replays of `policies` at
 /// `capacities`.
 ///
@@ -140,6 +144,7 @@ pub fn sampled(
         seed,
         stack: false,
         hot: hot.clone(),
+        max_seen_keys: MAX_SEEN_KEYS,
     };
     let mut s = SampledCurves::new(&cfg)?;
     feed(trace, &mut s, tick)?;
@@ -249,6 +254,9 @@ pub struct MethodPoints {
     pub checkpoints: Vec<Checkpoint>,
     /// Cases replayed in full.
     pub replayed: usize,
+    /// The trace's infinite-cache bound ([`repeat_bound`](crate::sweep::repeat_bound)),
+    /// when the method computed it (`sample`: its control variate).
+    pub bound: Option<(u64, u64)>,
 }
 
 /// Why a method's points could not be had.
@@ -337,6 +345,7 @@ pub fn points(
                 .collect(),
             checkpoints: Vec::new(),
             replayed: cases.len(),
+            bound: None,
         }),
         Method::Stack => {
             let stacked = |c: &SweepCase| c.policy == PolicyKind::Lru && c.threshold <= 1;
@@ -395,28 +404,26 @@ pub fn points(
                 points: out,
                 checkpoints: Vec::new(),
                 replayed: rest.len(),
+                bound: None,
             })
         }
         Method::Sample => sample_points(spec, cases, make_replayer, trace),
     }
 }
 
-/// `sample`: one sampled pass per store threshold, then the checkpoint replays.
-fn sample_points(
+/// The sampled passes of `sample`, one per store threshold, each split over the threads by
+/// capacity: every pass with the cases it stands for.
+fn sampled_passes(
     spec: &MethodSpec,
     cases: &[SweepCase],
-    make_replayer: &MakeReplayer<'_>,
+    thresholds: &[u32],
     trace: &CompactTrace,
-) -> Result<MethodPoints, MethodError> {
-    let (requests, request_blocks) = (trace.requests(), trace.request_blocks());
-    let mut thresholds: Vec<u32> = cases.iter().map(|c| c.threshold).collect();
-    thresholds.sort_unstable();
-    thresholds.dedup();
+) -> Result<Vec<(Vec<SweepCase>, SampledCurves)>, MethodError> {
     let hot = hot_keys(trace, spec.hot_keys).map_err(MethodError::Curve)?;
     let hot = &hot;
-    let mut est: Vec<(SweepCase, f64)> = Vec::new();
-    for &t in &thresholds {
-        let mine: Vec<&SweepCase> = cases.iter().filter(|c| c.threshold == t).collect();
+    let mut out = Vec::new();
+    for &t in thresholds {
+        let mine: Vec<SweepCase> = cases.iter().filter(|c| c.threshold == t).copied().collect();
         let mut caps: Vec<u32> = mine.iter().map(|c| c.capacity).collect();
         caps.sort_unstable();
         caps.dedup();
@@ -464,11 +471,38 @@ fn sample_points(
         });
         bar.finish_and_clear();
         for s in results {
-            let s = s.map_err(MethodError::Curve)?;
-            for c in &mine {
-                if let Some(m) = s.mini(c.policy, c.capacity) {
-                    est.push((**c, s.estimate(m)));
-                }
+            out.push((mine.clone(), s.map_err(MethodError::Curve)?));
+        }
+    }
+    Ok(out)
+}
+
+/// `sample`: one sampled pass per store threshold, then the checkpoint replays.
+fn sample_points(
+    spec: &MethodSpec,
+    cases: &[SweepCase],
+    make_replayer: &MakeReplayer<'_>,
+    trace: &CompactTrace,
+) -> Result<MethodPoints, MethodError> {
+    let (requests, request_blocks) = (trace.requests(), trace.request_blocks());
+    let mut thresholds: Vec<u32> = cases.iter().map(|c| c.threshold).collect();
+    thresholds.sort_unstable();
+    thresholds.dedup();
+    // The control variate's exact side (the repeat bound) runs beside the hot-key pass and
+    // the sampled passes, on the core the single-threaded phases leave idle.
+    let (curves, bound) = std::thread::scope(|outer| {
+        let rb = outer.spawn(|| crate::sweep::repeat_bound(trace.cursor()));
+        let curves = sampled_passes(spec, cases, &thresholds, trace);
+        let bound = rb
+            .join()
+            .unwrap_or_else(|_| crate::sweep::repeat_bound(trace.cursor()));
+        (curves, bound)
+    });
+    let mut est: Vec<(SweepCase, f64)> = Vec::new();
+    for (mine, s) in curves? {
+        for c in &mine {
+            if let Some(m) = s.mini(c.policy, c.capacity) {
+                est.push((*c, s.estimate_controlled(m, bound.0)));
             }
         }
     }
@@ -520,5 +554,6 @@ fn sample_points(
         points,
         checkpoints,
         replayed: verify.len(),
+        bound: Some(bound),
     })
 }

@@ -406,11 +406,13 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
         progress,
     };
     // The repeat bound is one more pass over the parsed trace, independent of the points:
-    // it runs beside them, on a core the single-threaded phases (the hot-key pass) leave idle.
+    // it runs beside them, on a core the single-threaded phases (the hot-key pass) leave idle
+    // (`sample` computes it itself, for its control variate).
     let (by_method, bound_pass) = std::thread::scope(|scope| {
-        let bound_pass = scope.spawn(|| repeat_bound(trace.cursor()));
+        let bound_pass =
+            (spec.method != Method::Sample).then(|| scope.spawn(|| repeat_bound(trace.cursor())));
         let by_method = points(&spec, &cases, &make_replayer, &trace);
-        (by_method, bound_pass.join())
+        (by_method, bound_pass.map(|h| h.join()))
     });
     let by_method = by_method.map_err(|e| match e {
         MethodError::Curve(e) => SweepRunError::Curve(e),
@@ -424,9 +426,9 @@ pub fn sweep(args: &SweepOptions, progress: bool) -> Result<SweepReport, SweepRu
         points: by_method.points.into_iter().map(|(p, _)| p).collect(),
     };
     let sweep_s = t.elapsed().as_secs_f64();
-    let (repeated, blocks) = match bound_pass {
-        Ok(rb) => rb,
-        Err(_) => repeat_bound(trace.cursor()),
+    let (repeated, blocks) = match (by_method.bound, bound_pass) {
+        (Some(rb), _) | (None, Some(Ok(rb))) => rb,
+        _ => repeat_bound(trace.cursor()),
     };
     #[expect(clippy::cast_precision_loss, reason = "a rate for people")]
     let bound = if blocks == 0 {
