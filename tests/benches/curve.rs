@@ -16,7 +16,7 @@ use divan::{Bencher, counter::ItemsCount};
 use kvtier_cli::replay::Replayer;
 use kvtier_cli::sweep::geometric_capacities;
 use kvtier_cli::trace::OwnedRecord;
-use kvtier_core::curve::{DEFAULT_SEED, LruStack, SampledConfig, SampledCurves, StackConfig};
+use kvtier_core::curve::{LruStack, SampledConfig, SampledCurves, StackConfig};
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
 use kvtier_tests::curve::feed;
 
@@ -65,18 +65,8 @@ fn sampled_64(bencher: Bencher) {
     let (recs, blocks) = workload();
     let capacities = geometric_capacities(64, MAX, 64).unwrap();
     let cfg = SampledConfig {
-        rate: 0.01,
-        max_capacity: MAX,
-        capacities,
-        policies: vec![PolicyKind::Lru, PolicyKind::Arc],
-        store_threshold: 1,
-        max_tracker_size: 64_000,
-        block_tokens: 16,
-        max_requests: 1024,
-        seed: DEFAULT_SEED,
         stack: true,
-        hot: kvtier_core::curve::HotKeys::default(),
-        max_seen_keys: 1 << 22,
+        ..SampledConfig::new(0.01, capacities, vec![PolicyKind::Lru, PolicyKind::Arc])
     };
     bencher
         .counter(ItemsCount::new(blocks))
@@ -99,18 +89,12 @@ fn sampled_64_hot(bencher: Bencher) {
         }
     }
     let cfg = SampledConfig {
-        rate: 0.01,
-        max_capacity: MAX,
-        capacities: geometric_capacities(64, MAX, 64).unwrap(),
-        policies: vec![PolicyKind::Lru, PolicyKind::Arc],
-        store_threshold: 1,
-        max_tracker_size: 64_000,
-        block_tokens: 16,
-        max_requests: 1024,
-        seed: DEFAULT_SEED,
-        stack: false,
         hot: counter.finish().unwrap(),
-        max_seen_keys: 1 << 22,
+        ..SampledConfig::new(
+            0.01,
+            geometric_capacities(64, MAX, 64).unwrap(),
+            vec![PolicyKind::Lru, PolicyKind::Arc],
+        )
     };
     bencher
         .counter(ItemsCount::new(blocks))

@@ -15,8 +15,7 @@ use kvtier_cli::sweep::geometric_capacities;
 use kvtier_cli::trace::OwnedRecord;
 use kvtier_cli::trace::Record;
 use kvtier_core::curve::{
-    CurveError, DEFAULT_SEED, HotCounter, HotKeys, MiniReplay, SampledConfig, SampledCurves,
-    Sampler,
+    CurveError, HotCounter, HotKeys, MiniReplay, SampledConfig, SampledCurves, Sampler,
 };
 use kvtier_core::manager::{ManagerConfig, OffloadManager, PolicyKind};
 use kvtier_tests::curve::{feed, read};
@@ -53,18 +52,14 @@ fn sampled_hot(
     hot: HotKeys,
 ) -> SampledCurves {
     let cfg = SampledConfig {
-        rate,
         max_capacity: max,
-        capacities: capacities.to_vec(),
-        policies: vec![PolicyKind::Lru, PolicyKind::Arc],
-        store_threshold: 1,
-        max_tracker_size: 64_000,
-        block_tokens: 16,
-        max_requests: 1024,
-        seed: DEFAULT_SEED,
         stack: true,
         hot,
-        max_seen_keys: 1 << 22,
+        ..SampledConfig::new(
+            rate,
+            capacities.to_vec(),
+            vec![PolicyKind::Lru, PolicyKind::Arc],
+        )
     };
     let mut s = SampledCurves::new(&cfg).unwrap();
     feed(records, &mut s).unwrap();
@@ -153,18 +148,8 @@ fn the_seed_chooses_the_sampled_keys() {
     let records = read("small-b.kvtrace");
     let with = |seed: u64| {
         let cfg = SampledConfig {
-            rate: 0.05,
-            max_capacity: 20_000,
-            capacities: vec![20_000],
-            policies: vec![PolicyKind::Lru],
-            store_threshold: 1,
-            max_tracker_size: 64_000,
-            block_tokens: 16,
-            max_requests: 1024,
             seed,
-            stack: false,
-            hot: HotKeys::default(),
-            max_seen_keys: 1 << 22,
+            ..SampledConfig::new(0.05, vec![20_000], vec![PolicyKind::Lru])
         };
         let mut s = SampledCurves::new(&cfg).unwrap();
         feed(&records, &mut s).unwrap();
@@ -272,20 +257,7 @@ fn the_control_variate_is_neutral_without_sampling_error() {
             m.policy
         );
     }
-    let cfg = SampledConfig {
-        rate: 0.05,
-        max_capacity: 2048,
-        capacities: caps.to_vec(),
-        policies: vec![PolicyKind::Lru],
-        store_threshold: 1,
-        max_tracker_size: 64_000,
-        block_tokens: 16,
-        max_requests: 1024,
-        seed: DEFAULT_SEED,
-        stack: false,
-        hot: HotKeys::default(),
-        max_seen_keys: 0,
-    };
+    let cfg = SampledConfig::new(0.05, caps.to_vec(), vec![PolicyKind::Lru]);
     for (max_seen_keys, corrected) in [(0, false), (10, false), (1 << 22, true)] {
         let cfg = SampledConfig {
             max_seen_keys,

@@ -124,6 +124,31 @@ pub struct SampledConfig {
     pub max_seen_keys: u32,
 }
 
+impl SampledConfig {
+    /// Miniatures of `policies` at `capacities` (the largest is the LRU curve's end), keys
+    /// sampled at `rate` with [`DEFAULT_SEED`]; the rest as vLLM's defaults and `kvtier
+    /// sweep` have them: no store threshold (1), a 64,000-entry reuse tracker, 16 tokens
+    /// per block, 1,024 requests open at once, no sampled stack, no hot keys, 4,194,304
+    /// sampled keys remembered for the control variate.
+    #[must_use]
+    pub fn new(rate: f64, capacities: Vec<u32>, policies: Vec<PolicyKind>) -> Self {
+        SampledConfig {
+            rate,
+            max_capacity: capacities.iter().copied().max().unwrap_or(1),
+            capacities,
+            policies,
+            store_threshold: 1,
+            max_tracker_size: 64_000,
+            block_tokens: 16,
+            max_requests: 1024,
+            seed: DEFAULT_SEED,
+            stack: false,
+            hot: HotKeys::default(),
+            max_seen_keys: 1 << 22,
+        }
+    }
+}
+
 /// One miniature replay: its policy and full-scale capacity.
 #[derive(Clone, Debug)]
 pub struct Mini {

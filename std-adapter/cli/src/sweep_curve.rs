@@ -133,18 +133,13 @@ pub fn sampled(
         return Err(CurveRunError::Rate(rate));
     }
     let cfg = SampledConfig {
-        rate,
-        max_capacity: capacities.iter().copied().max().unwrap_or(1),
-        capacities: capacities.to_vec(),
-        policies: policies.to_vec(),
         store_threshold: threshold,
-        max_tracker_size: 64_000,
         block_tokens,
         max_requests,
         seed,
-        stack: false,
         hot: hot.clone(),
         max_seen_keys: MAX_SEEN_KEYS,
+        ..SampledConfig::new(rate, capacities.to_vec(), policies.to_vec())
     };
     let mut s = SampledCurves::new(&cfg)?;
     feed(trace, &mut s, tick)?;
