@@ -122,6 +122,42 @@ pub enum Offloader {
     Simple,
 }
 
+/// Which offloader `kvtier replay`, `serve` and `sweep` run, and the simple offloader's mode:
+/// the flags the three commands share.
+#[derive(Clone, Copy, Debug, clap::Args)]
+pub struct OffloaderArgs {
+    /// The CPU offloader: `offloading` (vLLM's OffloadingConnector, the default) or `simple`
+    /// (vLLM's SimpleCPUOffloadConnector, behind --gpu-blocks; the capacities are then its
+    /// CPU blocks).
+    #[arg(long, value_enum, default_value_t = Offloader::Offloading)]
+    pub offloader: Offloader,
+    /// With --offloader simple: lazy offload (stores taken from the GPU free queue).
+    #[arg(long)]
+    pub lazy: bool,
+    /// With --offloader simple: workers that report each store (vLLM's world_size; in
+    /// replay and serve a --cpu-bytes budget is split over them).
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub world_size: u32,
+}
+
+impl OffloaderArgs {
+    /// Whether the simple offloader runs.
+    #[must_use]
+    pub fn simple(&self) -> bool {
+        self.offloader == Offloader::Simple
+    }
+
+    /// The simple offloader's options, with the CPU budget `cpu_bytes`.
+    #[must_use]
+    pub const fn options(&self, cpu_bytes: Option<u64>) -> SimpleOptions {
+        SimpleOptions {
+            lazy: self.lazy,
+            world_size: self.world_size,
+            cpu_bytes,
+        }
+    }
+}
+
 /// The simple offloader's options of `kvtier replay` and `kvtier serve`.
 #[derive(Clone, Copy, Debug)]
 pub struct SimpleOptions {

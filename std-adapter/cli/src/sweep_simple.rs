@@ -202,11 +202,7 @@ pub fn sweep_simple(args: &SweepOptions) -> Result<SimpleSweepReport, SweepRunEr
         None
     };
     let bytes = model.as_ref().map(|m| m.1);
-    let simple = SimpleOptions {
-        lazy: args.lazy,
-        world_size: args.world_size,
-        cpu_bytes: None,
-    };
+    let simple = args.tier.options(None);
     let jobs = args
         .jobs
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
@@ -252,8 +248,8 @@ pub fn sweep_simple(args: &SweepOptions) -> Result<SimpleSweepReport, SweepRunEr
         format: format.name(),
         block_tokens: bt,
         gpu_blocks: front.num_gpu_blocks,
-        lazy: args.lazy,
-        world_size: args.world_size,
+        lazy: args.tier.lazy,
+        world_size: args.tier.world_size,
         model: model.map(|m| m.0),
         bytes_per_block: bytes,
         requests: trace.requests(),

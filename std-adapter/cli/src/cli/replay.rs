@@ -36,18 +36,9 @@ pub struct ReplayArgs {
     /// The engine model's options (used with --gpu-blocks).
     #[command(flatten)]
     pub engine: EngineArgs,
-    /// The CPU offloader: `offloading` (vLLM's OffloadingConnector, the default) or `simple`
-    /// (vLLM's SimpleCPUOffloadConnector, behind --gpu-blocks; --capacity is then its CPU
-    /// blocks).
-    #[arg(long, value_enum, default_value_t = Offloader::Offloading)]
-    pub offloader: Offloader,
-    /// With --offloader simple: lazy offload (stores taken from the GPU free queue).
-    #[arg(long)]
-    pub lazy: bool,
-    /// With --offloader simple: workers that report each store (vLLM's world_size; the
-    /// --cpu-bytes budget is split over them).
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub world_size: u32,
+    /// The offloader and the simple offloader's mode.
+    #[command(flatten)]
+    pub tier: OffloaderArgs,
     /// With --offloader simple: the server-wide CPU budget (vLLM's cpu_bytes_to_use, e.g.
     /// 8GiB), sized per rank as vLLM sizes it from the model's bytes per block (--model,
     /// --layout or --hf-config); --capacity is then the explicit num_cpu_blocks within it.
@@ -55,17 +46,13 @@ pub struct ReplayArgs {
     pub cpu_bytes: Option<u64>,
 }
 
-pub use crate::replay_simple::Offloader;
+pub use crate::replay_simple::{Offloader, OffloaderArgs};
 
 impl ReplayArgs {
     /// The simple offloader's options (`--lazy`, `--world-size`, `--cpu-bytes`).
     #[must_use]
     pub fn simple_options(&self) -> crate::replay_simple::SimpleOptions {
-        crate::replay_simple::SimpleOptions {
-            lazy: self.lazy,
-            world_size: self.world_size,
-            cpu_bytes: self.cpu_bytes,
-        }
+        self.tier.options(self.cpu_bytes)
     }
 
     /// The replay options, with the GPU front of `--gpu-blocks` when given.
@@ -85,7 +72,7 @@ impl ReplayArgs {
 /// # Errors
 /// Any error of reading or replaying the trace, or of printing the report.
 pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
-    if args.offloader == Offloader::Simple {
+    if args.tier.simple() {
         return super::replay_simple::run(args);
     }
     let report = replay(&args.replay_options(), std::io::stderr().is_terminal())?;

@@ -43,7 +43,7 @@ impl ServeArgs {
     /// What these options ask to serve.
     #[must_use]
     pub fn options(&self) -> ServeOptions {
-        let simple = self.replay.offloader == super::replay::Offloader::Simple;
+        let simple = self.replay.tier.simple();
         let gpu = self.gpu_options();
         let mut replay = self.replay.replay_options();
         if simple && replay.gpu.is_none() {

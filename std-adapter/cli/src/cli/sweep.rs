@@ -182,7 +182,7 @@ pub fn csv(r: &SweepReport) -> String {
 /// # Errors
 /// See [`sweep`]; or printing the report failed.
 pub fn run(args: &SweepArgs) -> Result<(), crate::Error> {
-    let text = if args.options.offloader == crate::replay_simple::Offloader::Simple {
+    let text = if args.options.tier.simple() {
         let r = super::sweep_simple::sweep_simple(&args.options)?;
         if args.json {
             let mut t = serde_json::to_string_pretty(&r).map_err(OutputError::Json)?;

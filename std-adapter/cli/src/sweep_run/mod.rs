@@ -22,7 +22,7 @@ use crate::engine::{Engine, EngineArgs};
 use crate::input::FormatArgs;
 use crate::plot::{KNEE_MARGIN, PlotSpec, draw, parse_size};
 use crate::replay_run::{ManagerArgs, parse_policy};
-use crate::replay_simple::Offloader;
+use crate::replay_simple::OffloaderArgs;
 use crate::sizing::{CapacityOptions, ModelArgs, report};
 use crate::sweep::{
     CaseError, CaseReplay, Sweep, SweepCase, SweepGrid, SweepPoint, geometric_capacities,
@@ -115,17 +115,9 @@ pub struct SweepOptions {
     /// Exact replays beside a sampled curve: capacities spread over the list.
     #[arg(long, default_value_t = 4, value_name = "N")]
     pub verify: usize,
-    /// The CPU offloader: `offloading` (vLLM's OffloadingConnector, the default) or `simple`
-    /// (vLLM's SimpleCPUOffloadConnector, behind --gpu-blocks; the capacities are then its
-    /// CPU blocks, and the rows its save outcomes, loads and the GPU's figures).
-    #[arg(long, value_enum, default_value_t = Offloader::Offloading)]
-    pub offloader: Offloader,
-    /// With --offloader simple: lazy offload (stores taken from the GPU free queue).
-    #[arg(long)]
-    pub lazy: bool,
-    /// With --offloader simple: workers that report each store (vLLM's world_size).
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub world_size: u32,
+    /// The offloader and the simple offloader's mode.
+    #[command(flatten)]
+    pub tier: OffloaderArgs,
     /// `--method sample`: counters of the first pass that finds the hottest keys (16 bytes
     /// each); at each capacity the keys re-referenced on average within that many references
     /// are counted exactly rather than sampled (0: sample every key alike).
