@@ -11,6 +11,7 @@ pub mod curve;
 pub mod engine_model;
 pub mod expected;
 pub mod generated;
+pub mod kv_events;
 pub mod manager_checks;
 pub mod manager_model;
 pub mod prometheus_server;

@@ -3,15 +3,16 @@
 //! endpoint rules, the translation of the manager's events, and the publisher over a real
 //! socket (the sequence, the replay socket's answers, the high-water mark, bad endpoints).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kvtier::kv_events::{
     BlockHash, BlockRemoved, BlockStored, END_SEQ, EndpointProblem, EventBatch, HashForm, KvEvent,
-    MEDIUM_CPU, PublishError, Publisher, PublisherConfig, ReplayBuffer, Subscriber, TierEvents,
-    decode, encode, is_bind_endpoint, offset_endpoint, start_sequence,
+    MEDIUM_CPU, PublishError, Publisher, PublisherConfig, ReplayBuffer, TierEvents, decode, encode,
+    is_bind_endpoint, offset_endpoint, start_sequence,
 };
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{EventKind, OffloadEvent};
+use kvtier_tests::kv_events::{batch, ipc, read, subscribed};
 use proptest::prelude::*;
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -366,56 +367,6 @@ fn manager_events_take_the_offloading_connector_shape() {
         HashForm::Bytes.hash(0x0102),
         BlockHash::Bytes(vec![0, 0, 0, 0, 0, 0, 1, 2])
     );
-}
-
-fn ipc(name: &str) -> String {
-    let dir = std::env::temp_dir().join(format!("kvtier-kv-events-{}-{name}", std::process::id()));
-    format!("ipc://{}", dir.display())
-}
-
-fn batch(n: u64) -> EventBatch {
-    EventBatch {
-        ts: 1.0,
-        events: vec![KvEvent::Removed(BlockRemoved {
-            block_hashes: vec![BlockHash::Int(n)],
-            medium: Some(MEDIUM_CPU.into()),
-            group_idx: None,
-            locality: None,
-            ownership: None,
-        })],
-        data_parallel_rank: None,
-    }
-}
-
-/// Reads until `n` messages came or nothing came for 2 s.
-fn read(sub: &Subscriber, n: usize) -> Vec<kvtier::kv_events::Message> {
-    let mut got = Vec::new();
-    while got.len() < n {
-        match sub.recv(Duration::from_secs(2)).expect("recv") {
-            Some(m) => got.push(m),
-            None => break,
-        }
-    }
-    got
-}
-
-/// Subscribes and waits until the publisher sees the subscription (a probe batch arrives).
-fn subscribed(p: &Publisher, endpoint: &str) -> Subscriber {
-    let sub = Subscriber::open(endpoint, "", false).expect("sub");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        p.publish(batch(u64::MAX)).expect("probe");
-        if sub.recv(Duration::from_millis(50)).expect("recv").is_some() {
-            // Drain the other probes.
-            while sub
-                .recv(Duration::from_millis(200))
-                .expect("recv")
-                .is_some()
-            {}
-            return sub;
-        }
-    }
-    panic!("the subscription never reached the publisher");
 }
 
 fn replay(endpoint: &str, start: &[u8]) -> Vec<Vec<Vec<u8>>> {

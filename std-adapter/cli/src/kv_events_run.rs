@@ -1,6 +1,6 @@
 //! Publishing a replay's tier events as vLLM's KV-events stream: the options `kvtier replay`
-//! and `kvtier serve` share ([`KvEventsArgs`]) and the per-step drain of the manager's events
-//! into the publisher ([`EventStream`]).
+//! and `kvtier serve` share ([`KvEventsArgs`]) and the per-step drain of the manager's (or the
+//! simple offloader's) events into the publisher ([`EventStream`]).
 
 use std::sync::Arc;
 
@@ -9,6 +9,7 @@ use kvtier::kv_events::{
 };
 use kvtier_core::BlockKey;
 use kvtier_core::manager::OffloadManager;
+use kvtier_core::simple::SimpleScheduler;
 
 /// Requests between two published batches of `kvtier replay` (a replay's "step").
 pub const STEP_REQUESTS: u64 = 256;
@@ -119,6 +120,25 @@ impl EventStream {
         let mut events: Vec<KvEvent> = Vec::new();
         manager.drain_events(|e| self.tier.push(e, &mut events));
         let (dropped, _) = manager.events_dropped();
+        self.publish(events, dropped)
+    }
+
+    /// Publishes the simple offloader's events queued since the last step as one batch (none
+    /// when there are none); events its own queue dropped are counted as dropped.
+    ///
+    /// # Errors
+    /// [`PublishError::Closed`] when the publisher has stopped.
+    pub fn step_simple(&mut self, offloader: &mut SimpleScheduler) -> Result<(), PublishError> {
+        let mut events: Vec<KvEvent> = Vec::new();
+        for e in offloader.take_events() {
+            self.tier.push_simple(&e, &mut events);
+        }
+        self.publish(events, offloader.dropped_events())
+    }
+
+    /// One batch of `events` (none when empty), with the source's dropped-event total
+    /// `dropped` (the increase since the last batch is counted as dropped).
+    fn publish(&mut self, events: Vec<KvEvent>, dropped: u64) -> Result<(), PublishError> {
         self.publisher
             .record_dropped(dropped.saturating_sub(self.dropped_seen));
         self.dropped_seen = dropped;

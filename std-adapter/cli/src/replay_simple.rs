@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Instant;
 
 pub use crate::simple_tier::{SimpleTier, SimpleTierError};
@@ -26,7 +27,10 @@ use kvtier_core::stats::catalogue::{NUM_REQUESTS_RUNNING, SIMPLE_LOAD_BLOCKS};
 use kvtier_core::stats::simple_offload::SaveOutcome;
 use kvtier_core::stats::{Gauge, Payload, UpdateError};
 
+use kvtier::kv_events::{PublishError, Publisher, PublisherStats};
+
 use crate::engine::{Engine, EngineCounts, EngineError};
+use crate::kv_events_run::EventStream;
 use crate::replay_run::{GpuFront, GpuReport, ReplayOptions, RunError, add_gpu_series};
 use crate::sizing::ReportError;
 use crate::trace::{Header, Record, RecordSource};
@@ -51,8 +55,8 @@ pub enum SimpleRunError {
         /// `--world-size`.
         world_size: u32,
     },
-    /// `--kv-events-endpoint` with the simple offloader (its events are not published).
-    NoKvEvents,
+    /// The KV-events publisher (`--kv-events-endpoint`) could not start.
+    Publish(PublishError),
     /// The offloader's configuration.
     Config(NewError),
     /// The engine or the offloader stopped at a record (`None` after the trace's end).
@@ -85,10 +89,7 @@ impl fmt::Display for SimpleRunError {
                 "--world-size {world_size}: the model's {bytes_per_block} bytes per block do \
                  not split evenly over the ranks"
             ),
-            SimpleRunError::NoKvEvents => f.write_str(
-                "--kv-events-endpoint publishes the offloading connector's tier events; \
-                 --offloader simple does not publish its own",
-            ),
+            SimpleRunError::Publish(e) => e.fmt(f),
             SimpleRunError::Config(e) => e.fmt(f),
             SimpleRunError::Engine {
                 line: Some(l),
@@ -198,6 +199,9 @@ pub struct SimpleReport {
     /// The offloader's stats and the GPU series, as vLLM's payload.
     #[serde(skip)]
     pub payload: Payload,
+    /// What the KV-events publisher sent (with `--kv-events-endpoint`).
+    #[serde(skip)]
+    pub kv_events: Option<PublisherStats>,
 }
 
 /// The CPU pool's size for `opts` and `simple`: `--capacity` blocks (default: the trace
@@ -267,17 +271,16 @@ impl SimpleRun {
         opts: &ReplayOptions,
         simple: SimpleOptions,
         header: &Header,
+        events: Option<Arc<Publisher>>,
     ) -> Result<Self, SimpleRunError> {
         let front = opts.gpu.ok_or(SimpleRunError::NeedsGpu)?;
-        if opts.kv_events.kv_events_endpoint.is_some() {
-            return Err(SimpleRunError::NoKvEvents);
-        }
         let bt = opts.block_tokens.unwrap_or(header.block_tokens);
         if bt == 0 {
             return Err(RunError::ZeroBlockTokens.into());
         }
         let sizing = pool_sizing(opts, simple, header, bt, front.num_gpu_blocks)?;
-        Self::from_parts(front, bt, sizing, simple)
+        let stream = events.map(|p| EventStream::new(p, bt, opts.kv_events.hash_form()));
+        Self::with_events(front, bt, sizing, simple, stream)
     }
 
     /// The run behind the GPU `front` with `block_tokens`-token blocks and a CPU pool sized
@@ -291,6 +294,21 @@ impl SimpleRun {
         sizing: PoolSizing,
         simple: SimpleOptions,
     ) -> Result<Self, SimpleRunError> {
+        Self::with_events(front, bt, sizing, simple, None)
+    }
+
+    /// [`from_parts`](Self::from_parts), the offloader's events (when `stream` is given)
+    /// recorded and published at the end of every engine step.
+    ///
+    /// # Errors
+    /// As [`from_parts`](Self::from_parts).
+    pub fn with_events(
+        front: GpuFront,
+        bt: u32,
+        sizing: PoolSizing,
+        simple: SimpleOptions,
+        stream: Option<EventStream>,
+    ) -> Result<Self, SimpleRunError> {
         if bt == 0 {
             return Err(RunError::ZeroBlockTokens.into());
         }
@@ -303,9 +321,14 @@ impl SimpleRun {
         // Pending hits, loads and store states: at most the engine's requests in flight.
         let seqs = u32::try_from(front.engine.max_num_seqs).unwrap_or(u32::MAX);
         cfg.max_requests = seqs.saturating_mul(4).saturating_add(64);
+        cfg.enable_events = stream.is_some();
         let s = SimpleScheduler::new(cfg).map_err(SimpleRunError::Config)?;
+        let mut tier = SimpleTier::new(s, bt, front.engine.transfer_steps);
+        if let Some(stream) = stream {
+            tier = tier.with_events(stream);
+        }
         Ok(SimpleRun {
-            tier: SimpleTier::new(s, bt, front.engine.transfer_steps),
+            tier,
             engine,
             simple,
             last: EngineCounts::default(),
@@ -396,7 +419,14 @@ impl SimpleRun {
             gpu: GpuReport::new(&self.engine),
             wall_s,
             payload,
+            kv_events: None,
         }
+    }
+
+    /// Stops publishing (the publisher sends what is queued and stops, unless another owner
+    /// holds it) and answers what it sent; `None` without events.
+    pub fn finish_events(&mut self) -> Option<PublisherStats> {
+        self.tier.take_events().map(EventStream::finish)
     }
 }
 
@@ -437,7 +467,18 @@ where
     S::Error: Into<RunError>,
 {
     let header = source.header().clone();
-    let mut run = SimpleRun::new(opts, simple, &header)?;
+    let publisher = opts
+        .kv_events
+        .publisher()
+        .map_err(SimpleRunError::Publish)?;
+    if let Some(p) = &publisher {
+        let replay = p.replay_endpoint().unwrap_or("none");
+        eprintln!(
+            "kvtier replay: kv events on {} (replay {replay})",
+            p.endpoint()
+        );
+    }
+    let mut run = SimpleRun::new(opts, simple, &header, publisher.map(Arc::new))?;
     let fail = |line, error| SimpleRunError::Engine { line, error };
     while let Some(rec) = source.next_record().map_err(Into::into)? {
         if let Err(e) = run.apply(rec) {
@@ -446,5 +487,8 @@ where
     }
     run.finish().map_err(|e| fail(None, e))?;
     let payload = run.drain()?;
-    Ok(run.report(name, payload, started.elapsed().as_secs_f64()))
+    let kv_events = run.finish_events();
+    let mut report = run.report(name, payload, started.elapsed().as_secs_f64());
+    report.kv_events = kv_events;
+    Ok(report)
 }

@@ -60,7 +60,7 @@ where
     S::Error: Into<RunError>,
 {
     let header = source.header().clone();
-    let mut run = SimpleRun::new(args, simple, &header)?;
+    let mut run = SimpleRun::new(args, simple, &header, ctx.kv_events.clone())?;
     let fail = |line, error| SimpleRunError::Engine { line, error };
     let send = |run: &mut SimpleRun| -> Result<(), SimpleRunError> {
         let payload = run.drain()?;
@@ -95,6 +95,8 @@ where
     }
     run.finish().map_err(|e| fail(None, e))?;
     send(&mut run)?;
+    // The publisher is the server's: it goes on serving replays until the server stops.
+    let _ = run.finish_events();
     let s = run.offloader();
     let outcomes = kvtier_core::stats::simple_offload::SaveOutcome::ALL
         .map(|o| (o.label(), s.boundary_total(o)));

@@ -19,6 +19,7 @@ use kvtier_core::simple::{
 };
 
 use crate::engine::{Connector, FinishedRequest, LookupQuery, StepRecord};
+use crate::kv_events_run::EventStream;
 
 /// A call the simple offloader refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -30,6 +31,8 @@ pub enum SimpleTierError {
     Alloc(AllocStateError),
     /// `update_connector_output`.
     Output(OutputError),
+    /// The KV-events publisher stopped.
+    EventsClosed,
 }
 
 impl fmt::Display for SimpleTierError {
@@ -39,6 +42,7 @@ impl fmt::Display for SimpleTierError {
             SimpleTierError::Input(e) => e.fmt(f),
             SimpleTierError::Alloc(e) => e.fmt(f),
             SimpleTierError::Output(e) => e.fmt(f),
+            SimpleTierError::EventsClosed => f.write_str("the KV-events publisher stopped"),
         }
     }
 }
@@ -64,6 +68,8 @@ pub struct SimpleTier {
     /// Store events in flight and the step at whose end they complete.
     stores: VecDeque<(u64, u64)>,
     done: Vec<(u64, u32)>,
+    /// Where each step's events go (the offloader records them only then).
+    events: Option<EventStream>,
 }
 
 impl SimpleTier {
@@ -80,7 +86,21 @@ impl SimpleTier {
             recv: Vec::new(),
             stores: VecDeque::new(),
             done: Vec::new(),
+            events: None,
         }
+    }
+
+    /// Publishes the offloader's events to `stream` at the end of every step, one batch a
+    /// step with events (the offloader must record them: `enable_events`).
+    #[must_use]
+    pub fn with_events(mut self, stream: EventStream) -> Self {
+        self.events = Some(stream);
+        self
+    }
+
+    /// The event stream, taken out (no event is published after).
+    pub fn take_events(&mut self) -> Option<EventStream> {
+        self.events.take()
     }
 
     /// The offloader.
@@ -120,6 +140,11 @@ impl SimpleTier {
         };
         self.s.update_connector_output(gpu, &out)?;
         self.recv.clear();
+        if let Some(stream) = &mut self.events {
+            stream
+                .step_simple(&mut self.s)
+                .map_err(|_| SimpleTierError::EventsClosed)?;
+        }
         Ok(())
     }
 

@@ -76,15 +76,20 @@ pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
         return super::replay_simple::run(args);
     }
     let report = replay(&args.replay_options(), std::io::stderr().is_terminal())?;
-    if let Some(k) = report.kv_events {
+    print_kv_events(report.kv_events);
+    let json = || serde_json::to_string(&json_value(&report));
+    print_report(args, json, || human(&report), &report.payload)?;
+    Ok(())
+}
+
+/// Prints what the KV-events publisher sent, when there was one, to stderr.
+pub fn print_kv_events(stats: Option<kvtier::kv_events::PublisherStats>) {
+    if let Some(k) = stats {
         eprintln!(
             "kvtier replay: kv events: {} batches, {} events published, {} dropped",
             k.batches, k.events, k.dropped
         );
     }
-    let json = || serde_json::to_string(&json_value(&report));
-    print_report(args, json, || human(&report), &report.payload)?;
-    Ok(())
 }
 
 /// Prints a replay's report to stdout: one JSON line (`--json`) or the text for people, then

@@ -4,7 +4,7 @@
 
 use kvtier_core::stats::simple_offload::SaveOutcome;
 
-use super::replay::{ReplayArgs, print_report};
+use super::replay::{ReplayArgs, print_kv_events, print_report};
 use crate::replay_simple::{SimpleReport, replay_simple};
 
 /// Runs `kvtier replay --offloader simple`.
@@ -13,6 +13,7 @@ use crate::replay_simple::{SimpleReport, replay_simple};
 /// Any error of the run or of printing the report.
 pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
     let report = replay_simple(&args.replay_options(), args.simple_options())?;
+    print_kv_events(report.kv_events);
     let json = || serde_json::to_string(&report);
     print_report(args, json, || human(&report), &report.payload)?;
     Ok(())

@@ -3,11 +3,21 @@
 //! for them (its placeholder payload): one `BlockStored` per stored key (its one hash, no
 //! parent, no tokens), one `BlockRemoved` per group of an eviction, and nothing for a failed
 //! store's metadata-only removal (no subscriber was told of that store).
+//!
+//! [`TierEvents::push_simple`] does the same for the simple offloader's events
+//! ([`SimpleEvent`]), shaped as vLLM's `SimpleCPUOffloadScheduler.take_events` gives them.
 
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{EventKind, OffloadEvent};
+use kvtier_core::simple::{Medium, SimpleEvent};
 
-use super::event::{BlockRemoved, BlockStored, HashForm, KvEvent, MEDIUM_CPU};
+use super::event::{BlockRemoved, BlockStored, HashForm, KvEvent, MEDIUM_CPU, MEDIUM_STORAGE};
+
+/// vLLM's `KVCacheSpecKind.FULL_ATTENTION`, the simple offloader's one group's kind.
+pub const FULL_ATTENTION: &str = "full_attention";
+
+/// The `locality` of every simple-offloader event.
+pub const LOCAL: &str = "LOCAL";
 
 /// How one tier's events are told: its block size, hash form and medium.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,5 +79,48 @@ impl TierEvents {
             }
             EventKind::RemovedMetadataOnly => {}
         }
+    }
+
+    /// Appends the stream's event for one of the simple offloader's events to `out`: a
+    /// `BlockStored` of the one block (group 0, full attention, `LOCAL`, the parent hash when
+    /// the store knew it; no token ids, which a trace does not carry), a `BlockRemoved` of
+    /// the one hash (group 0, `LOCAL`), or `AllBlocksCleared`. The medium is the event's own
+    /// (this tier's `medium` is not used).
+    pub fn push_simple(&self, event: &SimpleEvent, out: &mut Vec<KvEvent>) {
+        let medium = |m: Medium| {
+            Some(match m {
+                Medium::Cpu => MEDIUM_CPU.to_owned(),
+                Medium::Storage => MEDIUM_STORAGE.to_owned(),
+            })
+        };
+        out.push(match *event {
+            SimpleEvent::Stored {
+                key,
+                block_size,
+                meta,
+                medium: m,
+            } => {
+                let mut s = BlockStored::new(
+                    vec![self.hash_form.hash(key.hash)],
+                    u64::from(block_size),
+                    medium(m),
+                );
+                s.parent_block_hash = meta
+                    .and_then(|m| m.parent_hash)
+                    .map(|h| self.hash_form.hash(h));
+                s.group_idx = Some(i64::from(key.group));
+                s.kv_cache_spec_kind = Some(FULL_ATTENTION.to_owned());
+                s.locality = Some(LOCAL.to_owned());
+                KvEvent::Stored(Box::new(s))
+            }
+            SimpleEvent::Removed { key, medium: m } => KvEvent::Removed(BlockRemoved {
+                block_hashes: vec![self.hash_form.hash(key.hash)],
+                medium: medium(m),
+                group_idx: Some(i64::from(key.group)),
+                locality: Some(LOCAL.to_owned()),
+                ownership: None,
+            }),
+            SimpleEvent::AllCleared => KvEvent::AllCleared,
+        });
     }
 }
