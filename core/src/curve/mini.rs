@@ -87,8 +87,9 @@ impl RequestSlots {
                 self.free
                     .try_reserve(1)
                     .map_err(|_| CurveError::OutOfMemory)?;
-                self.next += 1;
-                self.next - 1
+                let s = self.next;
+                self.next = s.checked_add(1).ok_or(CurveError::OutOfMemory)?;
+                s
             }
         };
         self.of.insert(rid, slot);

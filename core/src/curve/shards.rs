@@ -388,8 +388,10 @@ impl SampledCurves {
         self.run
             .try_reserve(keys.len())
             .map_err(|_| CurveError::OutOfMemory)?;
+        self.reps
+            .try_reserve(keys.len())
+            .map_err(|_| CurveError::OutOfMemory)?;
         self.newly.clear();
-        self.reps.clear();
         let (mut leading, mut least) = (true, u64::MAX);
         for k in keys {
             let (c, seen) = self.hot.get(k).copied().unwrap_or((0, false));
@@ -398,7 +400,7 @@ impl SampledCurves {
                 if seen || self.newly.contains(k) {
                     self.reps.push(c);
                 }
-                if !seen {
+                if !seen && !self.newly.contains(k) {
                     self.newly
                         .try_reserve(1)
                         .map_err(|_| CurveError::OutOfMemory)?;
