@@ -231,6 +231,73 @@ def test_serve_stream_decodes_with_vllm_and_replays_to_a_late_joiner(kvtier_bin)
         ctx.destroy(linger=0)
 
 
+def test_simple_offloader_stream_decodes_with_vllm(kvtier_bin):
+    """`serve --offloader simple` publishes the simple offloader's events (small-a, 300 GPU
+    blocks, 64 CPU blocks): every buffered batch decodes with vLLM's decoder and has the shape
+    of vLLM's SimpleCPUOffloadScheduler events; a hash is stored only when absent and removed
+    only when present, and what stays is the CPU prefix cache the replay ends with."""
+    decoder = msgspec.msgpack.Decoder(type=ke.KVEventBatch)
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.bind("tcp://127.0.0.1:0")
+    endpoint = sub.getsockopt_string(zmq.LAST_ENDPOINT)
+    serve = subprocess.Popen(
+        [kvtier_bin, "serve", "--trace", str(TRACE), "--offloader", "simple",
+         "--gpu-blocks", "300", "--capacity", "64", "--listen", "127.0.0.1:0",
+         "--kv-events-endpoint", endpoint, "--kv-events-replay-endpoint", "tcp://127.0.0.1:0"],
+        stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        serve.stderr.readline()
+        events_line = serve.stderr.readline()
+        m = re.search(r"kv events on (\S+) \(replay (tcp://\S+)\)", events_line)
+        assert m and m.group(1) == endpoint, events_line
+        done = serve.stderr.readline()
+        cached = re.search(r"(\d+) CPU blocks cached of (\d+)", done)
+        assert cached, done
+        # The replay is over; the publisher thread may still be sending its last batches.
+        deadline = time.monotonic() + 10
+        replayed = _replay(ctx, m.group(2), 0)
+        while time.monotonic() < deadline:
+            time.sleep(0.3)
+            again = _replay(ctx, m.group(2), 0)
+            if len(again) == len(replayed):
+                break
+            replayed = again
+        seqs = [int.from_bytes(f[1], "big") for f in replayed]
+        assert seqs == list(range(len(seqs))) and len(seqs) > 100, seqs[:5]
+
+        resident: set[int] = set()
+        stored = removed = with_parent = 0
+        for _, _, payload in replayed:
+            for e in decoder.decode(payload).events:
+                if isinstance(e, ke.BlockStored):
+                    assert (e.medium, e.block_size, e.token_ids, e.group_idx) == (
+                        ke.MEDIUM_CPU, 16, [], 0,
+                    )
+                    assert (e.kv_cache_spec_kind, e.locality) == ("full_attention", "LOCAL")
+                    assert e.kv_cache_spec_sliding_window is None
+                    assert len(e.block_hashes) == 1
+                    h = e.block_hashes[0]
+                    assert h not in resident, "stored while resident"
+                    resident.add(h)
+                    stored += 1
+                    with_parent += e.parent_block_hash is not None
+                else:
+                    assert isinstance(e, ke.BlockRemoved), e
+                    assert (e.medium, e.group_idx, e.locality) == (ke.MEDIUM_CPU, 0, "LOCAL")
+                    (h,) = e.block_hashes
+                    assert h in resident, "removed while not resident"
+                    resident.remove(h)
+                    removed += 1
+        assert stored > 100 and removed > 10 and with_parent > 0
+        assert len(resident) == int(cached.group(1))
+    finally:
+        serve.terminate()
+        serve.wait(timeout=10)
+        ctx.destroy(linger=0)
+
+
 def _hexed(v):
     """msgspec's builtins of a batch with bytes as hex (how `kvtier events` shows bytes)."""
     if isinstance(v, bytes):
