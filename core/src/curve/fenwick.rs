@@ -37,6 +37,24 @@ impl Fenwick {
         }
     }
 
+    /// Adds one at every position of `a..=b` (`1 ≤ a ≤ b ≤ len`), in `O(b − a + log len)`:
+    /// a node inside the range gains the positions of its span that lie in the range, and a
+    /// node past `b` that spans part of the range spans `b` too, so it is on `b`'s update path.
+    pub(crate) fn inc_range(&mut self, a: usize, b: usize) {
+        #[expect(clippy::cast_possible_truncation, reason = "at most len, a u32 count")]
+        for i in a..=b {
+            let lo = i - (i & i.wrapping_neg());
+            self.tree[i] += (i - lo.max(a - 1)) as u32;
+        }
+        let mut j = b + (b & b.wrapping_neg());
+        #[expect(clippy::cast_possible_truncation, reason = "at most len, a u32 count")]
+        while j < self.tree.len() {
+            let lo = j - (j & j.wrapping_neg());
+            self.tree[j] += (b - lo.max(a - 1)) as u32;
+            j += j & j.wrapping_neg();
+        }
+    }
+
     /// Takes one from `i`, which holds at least one.
     #[inline]
     pub(crate) fn dec(&mut self, mut i: usize) {
@@ -112,6 +130,27 @@ mod tests {
             let want = (1..=37usize).find(|&c| c as i64 - i64::from(f.prefix(c)) >= target);
             if (1..=37usize).all(|c| plain[c] <= 1) {
                 assert_eq!(f.first_gap(target), want, "target {target}");
+            }
+        }
+        for (a, b) in [
+            (1usize, 1usize),
+            (1, 37),
+            (5, 12),
+            (8, 8),
+            (9, 16),
+            (17, 37),
+            (30, 36),
+        ] {
+            let mut r = f.clone();
+            let mut p = plain;
+            r.inc_range(a, b);
+            p[a..=b].iter_mut().for_each(|x| *x += 1);
+            for i in 0..=37 {
+                assert_eq!(
+                    r.prefix(i),
+                    p[..=i].iter().sum::<u32>(),
+                    "range {a}..={b}, {i}"
+                );
             }
         }
         let mut g = Fenwick::new(37).unwrap();

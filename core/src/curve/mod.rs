@@ -127,6 +127,7 @@
 //! mean is within 1.1 points everywhere. Callers check the estimate against exact replays at a
 //! few capacities (`kvtier sweep --verify`) and can see its spread with other seeds.
 
+mod absent;
 mod fenwick;
 mod flags;
 mod hot;

@@ -3,22 +3,23 @@
 use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
-use super::fenwick::Fenwick;
+use super::absent::Absent;
 use super::flags::Flags;
 use super::shadows::Shadows;
 use super::stamps::Stamps;
 use super::{Curve, CurveError, DIGEST_MULTIPLIER, inverse, power};
 use crate::hashing::{FixedState, Map};
 use crate::reserve::filled;
+use hashbrown::hash_map::Entry;
 
 /// A capacity past every capacity of the curve ("never").
 const FAR: u32 = u32::MAX;
 
 /// What the stack knows of one key.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Default)]
 struct KeyState {
-    /// Its time stamp, 0 when it holds none.
-    ts: u32,
+    /// Its handle: where [`Handles`] keep its time stamp.
+    h: u32,
     /// Below this capacity the key is not readable: an open request met it absent there and
     /// its store has not completed (0: readable wherever resident).
     floor: u32,
@@ -32,6 +33,61 @@ struct KeyState {
     /// While an open request holds it resident behind a miss: the mark of its old stamp
     /// (where it really stands), 0 otherwise.
     y_mark: u32,
+}
+
+/// The time stamp and the key of each key the stack knows, by a handle the key keeps for as
+/// long as it is known: a compaction renumbers the stamps through the handles, not the map.
+#[derive(Clone, Debug, Default)]
+struct Handles {
+    ts: Vec<u32>,
+    key: Vec<u64>,
+    free: Vec<u32>,
+}
+
+impl Handles {
+    /// Room for `n` more handles, so that [`add`](Self::add) and [`drop`](Self::drop) need
+    /// no allocation.
+    fn reserve(&mut self, n: usize) -> Result<(), CurveError> {
+        let total = self.ts.len() + n;
+        self.ts
+            .try_reserve(n)
+            .and_then(|()| self.key.try_reserve(n))
+            .and_then(|()| self.free.try_reserve(total.saturating_sub(self.free.len())))
+            .map_err(|_| CurveError::OutOfMemory)
+    }
+
+    /// A handle for `key`, its stamp 0.
+    fn add(&mut self, key: u64) -> u32 {
+        if let Some(h) = self.free.pop() {
+            self.ts[h as usize] = 0;
+            self.key[h as usize] = key;
+            return h;
+        }
+        self.ts.push(0);
+        self.key.push(key);
+        #[expect(clippy::cast_possible_truncation, reason = "one handle per stamp, u32")]
+        {
+            (self.ts.len() - 1) as u32
+        }
+    }
+
+    /// Frees handle `h`.
+    fn drop(&mut self, h: u32) {
+        self.free.push(h);
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.ts.capacity() * 4 + self.key.capacity() * 8 + self.free.capacity() * 4
+    }
+}
+
+/// Why keys move to the top, and what else the move does.
+#[derive(Clone, Copy, Debug)]
+enum Moved<'a> {
+    /// A request arrived: a key holding no floor takes its threshold (`pre`, per key) as one.
+    Arrived(&'a [u32]),
+    /// A request finished: the keys its `skip` marks never observed stay where they are.
+    Finished(&'a [(u32, u64)]),
 }
 
 /// One open request.
@@ -82,15 +138,13 @@ impl StackConfig {
 pub struct LruStack {
     cfg: StackConfig,
     stamps: Stamps,
-    /// Keys met absent whose store has not begun, by floor (`max_capacity + 1` for floors past
-    /// it): below its floor such a key holds no slot.
-    absent: Fenwick,
-    absent_total: u32,
-    /// Per floor, the absent keys (to find floors held twice, where residency dips).
-    absent_at: Vec<u32>,
-    /// Floors held by two or more absent keys.
-    dips: Vec<u32>,
+    /// Keys met absent whose store has not begun, by floor: below its floor such a key holds
+    /// no slot.
+    absent: Absent,
     keys: Map<u64, KeyState>,
+    handles: Handles,
+    /// The keys whose `y_mark` is set.
+    ys: u32,
     open: Map<u64, Open>,
     /// Open request ids in arrival order (closed ones are dropped from the front lazily).
     order: VecDeque<u64>,
@@ -122,12 +176,11 @@ impl LruStack {
         }
         let n = cfg.max_capacity as usize + 2;
         Ok(LruStack {
-            stamps: Stamps::new(cfg.max_capacity as usize * 2 + 64)?,
-            absent: Fenwick::new(n - 1)?,
-            absent_total: 0,
-            absent_at: filled(n, 0)?,
-            dips: Vec::new(),
+            stamps: Stamps::new(cfg.max_capacity as usize * 4 + 64)?,
+            absent: Absent::new(cfg.max_capacity)?,
             keys: Map::with_hasher(FixedState::default()),
+            handles: Handles::default(),
+            ys: 0,
             open: Map::with_hasher(FixedState::default()),
             order: VecDeque::new(),
             spare: Vec::new(),
@@ -154,20 +207,15 @@ impl LruStack {
         if pos == FAR {
             return FAR;
         }
-        // Resident at c when pos <= c + absent(c), absent(c) = keys with a floor above c.
-        let target = i64::from(pos) - i64::from(self.absent_total);
-        match self.absent.first_gap(target) {
-            #[expect(clippy::cast_possible_truncation, reason = "within max_capacity + 1")]
-            Some(c) if c <= self.cfg.max_capacity as usize => c as u32,
-            _ => FAR,
-        }
+        self.absent.resident_from(pos).unwrap_or(FAR)
     }
 
     /// The (resident-from capacity, floor) of `key`.
     fn threshold(&self, key: u64) -> (u32, u32) {
         match self.keys.get(&key) {
-            Some(st) if st.ts != 0 => {
-                let from = self.resident_from(self.stamps.position(st.ts));
+            Some(st) if self.handles.ts[st.h as usize] != 0 => {
+                let ts = self.handles.ts[st.h as usize];
+                let from = self.resident_from(self.stamps.position(ts));
                 (from, st.floor)
             }
             Some(st) => (FAR, st.floor),
@@ -178,6 +226,7 @@ impl LruStack {
     /// Makes room for `n` more stamps (compacting, and growing when compaction frees too
     /// little).
     fn room(&mut self, n: usize) -> Result<(), CurveError> {
+        self.handles.reserve(n)?;
         if self.stamps.remaining() >= n {
             return Ok(());
         }
@@ -189,25 +238,11 @@ impl LruStack {
         Ok(())
     }
 
-    /// Gives `key` the next stamp (there is room: [`room`](Self::room)).
-    fn stamp(&mut self, key: u64) {
-        let st = self.keys.entry(key).or_insert(KeyState {
-            ts: 0,
-            floor: 0,
-            storer: 0,
-            batch: 0,
-            shadow: 0,
-            y_mark: 0,
-        });
-        st.shadow = 0;
-        st.ts = self.stamps.give(key, st.ts);
-    }
-
     /// Renumbers the stamps, forgetting the keys no capacity of the curve can reach again
     /// (deeper than `max_capacity` plus the absent keys, and held by no store); grows the
     /// stamps when the kept keys fill more than half of them.
     fn compact(&mut self) -> Result<(), CurveError> {
-        let limit = self.cfg.max_capacity.saturating_add(self.absent_total);
+        let limit = self.cfg.max_capacity.saturating_add(self.absent.total());
         let mut marks: Vec<u32> = Vec::new();
         marks
             .try_reserve(self.open.len())
@@ -217,26 +252,42 @@ impl LruStack {
             .map_err(|_| CurveError::OutOfMemory)?;
         marks.extend(self.open.values().map(|o| o.ts_start));
         marks.extend(self.shadows.marks());
-        let ys = self.keys.values().filter(|st| st.y_mark != 0).count();
-        marks.try_reserve(ys).map_err(|_| CurveError::OutOfMemory)?;
-        marks.extend(
-            self.keys
-                .values()
-                .filter(|st| st.y_mark != 0)
-                .map(|st| st.y_mark),
-        );
+        // The keys marked behind a miss (their marks are stamps too), found by one walk of
+        // the map when there are any.
+        let mut ys: Vec<u64> = Vec::new();
+        if self.ys > 0 {
+            ys.try_reserve(self.ys as usize)
+                .and_then(|()| marks.try_reserve(self.ys as usize))
+                .map_err(|_| CurveError::OutOfMemory)?;
+            for (&key, st) in self.keys.iter().filter(|(_, st)| st.y_mark != 0) {
+                ys.push(key);
+                marks.push(st.y_mark);
+            }
+        }
         marks.sort_unstable();
         let old: Vec<u32> = marks.clone();
-        let keys = &mut self.keys;
+        let (keys, handles, live_ys) = (&mut self.keys, &mut self.handles, &mut self.ys);
         self.stamps.compact(
-            |key, depth, new| match keys.get_mut(&key) {
-                Some(st) if depth <= limit || st.floor != 0 => {
-                    st.ts = new;
-                    true
+            |h, depth, new| {
+                // Within reach of the curve: kept without a look-up.
+                if depth <= limit {
+                    handles.ts[h as usize] = new;
+                    return true;
                 }
-                _ => {
-                    keys.remove(&key);
-                    false
+                let key = handles.key[h as usize];
+                match keys.get(&key) {
+                    Some(st) if st.floor != 0 => {
+                        handles.ts[h as usize] = new;
+                        true
+                    }
+                    st => {
+                        if st.is_some_and(|st| st.y_mark != 0) {
+                            *live_ys -= 1;
+                        }
+                        keys.remove(&key);
+                        handles.drop(h);
+                        false
+                    }
                 }
             },
             &mut marks,
@@ -247,8 +298,10 @@ impl LruStack {
             }
         }
         self.shadows.translate(&old, &marks);
-        for st in self.keys.values_mut().filter(|st| st.y_mark != 0) {
-            if let Ok(i) = old.binary_search(&st.y_mark) {
+        for key in &ys {
+            if let Some(st) = self.keys.get_mut(key)
+                && let Ok(i) = old.binary_search(&st.y_mark)
+            {
                 st.y_mark = marks[i];
             }
         }
@@ -261,19 +314,20 @@ impl LruStack {
             return Err(CurveError::OutOfMemory);
         }
         let mut bigger = Stamps::new(len)?;
-        let mut order: Vec<(u32, u64)> = Vec::new();
+        let mut order: Vec<(u32, u32)> = Vec::new();
         order
             .try_reserve(self.keys.len())
             .map_err(|_| CurveError::OutOfMemory)?;
+        let ts = &self.handles.ts;
         order.extend(
             self.keys
-                .iter()
-                .filter(|(_, st)| st.ts != 0)
-                .map(|(&k, st)| (st.ts, k)),
+                .values()
+                .filter(|st| ts[st.h as usize] != 0)
+                .map(|st| (ts[st.h as usize], st.h)),
         );
         order.sort_unstable();
-        for (ts, key) in order {
-            let new = bigger.give(key, 0);
+        for (ts, h) in order {
+            let new = bigger.give(h, 0);
             debug_assert_eq!(new, ts, "compacted stamps are 1..=live");
         }
         self.stamps = bigger;
@@ -327,7 +381,9 @@ impl LruStack {
                 // put it (as the stack does), or behind that request's own miss (its mark).
                 let mark = match self.keys.get(&key) {
                     Some(st) if st.y_mark != 0 => st.y_mark,
-                    Some(st) if st.floor == 0 && st.ts != 0 => st.ts + 1,
+                    Some(st) if st.floor == 0 && self.handles.ts[st.h as usize] != 0 => {
+                        self.handles.ts[st.h as usize] + 1
+                    }
                     _ => 0,
                 };
                 if mark != 0 {
@@ -337,6 +393,9 @@ impl LruStack {
                         .is_some()
                     {
                         if let Some(st) = self.keys.get_mut(&key) {
+                            if st.y_mark == 0 {
+                                self.ys += 1;
+                            }
                             st.y_mark = mark;
                         }
                     } else {
@@ -361,23 +420,7 @@ impl LruStack {
             return Err(e);
         }
         o.ts_start = self.stamps.next();
-        self.move_to_top(&o.keys, None);
-        for (&key, &pre) in o.keys.iter().zip(&o.pre) {
-            if let Some(st) = self.keys.get_mut(&key)
-                && st.floor == 0
-            {
-                st.floor = pre;
-                let b = pre.min(max + 1) as usize;
-                self.absent.inc(b);
-                self.absent_total += 1;
-                if b <= max as usize {
-                    self.absent_at[b] += 1;
-                    if self.absent_at[b] == 2 {
-                        self.dips.push(pre);
-                    }
-                }
-            }
-        }
+        self.move_to_top(&o.keys, Moved::Arrived(&o.pre));
         self.requests += 1;
         self.request_blocks += n;
         self.weight = self.weight.wrapping_mul(self.inverse);
@@ -390,34 +433,52 @@ impl LruStack {
     /// Marks the capacities around floors held by two absent keys, where a key's residency
     /// is not monotone in the capacity.
     fn flag_dips(&mut self) {
-        for &d in &self.dips {
-            let held = self.absent_at[d as usize];
+        for (d, held) in self.absent.dips() {
             self.flags
                 .range(d.saturating_sub(held), d.saturating_add(held));
         }
     }
 
-    /// Moves `keys` to the top, tail first (the head ends most recent), once per key, passing
-    /// by the keys `skip` marks as not observed (there is room for them: [`room`](Self::room)).
-    fn move_to_top(&mut self, keys: &[u64], skip: Option<&[(u32, u64)]>) {
+    /// Moves `keys` to the top, tail first (the head ends most recent), once per key, each
+    /// with the next stamp (there is room for them: [`room`](Self::room)); [`Moved`] says what
+    /// else the move does. One map look-up per key; the new stamps counted as one range.
+    fn move_to_top(&mut self, keys: &[u64], moved: Moved<'_>) {
         self.batch = self.batch.wrapping_add(1);
         let batch = self.batch;
-        for i in (0..keys.len()).rev() {
-            let key = keys[i];
-            if skip.is_some_and(|s| s[i].0 == FAR) {
-                continue;
-            }
-            if let Some(st) = self.keys.get_mut(&key) {
-                if st.batch == batch {
+        let (map, absent, handles) = (&mut self.keys, &mut self.absent, &mut self.handles);
+        self.stamps.run(|stamps| {
+            for i in (0..keys.len()).rev() {
+                let key = keys[i];
+                if let Moved::Finished(skip) = moved
+                    && skip[i].0 == FAR
+                {
                     continue;
                 }
+                let st = match map.entry(key) {
+                    Entry::Occupied(e) => {
+                        let st = e.into_mut();
+                        if st.batch == batch {
+                            continue;
+                        }
+                        st
+                    }
+                    Entry::Vacant(e) => e.insert(KeyState {
+                        h: handles.add(key),
+                        ..KeyState::default()
+                    }),
+                };
                 st.batch = batch;
+                st.shadow = 0;
+                let ts = &mut handles.ts[st.h as usize];
+                *ts = stamps.take(st.h, *ts);
+                if let Moved::Arrived(pre) = moved
+                    && st.floor == 0
+                {
+                    st.floor = pre[i];
+                    absent.add(pre[i]);
+                }
             }
-            self.stamp(key);
-            if let Some(st) = self.keys.get_mut(&key) {
-                st.batch = batch;
-            }
-        }
+        });
     }
 
     /// An `S` record: request `rid`'s store phase.
@@ -433,30 +494,23 @@ impl LruStack {
             return Err(CurveError::OutOfOrder(rid));
         }
         o.started = true;
-        let max = self.cfg.max_capacity;
         self.scratch.clear();
         for (key, skip) in o.keys.iter().zip(o.skip.iter_mut()) {
             let Some(st) = self.keys.get_mut(key) else {
                 continue;
             };
             // Offered here, it takes this request's rank wherever it stood behind a miss.
-            st.y_mark = 0;
+            if st.y_mark != 0 {
+                st.y_mark = 0;
+                self.ys -= 1;
+            }
             if st.floor == 0 {
                 continue;
             }
             if st.storer == 0 {
                 // Stored here wherever it was absent: from now on it holds a slot.
                 st.storer = rid + 1;
-                let b = st.floor.min(max + 1) as usize;
-                self.absent.dec(b);
-                self.absent_total -= 1;
-                if b <= max as usize {
-                    self.absent_at[b] -= 1;
-                    if self.absent_at[b] == 1 {
-                        let f = st.floor;
-                        self.dips.retain(|&d| d != f);
-                    }
-                }
+                self.absent.remove(st.floor);
                 self.scratch.push(st.floor);
             } else if st.storer != rid + 1 {
                 *skip = (st.floor, st.storer);
@@ -528,12 +582,12 @@ impl LruStack {
                     if st.shadow != 0 {
                         self.flags.below(f);
                     }
-                    self.scratch.push(st.ts);
+                    self.scratch.push(self.handles.ts[st.h as usize]);
                 }
                 _ => self.scratch.push(0),
             }
         }
-        self.move_to_top(&o.keys, Some(&o.skip));
+        self.move_to_top(&o.keys, Moved::Finished(&o.skip));
         for (i, key) in o.keys.iter().enumerate() {
             let old = self.scratch[i];
             if old == 0 {
@@ -565,9 +619,11 @@ impl LruStack {
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
         self.stamps.heap_bytes()
+            + self.handles.heap_bytes()
             + self.keys.allocation_size()
             + self.open.allocation_size()
-            + (self.hits.capacity() * 3 + self.absent_at.capacity()) * 8
+            + self.hits.capacity() * 3 * 8
+            + self.absent.heap_bytes()
             + self
                 .open
                 .values()

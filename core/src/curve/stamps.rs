@@ -1,4 +1,5 @@
-//! The LRU stack as time stamps: each key on the stack holds one stamp, a Fenwick tree counts
+//! The LRU stack as time stamps: each key on the stack holds one stamp (the stamp names the
+//! key by its caller's handle, a small index), a Fenwick tree counts
 //! the stamps in use, and a key's stack position is one more than the count of stamps after
 //! its own. Stamps are given in increasing order; when they run out they are renumbered
 //! `1..=live` in order (compaction), dropping the keys a caller says it no longer needs.
@@ -8,12 +9,12 @@ use alloc::vec::Vec;
 use super::fenwick::Fenwick;
 use crate::reserve::{AllocError, filled};
 
-/// Time stamps `1..=len` over keys.
+/// Time stamps `1..=len` over key handles.
 #[derive(Clone, Debug)]
 pub(crate) struct Stamps {
     fen: Fenwick,
-    /// The key holding each stamp (index `ts`), valid where `held` is set.
-    key_at: Vec<u64>,
+    /// The handle holding each stamp (index `ts`), valid where `held` is set.
+    holder: Vec<u32>,
     held: Vec<bool>,
     /// The next stamp to give.
     clock: usize,
@@ -26,7 +27,7 @@ impl Stamps {
     pub(crate) fn new(len: usize) -> Result<Self, AllocError> {
         Ok(Stamps {
             fen: Fenwick::new(len)?,
-            key_at: filled(len + 1, 0)?,
+            holder: filled(len + 1, 0)?,
             held: filled(len + 1, false)?,
             clock: 1,
             live: 0,
@@ -35,7 +36,7 @@ impl Stamps {
 
     /// The bytes of the arrays.
     pub(crate) fn heap_bytes(&self) -> usize {
-        self.key_at.capacity() * 8 + self.held.capacity() + (self.fen.len() + 1) * 4
+        self.holder.capacity() * 4 + self.held.capacity() + (self.fen.len() + 1) * 4
     }
 
     /// Keys on the stack.
@@ -64,19 +65,39 @@ impl Stamps {
         self.live - self.fen.prefix((ts as usize).saturating_sub(1))
     }
 
-    /// The next stamp, for `key`, releasing `old` (0: none). There are
+    /// The next stamp, for handle `h`, releasing `old` (0: none). There are
     /// [`remaining`](Self::remaining) stamps.
     #[inline]
-    pub(crate) fn give(&mut self, key: u64, old: u32) -> u32 {
+    pub(crate) fn give(&mut self, h: u32, old: u32) -> u32 {
+        let ts = self.take(h, old);
+        self.fen.inc(ts as usize);
+        ts
+    }
+
+    /// Gives the next stamps to handles one [`take`](Self::take) at a time, counting them in the
+    /// tree once at the end (one range update instead of one per stamp): no position may be
+    /// asked for in between.
+    #[inline]
+    pub(crate) fn run(&mut self, give: impl FnOnce(&mut Self)) {
+        let first = self.clock;
+        give(self);
+        if self.clock > first {
+            self.fen.inc_range(first, self.clock - 1);
+        }
+    }
+
+    /// [`give`](Self::give) without counting the new stamp in the tree (inside
+    /// [`run`](Self::run) only).
+    #[inline]
+    pub(crate) fn take(&mut self, h: u32, old: u32) -> u32 {
         if old != 0 {
             self.fen.dec(old as usize);
             self.held[old as usize] = false;
             self.live -= 1;
         }
         let ts = self.clock;
-        self.fen.inc(ts);
         self.held[ts] = true;
-        self.key_at[ts] = key;
+        self.holder[ts] = h;
         self.live += 1;
         self.clock += 1;
         #[expect(
@@ -97,13 +118,13 @@ impl Stamps {
         self.clock as u32
     }
 
-    /// Renumbers the stamps in use `1..=live`, oldest first. `keep(key, depth)` (depth: the
-    /// key's stack position) gives the key's new stamp to the caller and returns whether it
-    /// stays; a key dropped loses its stamp. `marks`, sorted, are old stamps the caller
+    /// Renumbers the stamps in use `1..=live`, oldest first. `keep(h, depth, new)` (depth:
+    /// the handle's stack position) gives the handle its new stamp and returns whether it
+    /// stays; a handle dropped loses its stamp. `marks`, sorted, are old stamps the caller
     /// remembers: each becomes the new stamp of the first key kept at or after it.
     pub(crate) fn compact(
         &mut self,
-        mut keep: impl FnMut(u64, u32, u32) -> bool,
+        mut keep: impl FnMut(u32, u32, u32) -> bool,
         marks: &mut [u32],
     ) {
         let mut next = 0u32;
@@ -118,10 +139,10 @@ impl Stamps {
                 continue;
             }
             self.held[ts] = false;
-            let key = self.key_at[ts];
-            if keep(key, depth, next + 1) {
+            let h = self.holder[ts];
+            if keep(h, depth, next + 1) {
                 next += 1;
-                self.key_at[next as usize] = key;
+                self.holder[next as usize] = h;
             }
             depth -= 1;
         }
