@@ -10,16 +10,19 @@ use super::stamps::Stamps;
 use super::{Curve, CurveError, DIGEST_MULTIPLIER, inverse, power};
 use crate::hashing::{FixedState, Map};
 use crate::reserve::filled;
-use hashbrown::hash_map::Entry;
 
 /// A capacity past every capacity of the curve ("never").
 const FAR: u32 = u32::MAX;
 
+/// No handle (a key met for the first time).
+const NONE: u32 = u32::MAX;
+
 /// What the stack knows of one key.
 #[derive(Clone, Copy, Debug, Default)]
 struct KeyState {
-    /// Its handle: where [`Handles`] keep its time stamp.
-    h: u32,
+    key: u64,
+    /// Its time stamp; 0 while its slot is free.
+    ts: u32,
     /// Below this capacity the key is not readable: an open request met it absent there and
     /// its store has not completed (0: readable wherever resident).
     floor: u32,
@@ -35,49 +38,60 @@ struct KeyState {
     y_mark: u32,
 }
 
-/// The time stamp and the key of each key the stack knows, by a handle the key keeps for as
-/// long as it is known: a compaction renumbers the stamps through the handles, not the map.
+/// The keys the stack knows, each in a slot named by a handle it keeps while it is known: the
+/// stamps name their keys by handle, so a compaction renumbers them without the map, and an
+/// open request remembers its keys' handles, so its store and its end need no look-up.
 #[derive(Clone, Debug, Default)]
-struct Handles {
-    ts: Vec<u32>,
-    key: Vec<u64>,
+struct Slots {
+    states: Vec<KeyState>,
     free: Vec<u32>,
 }
 
-impl Handles {
-    /// Room for `n` more handles, so that [`add`](Self::add) and [`drop`](Self::drop) need
-    /// no allocation.
+impl Slots {
+    /// Room for `n` more keys, so that [`add`](Self::add) and [`drop`](Self::drop) need no
+    /// allocation.
     fn reserve(&mut self, n: usize) -> Result<(), CurveError> {
-        let total = self.ts.len() + n;
-        self.ts
+        let total = self.states.len() + n;
+        self.states
             .try_reserve(n)
-            .and_then(|()| self.key.try_reserve(n))
             .and_then(|()| self.free.try_reserve(total.saturating_sub(self.free.len())))
             .map_err(|_| CurveError::OutOfMemory)
     }
 
-    /// A handle for `key`, its stamp 0.
+    /// A slot for `key`, its stamp 0.
     fn add(&mut self, key: u64) -> u32 {
+        let fresh = KeyState {
+            key,
+            ..KeyState::default()
+        };
         if let Some(h) = self.free.pop() {
-            self.ts[h as usize] = 0;
-            self.key[h as usize] = key;
+            self.states[h as usize] = fresh;
             return h;
         }
-        self.ts.push(0);
-        self.key.push(key);
-        #[expect(clippy::cast_possible_truncation, reason = "one handle per stamp, u32")]
+        self.states.push(fresh);
+        #[expect(clippy::cast_possible_truncation, reason = "one slot per stamp, u32")]
         {
-            (self.ts.len() - 1) as u32
+            (self.states.len() - 1) as u32
         }
     }
 
-    /// Frees handle `h`.
+    /// Frees slot `h`.
     fn drop(&mut self, h: u32) {
+        self.states[h as usize].ts = 0;
         self.free.push(h);
     }
 
+    /// `hint` when it is still `key`'s slot, else `key`'s slot from the map.
+    #[inline]
+    fn find(&self, map: &Map<u64, u32>, key: u64, hint: u32) -> Option<u32> {
+        match self.states.get(hint as usize) {
+            Some(st) if st.ts != 0 && st.key == key => Some(hint),
+            _ => map.get(&key).copied(),
+        }
+    }
+
     fn heap_bytes(&self) -> usize {
-        self.ts.capacity() * 4 + self.key.capacity() * 8 + self.free.capacity() * 4
+        self.states.capacity() * size_of::<KeyState>() + self.free.capacity() * 4
     }
 }
 
@@ -94,6 +108,8 @@ enum Moved<'a> {
 #[derive(Clone, Debug, Default)]
 struct Open {
     keys: Vec<u64>,
+    /// Per key: its slot when last met ([`NONE`] before its first move).
+    hs: Vec<u32>,
     /// Per key: the capacity from which it was resident when the request arrived.
     pre: Vec<u32>,
     /// Per key: `(FAR, _)` when the request never observes it (pending under another store at
@@ -141,8 +157,9 @@ pub struct LruStack {
     /// Keys met absent whose store has not begun, by floor: below its floor such a key holds
     /// no slot.
     absent: Absent,
-    keys: Map<u64, KeyState>,
-    handles: Handles,
+    /// Each known key's slot.
+    keys: Map<u64, u32>,
+    slots: Slots,
     /// The keys whose `y_mark` is set.
     ys: u32,
     open: Map<u64, Open>,
@@ -179,7 +196,7 @@ impl LruStack {
             stamps: Stamps::new(cfg.max_capacity as usize * 4 + 64)?,
             absent: Absent::new(cfg.max_capacity)?,
             keys: Map::with_hasher(FixedState::default()),
-            handles: Handles::default(),
+            slots: Slots::default(),
             ys: 0,
             open: Map::with_hasher(FixedState::default()),
             order: VecDeque::new(),
@@ -210,23 +227,26 @@ impl LruStack {
         self.absent.resident_from(pos).unwrap_or(FAR)
     }
 
-    /// The (resident-from capacity, floor) of `key`.
-    fn threshold(&self, key: u64) -> (u32, u32) {
+    /// The (resident-from capacity, floor, slot) of `key`.
+    fn threshold(&self, key: u64) -> (u32, u32, u32) {
         match self.keys.get(&key) {
-            Some(st) if self.handles.ts[st.h as usize] != 0 => {
-                let ts = self.handles.ts[st.h as usize];
-                let from = self.resident_from(self.stamps.position(ts));
-                (from, st.floor)
+            Some(&h) => {
+                let st = &self.slots.states[h as usize];
+                let from = if st.ts == 0 {
+                    FAR
+                } else {
+                    self.resident_from(self.stamps.position(st.ts))
+                };
+                (from, st.floor, h)
             }
-            Some(st) => (FAR, st.floor),
-            None => (FAR, 0),
+            None => (FAR, 0, NONE),
         }
     }
 
     /// Makes room for `n` more stamps (compacting, and growing when compaction frees too
     /// little).
     fn room(&mut self, n: usize) -> Result<(), CurveError> {
-        self.handles.reserve(n)?;
+        self.slots.reserve(n)?;
         if self.stamps.remaining() >= n {
             return Ok(());
         }
@@ -253,42 +273,35 @@ impl LruStack {
         marks.extend(self.open.values().map(|o| o.ts_start));
         marks.extend(self.shadows.marks());
         // The keys marked behind a miss (their marks are stamps too), found by one walk of
-        // the map when there are any.
-        let mut ys: Vec<u64> = Vec::new();
+        // the slots when there are any.
+        let mut ys: Vec<u32> = Vec::new();
         if self.ys > 0 {
             ys.try_reserve(self.ys as usize)
                 .and_then(|()| marks.try_reserve(self.ys as usize))
                 .map_err(|_| CurveError::OutOfMemory)?;
-            for (&key, st) in self.keys.iter().filter(|(_, st)| st.y_mark != 0) {
-                ys.push(key);
-                marks.push(st.y_mark);
+            for (h, st) in (0u32..).zip(&self.slots.states) {
+                if st.ts != 0 && st.y_mark != 0 {
+                    ys.push(h);
+                    marks.push(st.y_mark);
+                }
             }
         }
         marks.sort_unstable();
         let old: Vec<u32> = marks.clone();
-        let (keys, handles, live_ys) = (&mut self.keys, &mut self.handles, &mut self.ys);
+        let (keys, slots, live_ys) = (&mut self.keys, &mut self.slots, &mut self.ys);
         self.stamps.compact(
             |h, depth, new| {
-                // Within reach of the curve: kept without a look-up.
-                if depth <= limit {
-                    handles.ts[h as usize] = new;
+                let st = &mut slots.states[h as usize];
+                if depth <= limit || st.floor != 0 {
+                    st.ts = new;
                     return true;
                 }
-                let key = handles.key[h as usize];
-                match keys.get(&key) {
-                    Some(st) if st.floor != 0 => {
-                        handles.ts[h as usize] = new;
-                        true
-                    }
-                    st => {
-                        if st.is_some_and(|st| st.y_mark != 0) {
-                            *live_ys -= 1;
-                        }
-                        keys.remove(&key);
-                        handles.drop(h);
-                        false
-                    }
+                if st.y_mark != 0 {
+                    *live_ys -= 1;
                 }
+                keys.remove(&st.key);
+                slots.drop(h);
+                false
             },
             &mut marks,
         );
@@ -298,8 +311,9 @@ impl LruStack {
             }
         }
         self.shadows.translate(&old, &marks);
-        for key in &ys {
-            if let Some(st) = self.keys.get_mut(key)
+        for &h in &ys {
+            let st = &mut self.slots.states[h as usize];
+            if st.ts != 0
                 && let Ok(i) = old.binary_search(&st.y_mark)
             {
                 st.y_mark = marks[i];
@@ -318,12 +332,11 @@ impl LruStack {
         order
             .try_reserve(self.keys.len())
             .map_err(|_| CurveError::OutOfMemory)?;
-        let ts = &self.handles.ts;
         order.extend(
-            self.keys
-                .values()
-                .filter(|st| ts[st.h as usize] != 0)
-                .map(|st| (ts[st.h as usize], st.h)),
+            (0u32..)
+                .zip(&self.slots.states)
+                .filter(|(_, st)| st.ts != 0)
+                .map(|(h, st)| (st.ts, h)),
         );
         order.sort_unstable();
         for (ts, h) in order {
@@ -352,12 +365,14 @@ impl LruStack {
         }
         let mut o = self.spare.pop().unwrap_or_default();
         o.keys.clear();
+        o.hs.clear();
         o.pre.clear();
         o.skip.clear();
         o.started = false;
         let room = o
             .keys
             .try_reserve(keys.len())
+            .and_then(|()| o.hs.try_reserve(keys.len()))
             .and_then(|()| o.pre.try_reserve(keys.len()))
             .and_then(|()| o.skip.try_reserve(keys.len()))
             .and_then(|()| self.order.try_reserve(1));
@@ -371,7 +386,7 @@ impl LruStack {
         // Block i hits at capacity c when every block up to i is resident and readable there.
         let mut prefix = 0u32;
         for (i, &key) in keys.iter().enumerate() {
-            let (from, floor) = self.threshold(key);
+            let (from, floor, h) = self.threshold(key);
             let readable = from.max(floor);
             // Resident and readable but behind a miss: it keeps its old rank until the store
             // phase, where the stack has moved it already (a shadow; a range marked inexact
@@ -379,11 +394,9 @@ impl LruStack {
             if readable < prefix {
                 // Held by another open request that touched it: it stands where that request
                 // put it (as the stack does), or behind that request's own miss (its mark).
-                let mark = match self.keys.get(&key) {
+                let mark = match self.slots.states.get(h as usize) {
                     Some(st) if st.y_mark != 0 => st.y_mark,
-                    Some(st) if st.floor == 0 && self.handles.ts[st.h as usize] != 0 => {
-                        self.handles.ts[st.h as usize] + 1
-                    }
+                    Some(st) if st.floor == 0 && st.ts != 0 => st.ts + 1,
                     _ => 0,
                 };
                 if mark != 0 {
@@ -392,7 +405,7 @@ impl LruStack {
                         .push(key, mark, readable, prefix, rid + 1)
                         .is_some()
                     {
-                        if let Some(st) = self.keys.get_mut(&key) {
+                        if let Some(st) = self.slots.states.get_mut(h as usize) {
                             if st.y_mark == 0 {
                                 self.ys += 1;
                             }
@@ -411,6 +424,7 @@ impl LruStack {
                 self.first_hits[t] += 1;
             }
             o.keys.push(key);
+            o.hs.push(h);
             o.pre.push(from);
             o.skip.push((0, 0));
         }
@@ -420,7 +434,7 @@ impl LruStack {
             return Err(e);
         }
         o.ts_start = self.stamps.next();
-        self.move_to_top(&o.keys, Moved::Arrived(&o.pre));
+        self.move_to_top(&o.keys, &mut o.hs, Moved::Arrived(&o.pre));
         self.requests += 1;
         self.request_blocks += n;
         self.weight = self.weight.wrapping_mul(self.inverse);
@@ -442,10 +456,11 @@ impl LruStack {
     /// Moves `keys` to the top, tail first (the head ends most recent), once per key, each
     /// with the next stamp (there is room for them: [`room`](Self::room)); [`Moved`] says what
     /// else the move does. One map look-up per key; the new stamps counted as one range.
-    fn move_to_top(&mut self, keys: &[u64], moved: Moved<'_>) {
-        self.batch = self.batch.wrapping_add(1);
+    fn move_to_top(&mut self, keys: &[u64], hs: &mut [u32], moved: Moved<'_>) {
+        // Never 0, the batch of a new slot.
+        self.batch = self.batch.wrapping_add(1).max(1);
         let batch = self.batch;
-        let (map, absent, handles) = (&mut self.keys, &mut self.absent, &mut self.handles);
+        let (map, absent, slots) = (&mut self.keys, &mut self.absent, &mut self.slots);
         self.stamps.run(|stamps| {
             for i in (0..keys.len()).rev() {
                 let key = keys[i];
@@ -454,23 +469,22 @@ impl LruStack {
                 {
                     continue;
                 }
-                let st = match map.entry(key) {
-                    Entry::Occupied(e) => {
-                        let st = e.into_mut();
-                        if st.batch == batch {
-                            continue;
-                        }
-                        st
+                let h = match slots.find(map, key, hs[i]) {
+                    Some(h) => h,
+                    None => {
+                        let h = slots.add(key);
+                        map.insert(key, h);
+                        h
                     }
-                    Entry::Vacant(e) => e.insert(KeyState {
-                        h: handles.add(key),
-                        ..KeyState::default()
-                    }),
                 };
+                hs[i] = h;
+                let st = &mut slots.states[h as usize];
+                if st.batch == batch {
+                    continue;
+                }
                 st.batch = batch;
                 st.shadow = 0;
-                let ts = &mut handles.ts[st.h as usize];
-                *ts = stamps.take(st.h, *ts);
+                st.ts = stamps.take(h, st.ts);
                 if let Moved::Arrived(pre) = moved
                     && st.floor == 0
                 {
@@ -495,10 +509,12 @@ impl LruStack {
         }
         o.started = true;
         self.scratch.clear();
-        for (key, skip) in o.keys.iter().zip(o.skip.iter_mut()) {
-            let Some(st) = self.keys.get_mut(key) else {
+        for ((&key, skip), h) in o.keys.iter().zip(o.skip.iter_mut()).zip(o.hs.iter_mut()) {
+            let Some(found) = self.slots.find(&self.keys, key, *h) else {
                 continue;
             };
+            *h = found;
+            let st = &mut self.slots.states[found as usize];
             // Offered here, it takes this request's rank wherever it stood behind a miss.
             if st.y_mark != 0 {
                 st.y_mark = 0;
@@ -552,8 +568,11 @@ impl LruStack {
     /// Marks inexact the capacities whose eviction zone, `stored` slots deep, reaches a live
     /// shadow, retiring the stale ones (see [`Shadows::flag`]).
     fn flag_shadows(&mut self, stored: u32, rid: u64) {
-        let keys = &self.keys;
-        let refreshed = |key: &u64, id: u32| keys.get(key).is_some_and(|st| st.shadow == id);
+        let (keys, states) = (&self.keys, &self.slots.states);
+        let refreshed = |key: &u64, id: u32| {
+            keys.get(key)
+                .is_some_and(|&h| states[h as usize].shadow == id)
+        };
         self.shadows
             .flag(stored, rid, refreshed, &self.stamps, &mut self.flags);
     }
@@ -570,24 +589,28 @@ impl LruStack {
         }
         let n = self.open.get(&rid).map_or(0, |o| o.keys.len());
         self.room(n)?;
-        let Some(o) = self.open.remove(&rid) else {
+        let Some(mut o) = self.open.remove(&rid) else {
             return Err(CurveError::UnknownRequest(rid));
         };
         // A key met pending below a finite floor, under a store that completed since: its last
         // refresh is this request's above the floor and the storer's below it (a shadow).
         self.scratch.clear();
-        for (key, &(f, storer)) in o.keys.iter().zip(&o.skip) {
-            match self.keys.get(key) {
+        for ((&key, &(f, storer)), &h) in o.keys.iter().zip(&o.skip).zip(&o.hs) {
+            let st = self
+                .slots
+                .find(&self.keys, key, h)
+                .map(|h| &self.slots.states[h as usize]);
+            match st {
                 Some(st) if f != 0 && f != FAR && st.storer != storer => {
                     if st.shadow != 0 {
                         self.flags.below(f);
                     }
-                    self.scratch.push(self.handles.ts[st.h as usize]);
+                    self.scratch.push(st.ts);
                 }
                 _ => self.scratch.push(0),
             }
         }
-        self.move_to_top(&o.keys, Moved::Finished(&o.skip));
+        self.move_to_top(&o.keys, &mut o.hs, Moved::Finished(&o.skip));
         for (i, key) in o.keys.iter().enumerate() {
             let old = self.scratch[i];
             if old == 0 {
@@ -595,19 +618,20 @@ impl LruStack {
             }
             match self.shadows.push(*key, old + 1, 1, o.skip[i].0, 0) {
                 Some(id) => {
-                    if let Some(st) = self.keys.get_mut(key) {
-                        st.shadow = id;
+                    if let Some(h) = self.slots.find(&self.keys, *key, o.hs[i]) {
+                        self.slots.states[h as usize].shadow = id;
                     }
                 }
                 None => self.flags.below(o.skip[i].0),
             }
         }
-        for key in &o.keys {
-            if let Some(st) = self.keys.get_mut(key)
-                && st.storer == rid + 1
-            {
-                st.storer = 0;
-                st.floor = 0;
+        for (&key, &h) in o.keys.iter().zip(&o.hs) {
+            if let Some(h) = self.slots.find(&self.keys, key, h) {
+                let st = &mut self.slots.states[h as usize];
+                if st.storer == rid + 1 {
+                    st.storer = 0;
+                    st.floor = 0;
+                }
             }
         }
         self.open_blocks -= o.keys.len() as u64;
@@ -619,7 +643,7 @@ impl LruStack {
     #[must_use]
     pub fn heap_bytes(&self) -> usize {
         self.stamps.heap_bytes()
-            + self.handles.heap_bytes()
+            + self.slots.heap_bytes()
             + self.keys.allocation_size()
             + self.open.allocation_size()
             + self.hits.capacity() * 3 * 8
@@ -628,7 +652,11 @@ impl LruStack {
                 .open
                 .values()
                 .chain(&self.spare)
-                .map(|o| o.keys.capacity() * 8 + o.pre.capacity() * 4 + o.skip.capacity() * 16)
+                .map(|o| {
+                    o.keys.capacity() * 8
+                        + (o.hs.capacity() + o.pre.capacity()) * 4
+                        + o.skip.capacity() * 16
+                })
                 .sum::<usize>()
     }
 
