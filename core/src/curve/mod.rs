@@ -136,6 +136,7 @@ mod shadows;
 mod shards;
 mod stack;
 mod stamps;
+mod state;
 
 pub use hot::{HotCounter, HotKeys};
 pub use mini::{MiniCounts, MiniReplay};
