@@ -23,7 +23,7 @@ pub(super) struct KeyState {
     pub(super) storer: u64,
     /// The last batch of moves that moved it.
     pub(super) batch: u32,
-    /// Its live refresh shadow's id (see [`Shadows`]), 0 for none.
+    /// Its live refresh shadow's id (see [`Shadows`](super::shadows::Shadows)), 0 for none.
     pub(super) shadow: u32,
     /// While an open request holds it resident behind a miss: the mark of its old stamp
     /// (where it really stands), 0 otherwise.
