@@ -16,6 +16,7 @@ pub mod manager_checks;
 pub mod manager_model;
 pub mod prometheus_server;
 pub mod scenarios;
+pub mod simple_drive;
 pub mod simple_fixture;
 pub mod simple_model;
 pub mod simple_ops;

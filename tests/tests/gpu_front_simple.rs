@@ -13,49 +13,25 @@
 
 use kvtier_cli::engine::{Engine, EngineConfig};
 use kvtier_cli::replay_simple::SimpleTier;
-use kvtier_cli::trace::Record;
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
-use kvtier_core::simple::{SimpleConfig, SimpleScheduler};
+use kvtier_core::simple::SimpleScheduler;
 use kvtier_core::stats::Gauge;
 use kvtier_core::stats::catalogue::{
     SIMPLE_LOAD_BLOCKS, SIMPLE_PENDING_STORE_BLOCKS, SIMPLE_USED_BLOCKS,
 };
 use kvtier_core::stats::simple_offload::SaveOutcome;
-
-fn trace_requests() -> Vec<Vec<u64>> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
-    std::fs::read_to_string(path)
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with("L "))
-        .map(|l| {
-            l.split(' ')
-                .skip(3)
-                .map(|h| u64::from_str_radix(h, 16).unwrap())
-                .collect()
-        })
-        .collect()
-}
+use kvtier_tests::simple_drive::{BLOCK_TOKENS, engine, feed, offloader_config, small_a_requests};
 
 fn drive(lazy: bool, cpu_blocks: u32) -> (SimpleTier, Engine) {
-    let (gpu_blocks, bt) = (300, 16);
-    let mut cfg = EngineConfig::new(gpu_blocks, bt);
-    cfg.max_num_seqs = 32;
-    cfg.decode_tokens = 8;
-    let mut engine = Engine::new(cfg).unwrap();
-    let mut sc = SimpleConfig::with_cpu_blocks(bt, gpu_blocks, cpu_blocks);
-    sc.lazy_offload = lazy;
-    sc.max_num_batched_tokens = 8192;
-    let mut tier = SimpleTier::new(SimpleScheduler::new(sc).unwrap(), bt, cfg.transfer_steps);
-    for (rid, hashes) in trace_requests().iter().enumerate() {
-        let rec = Record::Load {
-            rid: rid as u64,
-            hashes,
-        };
-        engine.apply(rec, &mut tier).unwrap();
-    }
-    engine.finish(&mut tier).unwrap();
+    let mut engine = engine();
+    let sc = offloader_config(cpu_blocks, lazy);
+    let mut tier = SimpleTier::new(
+        SimpleScheduler::new(sc).unwrap(),
+        BLOCK_TOKENS,
+        EngineConfig::DEFAULT_TRANSFER_STEPS,
+    );
+    feed(&mut engine, &mut tier, &small_a_requests());
     // The engine is idle; the offloader may still hold queued flushes and stores in flight.
     let mut t = engine.counts().steps;
     while tier.busy() {

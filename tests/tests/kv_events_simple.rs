@@ -15,53 +15,26 @@ use kvtier::kv_events::{
     FULL_ATTENTION, HashForm, KvEvent, LOCAL, MEDIUM_CPU, Publisher, PublisherConfig, TierEvents,
 };
 use kvtier_cli::cli::{Cli, Command};
-use kvtier_cli::engine::{Engine, EngineConfig};
 use kvtier_cli::kv_events_run::EventStream;
 use kvtier_cli::replay_simple::{SimpleRun, SimpleTier};
 use kvtier_cli::trace::Record;
 use kvtier_core::simple::{SimpleConfig, SimpleScheduler};
 use kvtier_tests::kv_events::{ipc, read, subscribed};
+use kvtier_tests::simple_drive::{
+    BLOCK_TOKENS, SMALL_A, engine, feed, offloader_config, small_a_requests,
+};
 
-const TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
 const CPU_BLOCKS: u32 = 64;
-
-/// The trace's requests (one hash list per `L` record).
-fn requests() -> Vec<Vec<u64>> {
-    std::fs::read_to_string(TRACE)
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with("L "))
-        .map(|l| {
-            l.split(' ')
-                .skip(3)
-                .map(|h| u64::from_str_radix(h, 16).unwrap())
-                .collect()
-        })
-        .collect()
-}
 
 /// The events of the same steps driven by hand, every one kept to the end.
 fn by_hand(lazy: bool) -> Vec<KvEvent> {
-    let (gpu_blocks, bt) = (300, 16);
-    let mut cfg = EngineConfig::new(gpu_blocks, bt);
-    cfg.max_num_seqs = 32;
-    cfg.decode_tokens = 8;
-    let mut engine = Engine::new(cfg).unwrap();
-    let mut sc = SimpleConfig::with_cpu_blocks(bt, gpu_blocks, CPU_BLOCKS);
-    sc.lazy_offload = lazy;
-    sc.max_num_batched_tokens = 8192;
+    let mut engine = engine();
+    let mut sc = offloader_config(CPU_BLOCKS, lazy);
     sc.max_requests = 32 * 4 + 64;
     sc.enable_events = true;
     sc.event_capacity = 1 << 20;
-    let mut tier = SimpleTier::new(SimpleScheduler::new(sc).unwrap(), bt, 1);
-    for (rid, hashes) in requests().iter().enumerate() {
-        let rec = Record::Load {
-            rid: rid as u64,
-            hashes,
-        };
-        engine.apply(rec, &mut tier).unwrap();
-    }
-    engine.finish(&mut tier).unwrap();
+    let mut tier = SimpleTier::new(SimpleScheduler::new(sc).unwrap(), BLOCK_TOKENS, 1);
+    feed(&mut engine, &mut tier, &small_a_requests());
     let t = engine.counts().steps;
     tier.drain(engine.gpu_mut().pool_mut(), t).unwrap();
     let s = tier.scheduler();
@@ -90,7 +63,7 @@ fn a_simple_replay_publishes_the_events_its_steps_record() {
             "kvtier",
             "replay",
             "--trace",
-            TRACE,
+            SMALL_A,
             "--offloader",
             "simple",
             "--gpu-blocks",
@@ -111,7 +84,7 @@ fn a_simple_replay_publishes_the_events_its_steps_record() {
         let stream = EventStream::new(Arc::clone(&p), 16, HashForm::Int);
         let mut run =
             SimpleRun::with_events(front, 16, sizing, args.simple_options(), Some(stream)).unwrap();
-        for (rid, hashes) in requests().iter().enumerate() {
+        for (rid, hashes) in small_a_requests().iter().enumerate() {
             let rec = Record::Load {
                 rid: rid as u64,
                 hashes,

@@ -18,15 +18,15 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use kvtier_cli::cli::serve::ServeArgs;
 use kvtier_cli::cli::{Cli, Command as Sub};
-use kvtier_cli::engine::{Engine, EngineConfig};
 use kvtier_cli::replay_simple::SimpleTier;
 use kvtier_cli::serve::start;
-use kvtier_cli::trace::Record;
-use kvtier_core::simple::{SimpleConfig, SimpleScheduler};
+use kvtier_core::simple::SimpleScheduler;
 use kvtier_core::stats::catalogue::SIMPLE_LOAD_BLOCKS;
 use kvtier_tests::prometheus_server::http_get;
+use kvtier_tests::simple_drive::{
+    BLOCK_TOKENS, SMALL_A, engine, feed, offloader_config, small_a_requests,
+};
 
-const TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
 /// The engine and pool of every run here.
 const ENGINE: [&str; 8] = [
     "--gpu-blocks",
@@ -46,7 +46,7 @@ fn serve_args(extra: &[&str]) -> ServeArgs {
         "--listen",
         "127.0.0.1:0",
         "--trace",
-        TRACE,
+        SMALL_A,
         "--offloader",
         "simple",
         "--export-interval-ms",
@@ -60,41 +60,13 @@ fn serve_args(extra: &[&str]) -> ServeArgs {
     }
 }
 
-/// The trace's requests, read here from the file (one hash list per `L` record).
-fn trace_requests() -> Vec<Vec<u64>> {
-    std::fs::read_to_string(TRACE)
-        .unwrap()
-        .lines()
-        .filter(|l| l.starts_with("L "))
-        .map(|l| {
-            l.split(' ')
-                .skip(3)
-                .map(|h| u64::from_str_radix(h, 16).unwrap())
-                .collect()
-        })
-        .collect()
-}
-
 /// The blocks loaded by the same steps driven by hand, and the engine's external hit tokens.
 fn loads_by_hand(cpu_blocks: u32, lazy: bool) -> (u64, u64) {
-    let (gpu_blocks, bt) = (300, 16);
-    let mut cfg = EngineConfig::new(gpu_blocks, bt);
-    cfg.max_num_seqs = 32;
-    cfg.decode_tokens = 8;
-    let mut engine = Engine::new(cfg).unwrap();
-    let mut sc = SimpleConfig::with_cpu_blocks(bt, gpu_blocks, cpu_blocks);
-    sc.lazy_offload = lazy;
-    sc.max_num_batched_tokens = 8192;
+    let mut engine = engine();
+    let mut sc = offloader_config(cpu_blocks, lazy);
     sc.max_requests = 32 * 4 + 64;
-    let mut tier = SimpleTier::new(SimpleScheduler::new(sc).unwrap(), bt, 1);
-    for (rid, hashes) in trace_requests().iter().enumerate() {
-        let rec = Record::Load {
-            rid: rid as u64,
-            hashes,
-        };
-        engine.apply(rec, &mut tier).unwrap();
-    }
-    engine.finish(&mut tier).unwrap();
+    let mut tier = SimpleTier::new(SimpleScheduler::new(sc).unwrap(), BLOCK_TOKENS, 1);
+    feed(&mut engine, &mut tier, &small_a_requests());
     let mut t = engine.counts().steps;
     while tier.busy() {
         tier.idle_step(engine.gpu_mut().pool_mut(), t).unwrap();
@@ -217,7 +189,7 @@ fn serve_offloader_simple_needs_a_gpu_and_publishes_kv_events() {
         "--listen",
         "127.0.0.1:0",
         "--trace",
-        TRACE,
+        SMALL_A,
         "--offloader",
         "simple",
     ];
@@ -257,7 +229,7 @@ fn serve_offloader_simple_takes_the_gpu_of_gpu_memory_and_a_cpu_budget() {
         "--listen",
         "127.0.0.1:0",
         "--trace",
-        TRACE,
+        SMALL_A,
         "--offloader",
         "simple",
         "--model",
