@@ -34,104 +34,28 @@ import vllm.v1.kv_offload.tiering.manager  # noqa: E402,F401
 
 from kvtier.vllm import KvtierOffloadingManager  # noqa: E402
 
-from listed import read_not_applicable  # noqa: E402
+from listed import Tally, count_inits  # noqa: E402
+from listed import no_stub_touched as _no_stub_touched  # noqa: E402,F401
 
 _LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "not_applicable.txt")
 
 _built: list[int] = [0]
-_kvtier_init = KvtierOffloadingManager.__init__
-
-
-def _counting_init(self, *args, **kwargs):
-    _built[0] += 1
-    _kvtier_init(self, *args, **kwargs)
-
-
-KvtierOffloadingManager.__init__ = _counting_init  # type: ignore[method-assign]
+count_inits(KvtierOffloadingManager, _built)
 _vllm_manager.CPUOffloadingManager = KvtierOffloadingManager  # type: ignore[misc]
 _vllm_spec.CPUOffloadingManager = KvtierOffloadingManager  # type: ignore[attr-defined]
 
 
-def _not_applicable() -> dict[str, str]:
-    return read_not_applicable(_LIST)
-
-
-class _Tally:
+class _Tally(Tally):
     def __init__(self) -> None:
-        self.listed = _not_applicable()
-        self.matched: set[str] = set()
-        self.passed = 0
-        self.passed_kvtier = 0
-        self.failed: list[str] = []
-        self.not_applicable = 0
-        self._built_before: dict[str, int] = {}
+        super().__init__(_LIST, "tests/v1/kv_offload/", _built, "skip")
 
-    @staticmethod
-    def _name(nodeid: str) -> str:
-        # Relative to vLLM's tests/ folder's parent: tests/v1/kv_offload/...
-        i = nodeid.find("tests/v1/kv_offload/")
-        return nodeid[i:] if i >= 0 else nodeid
-
-    @pytest.hookimpl
-    def pytest_collection_modifyitems(self, config, items) -> None:
-        for item in items:
-            name = self._name(item.nodeid)
-            base = name.split("[", 1)[0]
-            parts = base.split("::")
-            # The test itself, then its class, then its file.
-            keys = [name] + ["::".join(parts[:n]) for n in range(len(parts), 0, -1)]
-            for key in keys:
-                if key in self.listed:
-                    self.matched.add(key)
-                    item.add_marker(
-                        pytest.mark.skip(reason=f"not applicable: {self.listed[key]}")
-                    )
-                    break
-
-    @pytest.hookimpl
-    def pytest_runtest_setup(self, item) -> None:
-        self._built_before[item.nodeid] = _built[0]
-
-    @pytest.hookimpl
-    def pytest_runtest_logreport(self, report) -> None:
-        if report.when == "setup" and report.skipped:
-            self.not_applicable += 1
-        elif report.failed:
-            if report.nodeid not in self.failed:
-                self.failed.append(report.nodeid)
-        elif report.when == "call" and report.passed:
-            self.passed += 1
-            if _built[0] > self._built_before.get(report.nodeid, _built[0]):
-                self.passed_kvtier += 1
-
-    @pytest.hookimpl
-    def pytest_sessionfinish(self, session, exitstatus) -> None:
-        stale = sorted(set(self.listed) - self.matched)
-        if stale and session.config.option.keyword == "":
-            session.config._kvtier_stale = stale  # type: ignore[attr-defined]
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    @pytest.hookimpl
-    def pytest_terminal_summary(self, terminalreporter) -> None:
-        tr = terminalreporter
-        tr.write_sep("=", "vLLM 0.33.0's own tests against KvtierOffloadingManager")
-        tr.write_line(
+    def summary(self) -> tuple[str, str]:
+        return (
+            "vLLM 0.33.0's own tests against KvtierOffloadingManager",
             f"{self.passed} passed ({self.passed_kvtier} of them on a kvtier manager), "
             f"{len(self.failed)} failed, {self.not_applicable} not applicable "
-            f"(not_applicable.txt)"
+            f"({self.list_name})",
         )
-        for nodeid in self.failed:
-            tr.write_line(f"FAILED {nodeid}")
-        for test in getattr(tr.config, "_kvtier_stale", []):
-            tr.write_line(f"not_applicable.txt names a test that was not collected: {test}")
-
-
-@pytest.fixture(autouse=True)
-def _no_stub_touched():
-    """Fails a test during which any stub was used."""
-    with vllm_stubs.watching() as touched:
-        yield
-    assert not touched, f"the test touched stubbed modules: {sorted(set(touched))}"
 
 
 def pytest_configure(config) -> None:

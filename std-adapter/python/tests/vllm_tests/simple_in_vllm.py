@@ -42,7 +42,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1 import (  # noqa: E402
 )
 import vllm.v1.simple_kv_offload.manager as _vllm_manager  # noqa: E402
 
-from listed import read_not_applicable  # noqa: E402
+from listed import Tally, count_inits  # noqa: E402
+from listed import no_stub_touched as _no_stub_touched  # noqa: E402,F401
 
 _LIST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "simple_not_applicable.txt")
 _built: list[int] = [0]
@@ -50,111 +51,33 @@ _built: list[int] = [0]
 if MODE == "kvtier":
     from kvtier.simple import SimpleCPUOffloadScheduler as _Kvtier  # noqa: E402
 
-    _kvtier_init = _Kvtier.__init__
-
-    def _counting_init(self, *args, **kwargs):
-        _built[0] += 1
-        _kvtier_init(self, *args, **kwargs)
-
-    _Kvtier.__init__ = _counting_init  # type: ignore[method-assign]
+    count_inits(_Kvtier, _built)
     _vllm_manager.SimpleCPUOffloadScheduler = _Kvtier  # type: ignore[misc]
     _connector.SimpleCPUOffloadScheduler = _Kvtier  # type: ignore[attr-defined]
 
 
-def _not_applicable() -> dict[str, str]:
-    return read_not_applicable(_LIST)
-
-
-class _Tally:
+class _Tally(Tally):
     def __init__(self) -> None:
-        self.listed = _not_applicable()
-        self.matched: set[str] = set()
-        self.passed = 0
-        self.passed_kvtier = 0
-        self.failed: list[str] = []
-        self.not_applicable = 0
-        self.not_applicable_passed = 0
-        self._built_before: dict[str, int] = {}
-
-    @staticmethod
-    def _name(nodeid: str) -> str:
-        i = nodeid.find("tests/v1/simple_kv_offload/")
-        return nodeid[i:] if i >= 0 else nodeid
-
-    @pytest.hookimpl
-    def pytest_collection_modifyitems(self, config, items) -> None:
-        for item in items:
-            name = self._name(item.nodeid)
-            parts = name.split("[", 1)[0].split("::")
-            keys = [name] + ["::".join(parts[:n]) for n in range(len(parts), 0, -1)]
-            for key in keys:
-                if key in self.listed:
-                    self.matched.add(key)
-                    if MODE == "kvtier":
-                        item.add_marker(
-                            pytest.mark.xfail(
-                                reason=f"not applicable: {self.listed[key]}", strict=False
-                            )
-                        )
-                    break
-
-    @pytest.hookimpl
-    def pytest_runtest_setup(self, item) -> None:
-        self._built_before[item.nodeid] = _built[0]
-
-    @pytest.hookimpl
-    def pytest_runtest_logreport(self, report) -> None:
-        if hasattr(report, "wasxfail"):
-            if report.when == "call" or report.skipped:
-                self.not_applicable += 1
-                if report.passed:
-                    self.not_applicable_passed += 1
-        elif report.failed:
-            if report.nodeid not in self.failed:
-                self.failed.append(report.nodeid)
-        elif report.when == "call" and report.passed:
-            self.passed += 1
-            if _built[0] > self._built_before.get(report.nodeid, _built[0]):
-                self.passed_kvtier += 1
-
-    @pytest.hookimpl
-    def pytest_sessionfinish(self, session, exitstatus) -> None:
-        stale = sorted(set(self.listed) - self.matched)
-        if stale and session.config.option.keyword == "":
-            session.config._kvtier_stale = stale  # type: ignore[attr-defined]
-            session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-    @pytest.hookimpl
-    def pytest_terminal_summary(self, terminalreporter) -> None:
-        tr = terminalreporter
-        who = (
-            "kvtier.simple.SimpleCPUOffloadScheduler"
-            if MODE == "kvtier"
-            else "vLLM's own SimpleCPUOffloadScheduler (the harness alone)"
+        super().__init__(
+            _LIST, "tests/v1/simple_kv_offload/", _built, "xfail" if MODE == "kvtier" else None
         )
-        tr.write_sep("=", f"vLLM 0.33.0's simple-offloader tests against {who}")
-        built = f" ({self.passed_kvtier} of them on a kvtier scheduler)" if MODE == "kvtier" else ""
-        tr.write_line(
-            f"{self.passed} passed{built}, {len(self.failed)} failed, "
-            f"{self.not_applicable} not applicable (simple_not_applicable.txt; "
-            f"{self.not_applicable_passed} of them happened to pass, not counted as passed)"
-            if MODE == "kvtier"
-            else f"{self.passed} passed, {len(self.failed)} failed"
-        )
-        for nodeid in self.failed:
-            tr.write_line(f"FAILED {nodeid}")
-        for test in getattr(tr.config, "_kvtier_stale", []):
-            tr.write_line(
-                f"simple_not_applicable.txt names a test that was not collected: {test}"
+        # vLLM's own class runs with nothing marked, and any xfail of vLLM's own is counted
+        # apart all the same.
+        self.counts_xfail = True
+
+    def summary(self) -> tuple[str, str]:
+        if MODE != "kvtier":
+            return (
+                "vLLM 0.33.0's simple-offloader tests against vLLM's own "
+                "SimpleCPUOffloadScheduler (the harness alone)",
+                f"{self.passed} passed, {len(self.failed)} failed",
             )
-
-
-@pytest.fixture(autouse=True)
-def _no_stub_touched():
-    """Fails a test during which any stub was used."""
-    with vllm_stubs.watching() as touched:
-        yield
-    assert not touched, f"the test touched stubbed modules: {sorted(set(touched))}"
+        return (
+            "vLLM 0.33.0's simple-offloader tests against kvtier.simple.SimpleCPUOffloadScheduler",
+            f"{self.passed} passed ({self.passed_kvtier} of them on a kvtier scheduler), "
+            f"{len(self.failed)} failed, {self.not_applicable} not applicable ({self.list_name}; "
+            f"{self.not_applicable_passed} of them happened to pass, not counted as passed)",
+        )
 
 
 @pytest.fixture()
