@@ -153,7 +153,10 @@ pub fn lazy_target_blocks(
 /// everything once.
 ///
 /// The scheduler models one full-attention KV-cache group whose block size is the scheduler's
-/// and the hash block size (vLLM's `UnitaryKVCacheCoordinator`), the layout of a dense model.
+/// and the hash block size (vLLM's `UnitaryKVCacheCoordinator`), the layout of a dense model;
+/// with [`mamba_group`](Self::mamba_group), a hybrid model's layout: that group plus one Mamba
+/// group in vLLM's `align` mode with the same block size (vLLM's `HybridKVCacheCoordinator`
+/// with one attention and one Mamba group, fine-grained hits off).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SimpleConfig {
@@ -189,6 +192,13 @@ pub struct SimpleConfig {
     pub max_requests: u32,
     /// Blocks one request's table may hold (default: `num_gpu_blocks`).
     pub max_blocks_per_request: u32,
+    /// The full-attention group's id (default 0): the group whose keys the lookup scans and
+    /// whose confirmed blocks the eager scan stores (vLLM's `fa_gidx`).
+    pub attention_group: u32,
+    /// The Mamba group's id in a hybrid model (default `None`: a dense model). Its states are
+    /// stored only through boundary hand-offs ([`StepInput::handoffs`](super::StepInput)),
+    /// and a CPU hit counts only up to the last block whose Mamba state the pool holds.
+    pub mamba_group: Option<u32>,
 }
 
 impl SimpleConfig {
@@ -211,6 +221,8 @@ impl SimpleConfig {
             event_capacity: 4096,
             max_requests: 256,
             max_blocks_per_request: num_gpu_blocks,
+            attention_group: 0,
+            mamba_group: None,
         }
     }
 
@@ -250,6 +262,11 @@ impl SimpleConfig {
         if self.max_requests == 0 || self.max_blocks_per_request == 0 {
             return Err(ConfigError::ZeroBound);
         }
+        if self.mamba_group == Some(self.attention_group) {
+            return Err(ConfigError::SameGroup {
+                group: self.attention_group,
+            });
+        }
         let num_cpu_blocks = self.sizing.num_cpu_blocks(self.num_gpu_blocks)?;
         let target_free = if !self.lazy_offload {
             0
@@ -260,7 +277,12 @@ impl SimpleConfig {
                 block_size: self.block_size,
                 dcp_sharded: false,
             };
-            let t = lazy_target_blocks(&[g], self.max_num_batched_tokens, 1).unwrap_or(u64::MAX);
+            let groups: &[GroupSpec] = if self.mamba_group.is_some() {
+                &[g, GroupSpec::Mamba]
+            } else {
+                &[g]
+            };
+            let t = lazy_target_blocks(groups, self.max_num_batched_tokens, 1).unwrap_or(u64::MAX);
             u32::try_from(t).unwrap_or(u32::MAX)
         };
         Ok(Validated {
@@ -369,6 +391,11 @@ mod tests {
         assert_eq!(c.validate().map(|v| v.target_free), Ok(3));
         c.lazy_offload = false;
         assert_eq!(c.validate().map(|v| v.target_free), Ok(0));
+        // A hybrid model's default adds the Mamba group's 2: (128 + 2) · 2.
+        c.lazy_offload = true;
+        c.lazy_target_free = None;
+        c.mamba_group = Some(1);
+        assert_eq!(c.validate().map(|v| v.target_free), Ok(260));
     }
 
     #[test]
@@ -378,6 +405,9 @@ mod tests {
         let mut c = ok;
         c.block_size = 0;
         assert_eq!(c.validate(), Err(ConfigError::ZeroBlockSize));
+        let mut c = ok;
+        c.mamba_group = Some(0);
+        assert_eq!(c.validate(), Err(ConfigError::SameGroup { group: 0 }));
         let mut c = ok;
         c.world_size = 0;
         assert_eq!(c.validate(), Err(ConfigError::ZeroWorldSize));

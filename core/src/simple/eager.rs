@@ -160,7 +160,8 @@ impl SimpleScheduler {
         }
     }
 
-    /// `_select_eager_blocks_to_store` for the one group: fills `sel_gpu` (and `sel_meta`
+    /// `_select_eager_blocks_to_store` for the attention group (a Mamba group's blocks are not
+    /// positionally stable and vLLM's scan skips them): fills `sel_gpu` (and `sel_meta`
     /// with events on) with the confirmed blocks from `cursor` on that are ready to store,
     /// while CPU blocks are free; returns how far the cursor advances.
     pub(super) fn select(
@@ -192,7 +193,7 @@ impl SimpleScheduler {
                 let recovered = p
                     .block_hashes
                     .get(i)
-                    .and_then(|&h| gpu.cached_block(BlockKey::new(h, 0)))
+                    .and_then(|&h| gpu.cached_block(BlockKey::new(h, self.config.attention_group)))
                     .filter(|&b| b < self.config.num_gpu_blocks);
                 let Some(b) = recovered else {
                     advanced += 1;
@@ -204,7 +205,8 @@ impl SimpleScheduler {
                 advanced += 1;
                 continue;
             }
-            if self.sel_gpu.len() >= num_free.min(self.sel_gpu.capacity()) {
+            // At most `ids.len() ≤ max_blocks_per_request` are selected: within the reserve.
+            if self.sel_gpu.len() >= num_free {
                 break;
             }
             self.sel_gpu.push(g);

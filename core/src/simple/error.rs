@@ -30,6 +30,11 @@ pub enum ConfigError {
         /// The size computed.
         blocks: u64,
     },
+    /// `mamba_group` names the attention group.
+    SameGroup {
+        /// The group named twice.
+        group: u32,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -50,6 +55,10 @@ impl fmt::Display for ConfigError {
                 f,
                 "num_cpu_blocks={num_cpu_blocks} must be between 1 and local offload capacity \
                  {local_capacity}"
+            ),
+            ConfigError::SameGroup { group } => write!(
+                f,
+                "group {group} cannot be both the full-attention and the Mamba group"
             ),
             ConfigError::PoolTooLarge { blocks } => {
                 write!(

@@ -64,12 +64,23 @@ impl GpuBlocks for BlockPool<BlockKey> {
     }
 }
 
+/// A request's GPU block tables after allocation (`blocks.get_block_ids()`), for
+/// [`SimpleScheduler::update_state_after_alloc_groups`](super::SimpleScheduler::update_state_after_alloc_groups).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GroupTables<'a> {
+    /// The full-attention group's table.
+    pub attention: &'a [u32],
+    /// The Mamba group's table (empty in a dense model): null entries for skipped states.
+    pub mamba: &'a [u32],
+}
+
 /// What the lookup reads off vLLM's `Request` (`get_num_new_matched_tokens`).
 #[derive(Clone, Copy, Debug)]
 pub struct LookupRequest<'a> {
     /// The request id (vLLM's `request_id`, mapped to an integer by the caller).
     pub req: u64,
-    /// `request.block_hashes`: one 64-bit hash per full block of its tokens (group 0).
+    /// `request.block_hashes`: one 64-bit hash per full block of its tokens (every group
+    /// keys it with its own group id).
     pub block_hashes: &'a [u64],
     /// `request.num_tokens`.
     pub num_tokens: u64,
@@ -89,7 +100,7 @@ pub struct Progress<'a> {
 }
 
 /// One request's boundary hand-offs (`kv_connector_block_state.boundary_state_offloads`),
-/// in the dict's order.
+/// in the dict's order: a hybrid model's Mamba states, each keyed by its GPU block's own hash.
 #[derive(Clone, Copy, Debug)]
 pub struct Handoff<'a> {
     /// The request.
@@ -104,7 +115,7 @@ pub struct Handoff<'a> {
 pub struct Scheduled<'a> {
     /// The request.
     pub req: u64,
-    /// Its new block ids (group 0); `None` when the output has none for it.
+    /// Its new block ids (the attention group's); `None` when the output has none for it.
     pub new_block_ids: Option<&'a [u32]>,
     /// `new_block_ids` is the whole table (a new or resumed request).
     pub full_table: bool,
@@ -132,7 +143,7 @@ pub struct StepInput<'a> {
 pub struct Finished<'a> {
     /// The request.
     pub req: u64,
-    /// Its block table (group 0) at finish.
+    /// Its block table (the attention group's) at finish.
     pub block_ids: &'a [u32],
     /// Its progress at finish.
     pub progress: Progress<'a>,

@@ -21,9 +21,8 @@ impl SimpleScheduler {
             self.cursor = None;
         }
         let mut last = self.cursor;
-        let limit = num_cpu_free.min(self.store_gpu.capacity());
         for (covered, node) in gpu.free_queue_after(self.cursor).enumerate() {
-            if covered >= target || self.store_gpu.len() >= limit {
+            if covered >= target || self.store_gpu.len() >= num_cpu_free {
                 break;
             }
             last = Some(node);

@@ -15,10 +15,15 @@
 //! # Scope
 //!
 //! One KV-cache group, full attention, whose block size is the scheduler's and the hash
-//! block size (vLLM's `UnitaryKVCacheCoordinator`; fine-grained hits are then off in both
-//! modes, so no block carries secondary hashes and no partial tail is flushed). DCP is folded
-//! into `block_size`. Hybrid models' lazy `target_free` can be computed with
-//! [`lazy_target_blocks`] and passed in [`SimpleConfig::lazy_target_free`].
+//! block size (vLLM's `UnitaryKVCacheCoordinator`), optionally with one Mamba group in vLLM's
+//! `align` mode of the same block size ([`SimpleConfig::mamba_group`]; vLLM's
+//! `HybridKVCacheCoordinator` with one attention and one Mamba group). Fine-grained hits are
+//! then off in both modes, so no block carries secondary hashes and no partial tail is
+//! flushed. The Mamba group's states reach the CPU only as boundary hand-offs
+//! ([`StepInput::handoffs`]) or, in lazy mode, from the GPU free queue; a CPU hit ends at the
+//! last block whose Mamba state the pool holds. DCP is folded into `block_size`. Other
+//! layouts' lazy `target_free` can be computed with [`lazy_target_blocks`] and passed in
+//! [`SimpleConfig::lazy_target_free`].
 //!
 //! # The GPU-side contract
 //!
@@ -78,6 +83,8 @@ mod requests;
 mod step;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_hybrid;
 mod transfers;
 
 use alloc::collections::VecDeque;
@@ -89,7 +96,8 @@ pub use config::{
 };
 pub use error::{AllocStateError, ConfigError, InputError, NewError, OutputError};
 pub use gpu::{
-    Finished, GpuBlocks, Handoff, LookupRequest, Progress, Scheduled, StepInput, WorkerOutput,
+    Finished, GpuBlocks, GroupTables, Handoff, LookupRequest, Progress, Scheduled, StepInput,
+    WorkerOutput,
 };
 pub use transfers::StoredMeta;
 
@@ -112,7 +120,8 @@ pub enum Medium {
 
 /// A change to the CPU prefix cache (vLLM's `take_events`), recorded when events are on.
 ///
-/// Every event is `locality="LOCAL"`, group 0, a full-attention spec, no LoRA. kvtier holds
+/// Every event is `locality="LOCAL"`, no LoRA; its key's group is the KV-cache group (the
+/// Mamba group's for a stored Mamba state, see [`SimpleConfig::mamba_group`]). kvtier holds
 /// no token ids: a positional store's [`StoredMeta`] says where in the request they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SimpleEvent {
@@ -161,6 +170,10 @@ pub struct StepPlan<'a> {
 }
 
 /// vLLM's `SimpleCPUOffloadScheduler`. See the [module docs](self).
+///
+/// A clone decides exactly as the original (every bound comes from the configuration), but
+/// its lists are cloned at their length, not their reserve, so its first calls may allocate
+/// up to the same bounds.
 #[derive(Clone, Debug)]
 pub struct SimpleScheduler {
     config: SimpleConfig,

@@ -43,9 +43,12 @@ pub(super) struct Slot {
     pub(super) generation: u32,
     /// The step that last validated this slot (duplicate detection).
     pub(super) stamp: u64,
-    /// The pending CPU hit's blocks (pinned), when `has_hit`.
+    /// The pending CPU hit's blocks (pinned), when `has_hit`: the attention group's, then
+    /// (a hybrid hit) the Mamba state's, whatever the group order.
     pub(super) has_hit: bool,
     pub(super) hit: Vec<u32>,
+    /// `hit` ends with a hybrid hit's Mamba state (its last entry).
+    pub(super) hit_mamba: bool,
     pub(super) hit_computed: u64,
     pub(super) load: Load,
     pub(super) abandoned: Load,
@@ -75,12 +78,14 @@ impl Requests {
     pub(super) fn new(max_requests: u32, max_blocks: u32) -> Result<Self, AllocError> {
         let n = max_requests as usize;
         let b = max_blocks as usize;
+        // A hit and a load hold the attention blocks and, in a hybrid model, one Mamba state.
+        let hit_b = b + 1;
         let load = || -> Result<Load, AllocError> {
             Ok(Load {
                 active: false,
                 event: None,
-                gpu: with_capacity(b)?,
-                cpu: with_capacity(b)?,
+                gpu: with_capacity(hit_b)?,
+                cpu: with_capacity(hit_b)?,
             })
         };
         let mut slots = with_capacity(n)?;
@@ -91,7 +96,8 @@ impl Requests {
                 generation: 0,
                 stamp: u64::MAX,
                 has_hit: false,
-                hit: with_capacity(b)?,
+                hit: with_capacity(hit_b)?,
+                hit_mamba: false,
                 hit_computed: 0,
                 load: load()?,
                 abandoned: load()?,

@@ -38,7 +38,8 @@ impl SimpleScheduler {
             .iter()
             .map(|&s| self.reqs.slots[s as usize].load.gpu.len())
             .sum();
-        if load_blocks > self.load_gpu.capacity() {
+        // The bound reserved at construction (a clone's lists keep only their length).
+        if load_blocks > self.config.num_gpu_blocks as usize {
             return Err(InputError::TooManyLoadBlocks);
         }
         self.store_gpu.clear();
