@@ -30,6 +30,7 @@ from vllm.v1.kv_cache_interface import (
     KVCacheConfig,
     KVCacheGroupSpec,
     KVCacheTensor,
+    MambaSpec,
     SlidingWindowSpec,
 )
 from vllm.v1.outputs import KVConnectorOutput
@@ -367,9 +368,33 @@ def test_reset_waits_for_in_flight_stores():
     assert t.call("get_boundary_store_stats").published == 0
 
 
+def _mamba(block_size: int = BS, mode: str = "align") -> MambaSpec:
+    return MambaSpec(block_size=block_size, shapes=((1, 1),), dtypes=("f32",), mamba_cache_mode=mode)
+
+
+def _two_groups(first, second, num_blocks: int = 16) -> KVCacheConfig:
+    base = kv_cache_config(num_blocks)
+    return KVCacheConfig(
+        num_blocks=num_blocks,
+        kv_cache_tensors=base.kv_cache_tensors,
+        kv_cache_groups=[KVCacheGroupSpec(["l0"], first), KVCacheGroupSpec(["l1"], second)],
+    )
+
+
 def test_unsupported_configurations_raise():
-    with pytest.raises(ValueError, match="one KV-cache group"):
+    with pytest.raises(ValueError, match="one full-attention KV-cache group.*SlidingWindowSpec"):
         KvtierScheduler(vllm_config(), kv_cache_config(16, groups=2), 800, BS, BS)
+    attention = kv_cache_config(16).kv_cache_groups[0].kv_cache_spec
+    with pytest.raises(ValueError, match="MambaSpec, MambaSpec"):
+        KvtierScheduler(vllm_config(), _two_groups(_mamba(), _mamba()), 800, BS, BS)
+    with pytest.raises(ValueError, match="'align' cache mode only; this model's is 'all'"):
+        KvtierScheduler(vllm_config(), _two_groups(attention, _mamba(mode="all")), 800, BS, BS)
+    with pytest.raises(ValueError, match="every group's block size.*got 4, 4 and 4 and 8"):
+        KvtierScheduler(vllm_config(), _two_groups(attention, _mamba(2 * BS)), 800, BS, BS)
+    # Either order of the two groups is accepted.
+    for groups in ((attention, _mamba()), (_mamba(), attention)):
+        kv = KvtierScheduler(vllm_config(), _two_groups(*groups), 800, BS, BS)
+        assert kv.fa_gidx == groups.index(attention)
     with pytest.raises(ValueError, match="block size"):
         KvtierScheduler(vllm_config(), kv_cache_config(16), 800, 2 * BS, BS)
     with pytest.raises(ValueError, match="local offload capacity 8"):

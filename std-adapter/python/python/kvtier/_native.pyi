@@ -79,6 +79,8 @@ class SimpleScheduler:
         max_blocks_per_request: int,
         enable_events: bool,
         event_capacity: int,
+        attention_group: int = 0,
+        mamba_group: int | None = None,
     ) -> None: ...
     def num_cpu_blocks(self) -> int: ...
     def target_free(self) -> int: ...
@@ -94,7 +96,11 @@ class SimpleScheduler:
         skip_reading_prefix_cache: bool,
     ) -> tuple[int, bool]: ...
     def update_state_after_alloc(
-        self, req_id: str, block_ids: list[int], num_external_tokens: int
+        self,
+        req_id: str,
+        block_ids: list[int],
+        num_external_tokens: int,
+        mamba_block_ids: list[int] | None = None,
     ) -> None: ...
     def build_connector_meta(
         self,

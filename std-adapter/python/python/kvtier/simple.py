@@ -8,9 +8,12 @@ pool stays vLLM's ``BlockPool`` (the one ``bind_gpu_block_pool`` gives): kvtier 
 pins or releases its blocks through its own ``touch`` and ``free_blocks``.
 
 Scope: one KV-cache group of full attention whose block size is the scheduler's and the hash
-block size (a dense model; vLLM's ``UnitaryKVCacheCoordinator``), without EAGLE's trailing
-block drop. Any other configuration raises ``ValueError`` naming what is
-not supported, rather than running with different bookkeeping.
+block size (a dense model; vLLM's ``UnitaryKVCacheCoordinator``), or that group plus one Mamba
+group in ``align`` mode of the same block size, in either order (a hybrid model; vLLM's
+``HybridKVCacheCoordinator`` with one attention and one Mamba group, no fine-grained hits:
+the Mamba group's states are stored from the scheduler's boundary hand-offs), without EAGLE's
+trailing block drop. Any other configuration raises ``ValueError`` naming what is not
+supported, rather than running with different bookkeeping.
 
 Two optional ``kv_connector_extra_config`` keys bound kvtier's fixed tables:
 ``kvtier_max_requests`` (requests tracked at once; default ``4 · max_num_seqs + 64``) and
@@ -31,15 +34,18 @@ from vllm.distributed.kv_events import (
     KVCacheEvent,
 )
 from vllm.distributed.kv_transfer.kv_connector.utils import yield_req_data
+from vllm.logger import init_logger
 from vllm.v1.core.kv_cache_utils import (
     generate_block_hash_extra_keys,
     get_block_hash,
+    get_group_id,
     maybe_convert_block_hash,
     resolve_dcp_kv_block_size,
     to_event_extra_keys,
 )
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
+    MambaSpec,
     MLAAttentionSpec,
     get_kv_cache_spec_kind,
     get_kv_cache_spec_sliding_window,
@@ -71,6 +77,8 @@ if TYPE_CHECKING:
 
 __all__ = ["SimpleCPUOffloadScheduler"]
 
+logger = init_logger(__name__)
+
 # The order vLLM's get_stats fills its payload in.
 _STATS_ORDER = {
     **{
@@ -97,27 +105,40 @@ def _check_scope(
     kv_cache_config: KVCacheConfig,
     scheduler_block_size: int,
     hash_block_size: int,
-) -> None:
-    """Raises ValueError for a configuration outside kvtier's simple offloader."""
+) -> tuple[int, int | None]:
+    """The full-attention group's id and the Mamba group's (``None`` for a dense model);
+    raises ValueError for a configuration outside kvtier's simple offloader."""
     groups = kv_cache_config.kv_cache_groups
-    if len(groups) != 1:
+    if len(groups) not in (1, 2):
         raise ValueError(
-            "kvtier's SimpleCPUOffloadScheduler supports one KV-cache group "
-            f"(full attention); this model has {len(groups)}"
+            "kvtier's SimpleCPUOffloadScheduler supports one full-attention KV-cache group, "
+            f"or that group and one Mamba group; this model has {len(groups)} groups"
         )
-    spec = groups[0].kv_cache_spec
-    if type(spec) not in _SUPPORTED_SPECS:
+    kinds = [type(g.kv_cache_spec) for g in groups]
+    attention = [i for i, k in enumerate(kinds) if k in _SUPPORTED_SPECS]
+    mamba = [i for i, k in enumerate(kinds) if k is MambaSpec]
+    if len(attention) != 1 or len(attention) + len(mamba) != len(groups):
+        names = ", ".join(k.__name__ for k in kinds)
         raise ValueError(
-            "kvtier's SimpleCPUOffloadScheduler supports full-attention KV-cache groups "
-            f"only; this model's group is {type(spec).__name__}"
+            "kvtier's SimpleCPUOffloadScheduler supports one full-attention KV-cache group, "
+            f"or that group and one Mamba group; this model's groups are {names}"
         )
+    mamba_group = mamba[0] if mamba else None
+    if mamba_group is not None:
+        mode = groups[mamba_group].kv_cache_spec.mamba_cache_mode
+        if mode != "align":
+            raise ValueError(
+                "kvtier's SimpleCPUOffloadScheduler supports Mamba groups in 'align' cache "
+                f"mode only; this model's is {mode!r}"
+            )
     dcp = vllm_config.parallel_config.decode_context_parallel_size
-    group_block_size = resolve_dcp_kv_block_size(spec, dcp)
-    if not scheduler_block_size == hash_block_size == group_block_size:
+    sizes = [resolve_dcp_kv_block_size(g.kv_cache_spec, dcp) for g in groups]
+    if not all(scheduler_block_size == hash_block_size == size for size in sizes):
+        got = " and ".join(str(size) for size in sizes)
         raise ValueError(
             "kvtier's SimpleCPUOffloadScheduler needs the scheduler block size, the hash "
-            "block size and the group's block size to be equal (no fine-grained hits); "
-            f"got {scheduler_block_size}, {hash_block_size} and {group_block_size}"
+            "block size and every group's block size to be equal (no fine-grained hits); "
+            f"got {scheduler_block_size}, {hash_block_size} and {got}"
         )
     spec_config = vllm_config.speculative_config
     if spec_config is not None and spec_config.use_eagle_block_drop():
@@ -125,6 +146,7 @@ def _check_scope(
             "kvtier's SimpleCPUOffloadScheduler does not model EAGLE's trailing-block "
             "drop (use_eagle_block_drop is not supported)"
         )
+    return attention[0], mamba_group
 
 
 def _extra_config(vllm_config: VllmConfig) -> dict[str, Any]:
@@ -229,7 +251,14 @@ class SimpleCPUOffloadScheduler:
         self.hash_block_size = hash_block_size
         assert self.block_size % self.hash_block_size == 0
         assert kv_cache_config is not None
-        _check_scope(vllm_config, kv_cache_config, scheduler_block_size, hash_block_size)
+        self._attention_group, self._mamba_group = _check_scope(
+            vllm_config, kv_cache_config, scheduler_block_size, hash_block_size
+        )
+        # vLLM's public names: the full-attention group (fa_gidx) and each group's block size
+        # (all equal here).
+        self.fa_gidx = self._attention_group
+        self.group_block_sizes = [self.block_size] * len(kv_cache_config.kv_cache_groups)
+        self.fa_block_size = self.block_size
         self.enable_kv_cache_events = (
             vllm_config.kv_events_config is not None
             and vllm_config.kv_events_config.enable_kv_cache_events
@@ -285,6 +314,8 @@ class SimpleCPUOffloadScheduler:
             max_blocks,
             self.enable_kv_cache_events,
             event_capacity,
+            self._attention_group,
+            self._mamba_group,
         )
         self.num_cpu_blocks: int = self._native.num_cpu_blocks()
         self.cpu_block_pool = CpuBlockPool(self._native.cpu_pool())
@@ -299,9 +330,14 @@ class SimpleCPUOffloadScheduler:
         # KV-cache events (when enabled): those not yet taken, the BlockStored payloads of
         # each issued store event (captured when it is issued, emitted when it completes),
         # and the requests of the finish-time flushes queued since the last step.
-        spec = kv_cache_config.kv_cache_groups[0].kv_cache_spec
-        self._spec_kind = get_kv_cache_spec_kind(spec).value
-        self._spec_window = get_kv_cache_spec_sliding_window(spec)
+        # Each group's spec kind and sliding window, as its events name them.
+        self._spec_meta = [
+            (
+                get_kv_cache_spec_kind(g.kv_cache_spec).value,
+                get_kv_cache_spec_sliding_window(g.kv_cache_spec),
+            )
+            for g in kv_cache_config.kv_cache_groups
+        ]
         self._events: list[KVCacheEvent] = []
         self._store_payloads: dict[int, list[BlockStored]] = {}
         self._flush_requests: dict[int, Request] = {}
@@ -316,7 +352,7 @@ class SimpleCPUOffloadScheduler:
                         BlockRemoved(
                             block_hashes=[maybe_convert_block_hash(get_block_hash(key))],
                             medium=self.kv_event_medium,
-                            group_idx=0,
+                            group_idx=get_group_id(key),
                             locality="LOCAL",
                         )
                     )
@@ -339,6 +375,8 @@ class SimpleCPUOffloadScheduler:
         assert self._gpu_block_pool is not None
         key = self._gpu_block_pool.blocks[gpu_block].block_hash
         meta = self._native.stored_meta(cpu_block)
+        group = get_group_id(key)
+        kind, window = self._spec_meta[group]
         token_ids: list[int] = []
         parent = lora_id = lora_name = extra = None
         if meta is not None:
@@ -365,9 +403,9 @@ class SimpleCPUOffloadScheduler:
             medium=self.kv_event_medium,
             lora_name=lora_name,
             extra_keys=to_event_extra_keys(extra and [extra]),
-            group_idx=0,
-            kv_cache_spec_kind=self._spec_kind,
-            kv_cache_spec_sliding_window=self._spec_window,
+            group_idx=group,
+            kv_cache_spec_kind=kind,
+            kv_cache_spec_sliding_window=window,
             locality="LOCAL",
         )
 
@@ -381,6 +419,30 @@ class SimpleCPUOffloadScheduler:
     ) -> tuple[int | None, bool]:
         """``(num_new_tokens, is_async)`` from consecutive CPU cache hits (pinned until
         ``update_state_after_alloc``)."""
+        if (
+            not request.skip_reading_prefix_cache
+            and num_computed_tokens % self.block_size != 0
+        ):
+            logger.warning_once(
+                "SimpleCPU external lookup requires scheduler-block-aligned local tokens, "
+                "got %d tokens with scheduler block size %d.",
+                num_computed_tokens,
+                self.block_size,
+            )
+        elif (
+            self._mamba_group is not None
+            and self.cp_world_size > 1
+            and not request.skip_reading_prefix_cache
+            and len(request.block_hashes) > num_computed_tokens // self.hash_block_size
+            and request.num_tokens - 1 - num_computed_tokens > 0
+        ):
+            # vLLM's Mamba lookup asserts a single DCP rank, after dropping the request's
+            # earlier pending hit; so does this one.
+            self._native.get_num_new_matched_tokens(
+                request.request_id, (), request.num_tokens, num_computed_tokens, True
+            )
+            self._drop_forgotten()
+            raise AssertionError("a Mamba group's CPU lookup needs DCP world size 1")
         answer = self._native.get_num_new_matched_tokens(
             request.request_id,
             request.block_hashes,
@@ -403,9 +465,16 @@ class SimpleCPUOffloadScheduler:
         req_id = request.request_id
         if not self._lazy_mode and req_id not in self._requests:
             self._requests[req_id] = request
-        self._native.update_state_after_alloc(
-            req_id, list(block_ids[0]) if block_ids else [], num_external_tokens
-        )
+        att = self._attention_group
+        attention = list(block_ids[att]) if len(block_ids) > att else []
+        if self._mamba_group is None:
+            self._native.update_state_after_alloc(req_id, attention, num_external_tokens)
+        else:
+            m = self._mamba_group
+            mamba = list(block_ids[m]) if len(block_ids) > m else []
+            self._native.update_state_after_alloc(
+                req_id, attention, num_external_tokens, mamba
+            )
         self._drop_forgotten()
 
     def build_connector_meta(
@@ -426,8 +495,9 @@ class SimpleCPUOffloadScheduler:
                     for req_id, entries in block_state.boundary_state_offloads.items()
                 ]
             num_scheduled = scheduler_output.num_scheduled_tokens
+            att = self._attention_group
             for req_id, groups, is_full_table in yield_req_data(scheduler_output):
-                new_ids = groups[0] if groups and groups[0] is not None else None
+                new_ids = groups[att] if groups and len(groups) > att else None
                 request = self._requests.get(req_id)
                 scheduled_requests.append(request)
                 if request is None:
@@ -512,9 +582,10 @@ class SimpleCPUOffloadScheduler:
         ``request_finished``."""
         req_id = request.request_id
         tracked = self._requests.get(req_id, request)
+        att = self._attention_group
         flush_list = self._native.request_finished_all_groups(
             req_id,
-            list(block_ids[0]) if block_ids else [],
+            list(block_ids[att]) if len(block_ids) > att else [],
             tracked.num_computed_tokens,
             tracked.num_output_placeholders,
             tracked.block_hashes,

@@ -66,8 +66,8 @@ impl CpuBlockPool {
         Ok(s.s
             .cpu_pool()
             .block_hash(block)
-            .and_then(|h| keys.value(h.key.hash))
-            .map(|v| v.clone_ref(py)))
+            .and_then(|h| keys.key_object(py, h.key.hash, h.key.group))
+            .map(Bound::unbind))
     }
 
     /// The block cached under `key` (`cached_block_hash_to_block.get_one_block`), the first
@@ -77,12 +77,12 @@ impl CpuBlockPool {
     /// `TypeError` when `key` is not `bytes`.
     fn get_one_block(&self, py: Python<'_>, key: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
         let s = self.sched.borrow(py);
-        let Some(id) = s.keys.borrow().find_key(key)? else {
+        let Some((id, group)) = s.keys.borrow().find_key(key)? else {
             return Ok(None);
         };
         Ok(s.s
             .cpu_pool()
-            .get_one_block(&BlockKey::new(u64::from(id), 0)))
+            .get_one_block(&BlockKey::new(u64::from(id), group)))
     }
 
     /// `touch`: one more reference on each block, in order.

@@ -91,11 +91,11 @@ impl<'a, 'py> PyGpu<'a, 'py> {
         if h.is_none() {
             return Ok(None);
         }
-        let id = self.keys.borrow_mut().intern_key(h.cast::<PyBytes>()?)?;
+        let (id, group) = self.keys.borrow_mut().intern_key(h.cast::<PyBytes>()?)?;
         let n = blk.getattr(intern!(self.py, "_block_hash_num_tokens"))?;
         let num_tokens = if n.is_none() { 0 } else { n.extract()? };
         Ok(Some(BlockHash {
-            key: BlockKey::new(u64::from(id), 0),
+            key: BlockKey::new(u64::from(id), group),
             num_tokens,
         }))
     }
@@ -105,7 +105,7 @@ impl<'a, 'py> PyGpu<'a, 'py> {
             return Ok(None);
         }
         if let Some((list, idx)) = decode_position(key.hash) {
-            // A request's own hash (no group): vLLM's `get_cached_block(hash, [0])`.
+            // A request's own hash (no group): vLLM's `get_cached_block(hash, [group])`.
             let Some(hashes) = list
                 .checked_sub(self.list_base)
                 .and_then(|l| self.hash_lists.get(l))
@@ -115,20 +115,19 @@ impl<'a, 'py> PyGpu<'a, 'py> {
             let raw = hashes.get_item(idx)?;
             let got = self
                 .pool
-                .call_method1(intern!(self.py, "get_cached_block"), (raw, vec![0u32]))?;
+                .call_method1(intern!(self.py, "get_cached_block"), (raw, vec![key.group]))?;
             if got.is_none() {
                 return Ok(None);
             }
             return Self::block_id(&got.get_item(0)?).map(Some);
         }
-        let keys = self.keys.borrow();
-        let Some(full) = keys.value(key.hash) else {
+        let Some(full) = self.keys.borrow().key_object(self.py, key.hash, key.group) else {
             return Ok(None);
         };
         let map = self
             .pool
             .getattr(intern!(self.py, "cached_block_hash_to_block"))?;
-        let got = map.call_method1(intern!(self.py, "get_one_block"), (full.bind(self.py),))?;
+        let got = map.call_method1(intern!(self.py, "get_one_block"), (full,))?;
         if got.is_none() {
             return Ok(None);
         }

@@ -1,10 +1,12 @@
 //! vLLM's block hashes as the core's [`BlockKey`](kvtier_core::BlockKey) hashes.
 //!
-//! A GPU block's key (`BlockHashWithGroupId`: the block hash ‖ the 4-byte group 0) is interned
-//! ([`crate::keys::Interner`]) to a dense id, hashed over its block-hash part so that a
-//! request's own hash (`request.block_hashes[i]`, no group) finds the same id. The core keeps
-//! keys across calls only in its CPU pool, so a sweep ([`HashKeys::maybe_sweep`]) keeps the ids the
-//! CPU pool holds and frees the rest: the interner stays within twice the CPU pool's keys.
+//! A GPU block's key (`BlockHashWithGroupId`: the block hash ‖ the group's 4 bytes) is
+//! interned ([`crate::keys::Interner`]) to a dense id by its block-hash part alone, so that a
+//! request's own hash (`request.block_hashes[i]`, no group) finds the same id; the group
+//! becomes the core key's `group` (a hybrid model keys one hash in both of its groups). The
+//! core keeps keys across calls only in its CPU pool, so a sweep ([`HashKeys::maybe_sweep`])
+//! keeps the ids the CPU pool holds and frees the rest: the interner stays within twice the
+//! CPU pool's keys.
 //!
 //! Two more values a key's `hash` can carry, never an id (ids are below 2^32):
 //! - [`ABSENT`]: a request hash no GPU block key was ever interned under, so the CPU pool
@@ -55,39 +57,38 @@ pub(super) struct HashKeys {
     hasher: FixedState,
 }
 
-/// Whether the held key object `held` (hash ‖ group) is `raw` in group 0.
-fn is_raw_in_group0<'a>(py: Python<'a>, raw: &'a [u8]) -> impl Fn(&Py<PyBytes>) -> bool + 'a {
+/// Whether the held key object `held` (hash ‖ any group) has the block-hash part `raw`.
+fn has_raw<'a>(py: Python<'a>, raw: &'a [u8]) -> impl Fn(&Py<PyBytes>) -> bool + 'a {
     move |held| {
         let b = held.bind(py).as_bytes();
-        b.len() == raw.len() + 4 && b.starts_with(raw) && b.ends_with(&[0; 4])
+        b.len() == raw.len() + 4 && b.starts_with(raw)
     }
 }
 
+/// A key's block-hash part and its group (`BlockHashWithGroupId`: the hash ‖ the group's
+/// 4 bytes, big-endian), `None` for fewer than 4 bytes.
+fn split_key(bytes: &[u8]) -> Option<(&[u8], u32)> {
+    let n = bytes.len().checked_sub(4)?;
+    let (raw, group) = bytes.split_at(n);
+    Some((raw, u32::from_be_bytes(group.try_into().ok()?)))
+}
+
 impl HashKeys {
-    /// The id of a GPU block's key (`hash ‖ u32_be(0)`), interning it.
+    /// The id and group of a GPU block's key (`hash ‖ u32_be(group)`), interning its hash.
     ///
     /// # Errors
-    /// `ValueError` for a key that is not in group 0 (the one group supported);
-    /// `RuntimeError` when 2^32 − 1 keys are live.
-    pub(super) fn intern_key(&mut self, key: &Bound<'_, PyBytes>) -> PyResult<u32> {
-        let bytes = key.as_bytes();
-        let Some(raw) = bytes.len().checked_sub(4).map(|n| &bytes[..n]) else {
+    /// `ValueError` for a key of fewer than 4 bytes; `RuntimeError` when 2^32 − 1 keys are
+    /// live.
+    pub(super) fn intern_key(&mut self, key: &Bound<'_, PyBytes>) -> PyResult<(u32, u32)> {
+        let Some((raw, group)) = split_key(key.as_bytes()) else {
             return Err(PyValueError::new_err("a block key has fewer than 4 bytes"));
         };
-        if !bytes.ends_with(&[0; 4]) {
-            return Err(PyValueError::new_err(
-                "a GPU block's key names a KV-cache group other than 0 \
-                 (kvtier's simple offloader supports one group)",
-            ));
-        }
         let h = self.hasher.hash_one(raw);
         let k = self
             .keys
-            .intern(h, bytes, is_raw_in_group0(key.py(), raw), || {
-                key.clone().unbind()
-            })
+            .intern(h, raw, has_raw(key.py(), raw), || key.clone().unbind())
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
-        Ok(k.id())
+        Ok((k.id(), group))
     }
 
     /// The key hash of a request's block hash: its id if interned, else [`ABSENT`].
@@ -97,26 +98,42 @@ impl HashKeys {
         let h = self.hasher.hash_one(bytes);
         Ok(self
             .keys
-            .find(h, is_raw_in_group0(raw.py(), bytes))
+            .find(h, has_raw(raw.py(), bytes))
             .map_or(ABSENT, |k| u64::from(k.id())))
     }
 
-    /// The id of a GPU block key object (`hash ‖ u32_be(group)`), `None` when it was never
-    /// interned or names a group other than 0 (no CPU block can hold it then).
-    pub(super) fn find_key(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<u32>> {
+    /// The id and group of a GPU block key object (`hash ‖ u32_be(group)`), `None` when its
+    /// hash was never interned (no CPU block can hold it then).
+    pub(super) fn find_key(&self, key: &Bound<'_, PyAny>) -> PyResult<Option<(u32, u32)>> {
         let b = key.cast::<PyBytes>()?;
-        let bytes = b.as_bytes();
-        let Some(raw) = bytes.len().checked_sub(4).map(|n| &bytes[..n]) else {
+        let Some((raw, group)) = split_key(b.as_bytes()) else {
             return Ok(None);
         };
-        if !bytes.ends_with(&[0; 4]) {
-            return Ok(None);
-        }
         let h = self.hasher.hash_one(raw);
         Ok(self
             .keys
-            .find(h, is_raw_in_group0(key.py(), raw))
-            .map(|k| k.id()))
+            .find(h, has_raw(key.py(), raw))
+            .map(|k| (k.id(), group)))
+    }
+
+    /// The key object of id `hash` in group `group` (vLLM's `BlockHashWithGroupId`), if
+    /// live: the object interned when it names that group, else a new one.
+    pub(super) fn key_object<'py>(
+        &self,
+        py: Python<'py>,
+        hash: u64,
+        group: u32,
+    ) -> Option<Bound<'py, PyBytes>> {
+        let held = self.value(hash)?.bind(py);
+        let bytes = held.as_bytes();
+        let (raw, g) = split_key(bytes)?;
+        if g == group {
+            return Some(held.clone());
+        }
+        let mut out = Vec::with_capacity(bytes.len());
+        out.extend_from_slice(raw);
+        out.extend_from_slice(&group.to_be_bytes());
+        Some(PyBytes::new(py, &out))
     }
 
     /// The key object of id `hash`, if live.

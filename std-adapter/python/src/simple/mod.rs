@@ -13,24 +13,25 @@ mod errors;
 mod gpu;
 mod hashes;
 mod ids;
+mod view;
 
 use std::cell::RefCell;
 use std::collections::HashSet;
 
 use kvtier_core::simple::{
-    Finished, Handoff, LookupRequest, NewError, PoolSize, PoolSizing, Progress, Scheduled,
-    SimpleConfig, SimpleEvent, SimpleScheduler as Core, StepInput, WorkerOutput,
+    Finished, GroupTables, Handoff, LookupRequest, NewError, PoolSize, PoolSizing, Progress,
+    Scheduled, SimpleConfig, SimpleEvent, SimpleScheduler as Core, StepInput, WorkerOutput,
 };
 use kvtier_core::stats::Value;
 use kvtier_core::stats::simple_offload::{Backend, SaveOutcome};
-use pyo3::exceptions::{PyAssertionError, PyMemoryError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 pub(crate) use cpu::CpuBlockPool;
 use errors::{alloc_error, input_error};
 use gpu::PyGpu;
-use hashes::{ABSENT, HashKeys, encode_position};
+use hashes::{ABSENT, HashKeys};
 use ids::{ReqIds, UNKNOWN};
 
 /// One scheduled request as `kvtier.simple` passes it: `(req_id, new_block_ids or None,
@@ -89,38 +90,6 @@ pub(crate) struct SimpleScheduler {
 /// requests of one `build_connector_meta`).
 const FLUSH_LISTS: usize = 1 << 21;
 
-impl SimpleScheduler {
-    /// The bound GPU pool.
-    fn pool<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        match &self.pool {
-            Some(p) => Ok(p.bind(py).clone()),
-            None => Err(PyAssertionError::new_err(
-                "bind_gpu_block_pool() must be called before the GPU pool is used",
-            )),
-        }
-    }
-
-    /// Appends the position keys of `hashes` (the call's `list`-th hash list, `None` for
-    /// none) to `positions`, returning their range.
-    fn push_positions(
-        &mut self,
-        list: usize,
-        hashes: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<(usize, usize)> {
-        let start = self.positions.len();
-        let n = match hashes {
-            Some(h) => h.len()?,
-            None => 0,
-        };
-        for i in 0..n {
-            let p = encode_position(list, i)
-                .ok_or_else(|| PyValueError::new_err("too many block hashes in one call"))?;
-            self.positions.push(p);
-        }
-        Ok((start, self.positions.len()))
-    }
-}
-
 #[pymethods]
 impl SimpleScheduler {
     /// The CPU pool's size follows vLLM's `_derive_cpu_config`: `num_cpu_blocks` (checked
@@ -131,7 +100,7 @@ impl SimpleScheduler {
         block_size, num_gpu_blocks, capacity_bytes, gpu_total_bytes, num_cpu_blocks,
         aligned_num_cpu_blocks, lazy_offload, max_num_batched_tokens, world_size,
         num_prefill_lookahead_tokens, disk, page_cache, max_requests, max_blocks_per_request,
-        enable_events, event_capacity
+        enable_events, event_capacity, attention_group = 0, mamba_group = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -151,6 +120,8 @@ impl SimpleScheduler {
         max_blocks_per_request: u32,
         enable_events: bool,
         event_capacity: u32,
+        attention_group: u32,
+        mamba_group: Option<u32>,
     ) -> PyResult<Self> {
         let size = match (num_cpu_blocks, aligned_num_cpu_blocks) {
             (Some(n), _) => PoolSize::Explicit(n),
@@ -173,6 +144,8 @@ impl SimpleScheduler {
         c.max_blocks_per_request = max_blocks_per_request;
         c.enable_events = enable_events;
         c.event_capacity = event_capacity;
+        c.attention_group = attention_group;
+        c.mamba_group = mamba_group;
         let s = Core::new(c).map_err(|e| match e {
             NewError::Config(c) => value_error(c),
             NewError::AllocFailed => PyMemoryError::new_err(e.to_string()),
@@ -267,20 +240,34 @@ impl SimpleScheduler {
         r.map_err(input_error)
     }
 
-    /// `update_state_after_alloc` with the request's group-0 block ids.
+    /// `update_state_after_alloc` with the request's block ids: the attention group's, and
+    /// in a hybrid model the Mamba group's (`None` in a dense model).
+    #[pyo3(signature = (req_id, block_ids, num_external_tokens, mamba_block_ids = None))]
     fn update_state_after_alloc(
         &mut self,
         py: Python<'_>,
         req_id: &Bound<'_, PyAny>,
         block_ids: Vec<u32>,
         num_external_tokens: u64,
+        mamba_block_ids: Option<Vec<u32>>,
     ) -> PyResult<()> {
         let pool = self.pool(py)?;
         let req = self.ids.get_or_insert(req_id)?;
         let mut view = PyGpu::new(&pool, &self.keys, &[], 0)?;
-        let r = self
-            .s
-            .update_state_after_alloc(&mut view, req, &block_ids, num_external_tokens);
+        let r = match &mamba_block_ids {
+            Some(mamba) => {
+                let tables = GroupTables {
+                    attention: &block_ids,
+                    mamba,
+                };
+                self.s
+                    .update_state_after_alloc_groups(&mut view, req, tables, num_external_tokens)
+            }
+            None => {
+                self.s
+                    .update_state_after_alloc(&mut view, req, &block_ids, num_external_tokens)
+            }
+        };
         let py_err = view.finish();
         self.ids.forget_if_untracked(&self.s, req);
         py_err?;
@@ -433,7 +420,7 @@ impl SimpleScheduler {
         py_err
     }
 
-    /// `request_finished_all_groups` with the request's group-0 block ids and progress;
+    /// `request_finished_all_groups` with the request's attention-group block ids and progress;
     /// returns the list number its event payloads name (see [`stored_meta`](Self::stored_meta)).
     fn request_finished_all_groups(
         &mut self,
@@ -531,8 +518,8 @@ impl SimpleScheduler {
     }
 
     /// The CPU prefix cache's changes since the last call, oldest first (events on):
-    /// `("removed", key)` for a key a CPU block lost, `("cleared", None)` for a reset that
-    /// cleared the cache. Completed stores are not listed (`kvtier.simple` emits them from
+    /// `("removed", key)` for a key (vLLM's `BlockHashWithGroupId`, its group the KV-cache
+    /// group's) a CPU block lost, `("cleared", None)` for a reset that cleared the cache. Completed stores are not listed (`kvtier.simple` emits them from
     /// the payloads it captured when it issued them). Call after every call that changes
     /// the pool: a removed key's object is kept only until the next call.
     fn take_pool_events(&mut self, py: Python<'_>) -> Vec<(&'static str, Option<Py<PyAny>>)> {
@@ -542,7 +529,8 @@ impl SimpleScheduler {
             match e {
                 SimpleEvent::Removed { key, .. } => out.push((
                     "removed",
-                    keys.value(key.hash).map(|v| v.clone_ref(py).into_any()),
+                    keys.key_object(py, key.hash, key.group)
+                        .map(|v| v.into_any().unbind()),
                 )),
                 SimpleEvent::AllCleared => out.push(("cleared", None)),
                 SimpleEvent::Stored { .. } => {}
