@@ -11,8 +11,9 @@ Scope: one KV-cache group of full attention whose block size is the scheduler's 
 block size (a dense model; vLLM's ``UnitaryKVCacheCoordinator``), or that group plus one Mamba
 group in ``align`` mode of the same block size, in either order (a hybrid model; vLLM's
 ``HybridKVCacheCoordinator`` with one attention and one Mamba group, no fine-grained hits:
-the Mamba group's states are stored from the scheduler's boundary hand-offs), without EAGLE's
-trailing block drop. Any other configuration raises ``ValueError`` naming what is not
+the Mamba group's states are stored from the scheduler's boundary hand-offs; under DCP vLLM's
+eager coordinator turns its fine-grained flag on, which at equal block sizes finds only the
+block-aligned hits), without EAGLE's trailing block drop. Any other configuration raises ``ValueError`` naming what is not
 supported, rather than running with different bookkeeping.
 
 Two optional ``kv_connector_extra_config`` keys bound kvtier's fixed tables:
@@ -429,20 +430,6 @@ class SimpleCPUOffloadScheduler:
                 num_computed_tokens,
                 self.block_size,
             )
-        elif (
-            self._mamba_group is not None
-            and self.cp_world_size > 1
-            and not request.skip_reading_prefix_cache
-            and len(request.block_hashes) > num_computed_tokens // self.hash_block_size
-            and request.num_tokens - 1 - num_computed_tokens > 0
-        ):
-            # vLLM's Mamba lookup asserts a single DCP rank, after dropping the request's
-            # earlier pending hit; so does this one.
-            self._native.get_num_new_matched_tokens(
-                request.request_id, (), request.num_tokens, num_computed_tokens, True
-            )
-            self._drop_forgotten()
-            raise AssertionError("a Mamba group's CPU lookup needs DCP world size 1")
         answer = self._native.get_num_new_matched_tokens(
             request.request_id,
             request.block_hashes,
