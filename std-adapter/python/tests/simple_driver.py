@@ -15,6 +15,14 @@ allocator) and freed. With ``preempt_every`` = k, every k-th step preempts the l
 request (its blocks freed, its progress lost, back to the queue's front; it resumes with its
 whole block table), so the offloader also sees ``preempted_req_ids`` and resumed requests.
 
+With ``Shape.hybrid`` the model is a hybrid one: a full-attention group and a Mamba group in
+vLLM's ``align`` mode, both of 16-token blocks (``Shape.mamba_first`` puts the Mamba group
+first). The manager then keeps one running Mamba state per request, nulling the older ones, and
+hands every state it caches to the connector (``take_boundary_state_offloads``, read into the
+step's ``kv_connector_block_state`` as vLLM's scheduler does); prefill chunks end on block
+boundaries and at the prompt's last cacheable boundary, as vLLM's scheduler splits them in
+``align`` mode, so that those states exist.
+
 Requests come from a trace (kvtrace or Mooncake JSONL): each block id of a request becomes 16
 tokens derived from the id alone, so that requests sharing trace blocks share prompt prefixes
 and vLLM's chained block hashes. Everything the offloader returns is recorded per step
@@ -57,6 +65,7 @@ from vllm.v1.core.kv_cache_utils import (  # noqa: E402
 )
 from vllm.v1.core.sched.output import (  # noqa: E402
     CachedRequestData,
+    KVConnectorBlockState,
     NewRequestData,
     SchedulerOutput,
 )
@@ -68,12 +77,15 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     KVCacheConfig,
     KVCacheGroupSpec,
     KVCacheTensor,
+    MambaSpec,
+    get_mamba_prefill_checkpoint_position,
 )
 from vllm.v1.outputs import KVConnectorOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
 from vllm.v1.simple_kv_offload.metadata import (  # noqa: E402
     SimpleCPUOffloadWorkerMetadata,
 )
+from vllm.v1.simple_kv_offload.metrics import MetricName  # noqa: E402
 
 import torch  # noqa: E402  (vllm_stubs' torch: dtypes as values)
 
@@ -101,23 +113,47 @@ class Shape:
     drain: int = 3
     preempt_every: int = 0
     kv_events: bool = False
+    hybrid: bool = False
+    mamba_first: bool = False
 
 
-def kv_cache_config(gpu_blocks: int) -> KVCacheConfig:
-    """One full-attention group of one layer, float16, ``gpu_blocks`` blocks."""
+# A hybrid model's Mamba blocks each reserve this many more GPU blocks per request: the
+# running state, the previous step's and a cached one not yet released.
+MAMBA_RESERVE = 3
+
+
+def kv_cache_config(
+    gpu_blocks: int, hybrid: bool = False, mamba_first: bool = False
+) -> KVCacheConfig:
+    """One full-attention group of one layer, float16, ``gpu_blocks`` blocks; with ``hybrid``,
+    a Mamba group (``align`` mode, one float32 state of one element a block) beside it."""
     spec = FullAttentionSpec(
         block_size=BLOCK, num_kv_heads=HEADS, head_size=HEAD_SIZE, dtype=torch.float16
     )
     size = BYTES_PER_BLOCK * gpu_blocks
-    return KVCacheConfig(
-        num_blocks=gpu_blocks,
-        kv_cache_tensors=[
+    # The attention layer's tensor first: the offloader sizes its pool from the first.
+    tensors = [
+        KVCacheTensor(
+            size=size, layers=["layer_0"], layer_stride=size, block_stride=BYTES_PER_BLOCK
+        )
+    ]
+    groups = [KVCacheGroupSpec(["layer_0"], spec)]
+    if hybrid:
+        mamba = MambaSpec(
+            block_size=BLOCK, shapes=((1, 1),), dtypes=(torch.float32,), mamba_cache_mode="align"
+        )
+        page = mamba.page_size_bytes
+        tensors.append(
             KVCacheTensor(
-                size=size, layers=["layer_0"], layer_stride=size, block_stride=BYTES_PER_BLOCK
+                size=page * gpu_blocks,
+                layers=["mamba_0"],
+                layer_stride=page * gpu_blocks,
+                block_stride=page,
             )
-        ],
-        kv_cache_groups=[KVCacheGroupSpec(["layer_0"], spec)],
-    )
+        )
+        group = KVCacheGroupSpec(["mamba_0"], mamba)
+        groups = [group, *groups] if mamba_first else [*groups, group]
+    return KVCacheConfig(num_blocks=gpu_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)
 
 
 def vllm_config(shape: Shape) -> VllmConfig:
@@ -196,6 +232,9 @@ class Record:
     events: list = field(default_factory=list)
     finished: list[tuple[str, object]] = field(default_factory=list)
     pending_stores: bool | None = None
+    boundary: object = None
+    # The drained stats' save-outcome counters: (name, labels) -> count.
+    outcomes: dict = field(default_factory=dict)
     reset: bool | None = None
 
 
@@ -215,6 +254,11 @@ def _meta(m) -> dict:
 def _stats(s) -> object:
     data = getattr(s, "data", s)
     return repr(data)
+
+
+def _outcomes(s) -> dict:
+    series = s.data["data"].get(MetricName.SAVE_OUTCOMES, {})
+    return {(MetricName.SAVE_OUTCOMES, labels): value for labels, value in series.items()}
 
 
 class _Req:
@@ -242,7 +286,10 @@ def run(
 ) -> Iterator[Record]:
     """Runs the requests to completion, yielding one ``Record`` per step."""
     cfg = vllm_config(shape)
-    kcfg = kv_cache_config(shape.gpu_blocks)
+    kcfg = kv_cache_config(shape.gpu_blocks, shape.hybrid, shape.mamba_first)
+    # The attention group's id (a request's GPU blocks are counted in it).
+    att = 1 if shape.hybrid and shape.mamba_first else 0
+    reserve = MAMBA_RESERVE if shape.hybrid else 0
     sched = scheduler_cls(
         vllm_config=cfg,
         kv_cache_config=kcfg,
@@ -266,7 +313,7 @@ def run(
     )
     for r in waiting:
         # A request whose whole length does not fit the GPU pool would never be admitted.
-        need = -(-(r.req.num_tokens + r.decode_left) // BLOCK)
+        need = -(-(r.req.num_tokens + r.decode_left) // BLOCK) + reserve
         if need > shape.gpu_blocks - 1:
             raise ValueError(
                 f"request {r.req.request_id} needs {need} GPU blocks; the pool has "
@@ -288,16 +335,19 @@ def run(
         # Worker reports due now (from earlier steps' metadata).
         due = reports.pop(step, None)
         if due is not None:
-            recving, stores = due
             sched.update_connector_output(
                 KVConnectorOutput(
-                    finished_recving=set(recving),
+                    finished_recving=set(due[0]),
                     kv_connector_worker_meta=SimpleCPUOffloadWorkerMetadata(
-                        completed_store_events=dict(stores)
+                        completed_store_events=dict(due[1])
                     ),
                 )
             )
-            for rid in sorted(recving):
+        # The step begins (the Mamba group forgets the states it cached in the last one);
+        # requests whose loads finished cache their blocks and run.
+        kvm.new_step_starts()
+        if due is not None:
+            for rid in sorted(due[0]):
                 r = loading.pop(rid, None)
                 if r is not None:
                     kvm.cache_blocks(r.req, r.req.num_computed_tokens)
@@ -333,7 +383,9 @@ def run(
             left = req.num_tokens - req.num_computed_tokens
             if left == 0:
                 continue
-            n = min(left, shape.chunk_tokens, budget)
+            n = _chunk(req, req.num_computed_tokens, min(left, shape.chunk_tokens, budget), shape)
+            if n == 0:
+                continue
             new_blocks = kvm.allocate_slots(req, n)
             if new_blocks is None:
                 # Lazy offloading pins cached GPU blocks until their store completes: the
@@ -354,16 +406,16 @@ def run(
         while waiting and budget > 0 and len(running) + len(loading) < shape.max_seqs:
             r = waiting[0]
             req = r.req
-            need = -(-(req.num_tokens + r.decode_left) // BLOCK)
+            need = -(-(req.num_tokens + r.decode_left) // BLOCK) + reserve
             # Blocks the admitted requests will still allocate stay reserved for them.
             reserved = sum(
-                o.need - len(kvm.get_block_ids(o.req.request_id)[0])
+                o.need - len(kvm.get_block_ids(o.req.request_id)[att])
                 for o in (*running, *loading.values())
             )
             if kvm.block_pool.get_num_free_blocks() - reserved < need:
                 break
             r.need = need
-            computed, n_local, _ = kvm.get_computed_blocks(req)
+            computed, n_local, req.shared_prefix_boundary = kvm.get_computed_blocks(req)
             ext, is_async = sched.get_num_new_matched_tokens(req, n_local)
             rec.hits.append((req.request_id, ext, is_async))
             ext = ext or 0
@@ -385,7 +437,9 @@ def run(
                 r.loading = True
                 r.scheduled_once = False
                 continue
-            n = min(req.num_tokens - n_local, shape.chunk_tokens, budget)
+            n = _chunk(req, n_local, min(req.num_tokens - n_local, shape.chunk_tokens, budget), shape)
+            if n == 0:
+                break
             blocks = kvm.allocate_slots(req, n, n_local, computed)
             if blocks is None:
                 break
@@ -418,6 +472,15 @@ def run(
             preempted_req_ids=preempted,
             finished_req_ids=finished_last,
             free_encoder_mm_hashes=[],
+        )
+        # The Mamba states the manager cached this step, handed to the connector as vLLM's
+        # scheduler hands them (every request still known to it may name its own).
+        handoffs = kvm.take_boundary_state_offloads()
+        known = {o.req.request_id for o in (*running, *loading.values(), *waiting)}
+        out.kv_connector_block_state = KVConnectorBlockState(
+            req_ids=set(num_tokens) | {rid for rid in handoffs if rid in known},
+            resolve_block_ids=kvm.get_block_ids,
+            boundary_state_offloads=handoffs,
         )
         meta = sched.build_connector_meta(out)
         if record:
@@ -456,9 +519,12 @@ def run(
             still.append(r)
         running = still
         if record:
-            rec.stats = _stats(sched.get_stats())
+            stats = sched.get_stats()
+            rec.stats = _stats(stats)
+            rec.outcomes = _outcomes(stats)
             rec.events = [repr(e) for e in sched.take_events()]
             rec.pending_stores = sched.has_pending_stores()
+            rec.boundary = repr(sched.get_boundary_store_stats())
         if idle > shape.drain:
             # The last step: the connector's reset (vLLM's reset_prefix_cache path).
             rec.reset = sched.reset()
@@ -466,6 +532,30 @@ def run(
         step += 1
         if step > 100000:
             raise RuntimeError("the step loop did not drain")
+
+
+def _chunk(req: Request, start: int, n: int, shape: Shape) -> int:
+    """The tokens of a chunk of at most ``n`` from token ``start``. In a hybrid model (Mamba
+    ``align`` mode) a prefill chunk that does not reach the prompt's end is cut back to a block
+    boundary, and stops at the prompt's last cacheable boundary and at a shared prefix's
+    junction (block-floored) when either falls inside it, so that a Mamba state is written
+    at each of them; 0 when no boundary is reached."""
+    if not shape.hybrid:
+        return n
+    prefill_end = max(req.num_prompt_tokens, req.num_tokens - 1)
+    if start >= prefill_end:
+        return n
+    end = start + n
+    if end < prefill_end:
+        end -= end % BLOCK
+    stops = [get_mamba_prefill_checkpoint_position(req.num_tokens, BLOCK, False)]
+    if start % BLOCK:
+        stops.append(start - start % BLOCK + BLOCK)
+    junction = req.shared_prefix_boundary
+    if start < junction < end:
+        stops.append(start + (junction - start) // BLOCK * BLOCK)
+    end = min([x for x in stops if start < x < end], default=end)
+    return max(end - start, 0)
 
 
 def _schedule_first(r, kvm, new_reqs, cached_ids, cached_blocks, resumed) -> None:

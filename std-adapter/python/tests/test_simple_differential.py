@@ -5,10 +5,13 @@ Both schedulers run the same engine steps (``simple_driver``: each its own vLLM
 reports two workers strong), so any difference is the scheduler's. Compared at every step:
 the CPU hits ``get_num_new_matched_tokens`` returns, the whole ``build_connector_meta``
 result, the drained ``get_stats()`` payload, the KV events ``take_events()`` returns and the
-``request_finished_all_groups`` results and ``has_pending_stores()``; after the last step,
-``reset()``. Configurations: the first requests of small-a.kvtrace
-and of mooncake-synthetic.jsonl, eager and lazy offloading, a CPU pool smaller than the GPU's
-and one larger, a preemption every 13 steps, KV-cache events on.
+``request_finished_all_groups`` results, ``has_pending_stores()`` and
+``get_boundary_store_stats()``; after the last step, ``reset()``. Configurations: the first
+requests of small-a.kvtrace and of mooncake-synthetic.jsonl, eager and lazy offloading, a CPU
+pool smaller than the GPU's and one larger, a preemption every 13 steps, KV-cache events on;
+each on a dense model (one full-attention group) and on a hybrid one (a full-attention group
+and a Mamba group in ``align`` mode, whose states reach the offloader as vLLM's manager hands
+them off), and the hybrid one with its groups in the other order too.
 """
 
 from __future__ import annotations
@@ -47,27 +50,47 @@ def _requests(trace: str) -> list[list[int]]:
     )
 
 
+# The model: dense, hybrid (attention group 0, Mamba group 1), or hybrid with the Mamba group
+# first.
+MODELS = ("dense", "hybrid", "mamba-first")
+
 CASES = [
-    (trace, lazy, cpu)
-    for trace in ("small-a", "mooncake")
+    (trace, lazy, cpu, model)
+    for model in MODELS
+    for trace in (("small-a",) if model == "mamba-first" else ("small-a", "mooncake"))
     for lazy in (False, True)
     for cpu in (48, 512)
 ]
 
 
 def _ids(case) -> str:
-    trace, lazy, cpu = case
-    return f"{trace}-{'lazy' if lazy else 'eager'}-cpu{cpu}"
+    trace, lazy, cpu, model = case
+    return f"{model}-{trace}-{'lazy' if lazy else 'eager'}-cpu{cpu}"
 
 
 def _shape(case) -> driver.Shape:
-    _, lazy, cpu = case
-    return driver.Shape(lazy=lazy, cpu_blocks=cpu, preempt_every=PREEMPT_EVERY, kv_events=True)
+    _, lazy, cpu, model = case
+    return driver.Shape(
+        lazy=lazy,
+        cpu_blocks=cpu,
+        preempt_every=PREEMPT_EVERY,
+        kv_events=True,
+        hybrid=model != "dense",
+        mamba_first=model == "mamba-first",
+    )
 
 
 def _records(cls, case):
-    trace, lazy, cpu = case
-    return list(driver.run(cls, _requests(trace), _shape(case)))
+    return list(driver.run(cls, _requests(case[0]), _shape(case)))
+
+
+def _outcomes(records) -> dict[str, int]:
+    """The save outcomes the run's drained stats counted, by outcome."""
+    total: dict[str, int] = {}
+    for r in records:
+        for (name, labels), value in r.outcomes.items():
+            total[labels[0]] = total.get(labels[0], 0) + value
+    return total
 
 
 @pytest.mark.parametrize("case", CASES, ids=_ids)
@@ -86,6 +109,16 @@ def test_driver_exercises_the_offloader(case):
     assert stored > 0 and flushes > 0 and events > 0
     if case[2] > driver.Shape().gpu_blocks:
         assert hits > 0 and loaded > 0
+    outcomes = _outcomes(recs)
+    if case[3] == "dense" or case[1]:
+        # No Mamba group, or lazy offloading, which stores no hand-off.
+        assert outcomes == {}
+    else:
+        # vLLM's manager handed states off, and the offloader stored them; those a CPU hit
+        # loaded back were already cached when the loading request handed them off again.
+        assert outcomes.get("stored", 0) > 0
+        if case[2] > driver.Shape().gpu_blocks:
+            assert outcomes.get("skipped_already_cached", 0) > 0
 
 
 @pytest.mark.skipif(KvtierScheduler is None, reason="kvtier.simple is not built in")
@@ -95,7 +128,9 @@ def test_kvtier_matches_vllm_step_by_step(case):
     got = driver.run(KvtierScheduler, _requests(case[0]), _shape(case))
     n = 0
     for w, g in zip(want, got, strict=True):
-        for what in ("hits", "meta", "stats", "events", "finished", "pending_stores", "reset"):
+        for what in (
+            "hits", "meta", "stats", "events", "finished", "pending_stores", "boundary", "reset"
+        ):
             assert getattr(g, what) == getattr(w, what), (
                 f"step {w.step}: {what} differs\nvLLM:   {getattr(w, what)}\n"
                 f"kvtier: {getattr(g, what)}"
