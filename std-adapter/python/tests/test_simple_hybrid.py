@@ -34,7 +34,7 @@ class HybridTwin:
     """vLLM's scheduler and kvtier's on one hybrid layout, each with its own GPU pool, fed the
     same calls. ``att`` and ``mamba`` are the groups' ids."""
 
-    def __init__(self, mamba_first: bool, num_cpu_blocks: int, dcp: int = 1):
+    def __init__(self, mamba_first: bool, num_cpu_blocks: int, dcp: int = 1, gpu: int = 16):
         # DCP shards the attention group's blocks: its spec's block is BS / dcp tokens.
         attention = replace(kv_cache_config(16).kv_cache_groups[0].kv_cache_spec, block_size=BS // dcp)
         groups = (_mamba(), attention) if mamba_first else (attention, _mamba())
@@ -43,8 +43,9 @@ class HybridTwin:
         cfg.parallel_config.decode_context_parallel_size = dcp
         self.sides = []
         for cls in (VllmScheduler, KvtierScheduler):
-            s = cls(cfg, _two_groups(*groups), 800, BS, BS, num_cpu_blocks=num_cpu_blocks)
-            pool = BlockPool(16, True, BS)
+            s = cls(cfg, _two_groups(*groups, num_blocks=gpu), 100 * gpu, BS, BS,
+                    num_cpu_blocks=num_cpu_blocks)
+            pool = BlockPool(gpu, True, BS)
             s.bind_gpu_block_pool(pool)
             self.sides.append((s, pool))
 
@@ -158,3 +159,45 @@ def test_hybrid_store_hit_load_and_eviction_match_vllm(mamba_first, dcp):
     assert len(meta.store_cpu_blocks) == 2
     t.call("update_connector_output", worker_output(stores={meta.store_event: 1}))
     assert any("BlockRemoved" in e for e in t.call("take_events"))
+
+
+@pytest.mark.parametrize("mamba_first", [False, True], ids=["attention-first", "mamba-first"])
+def test_hybrid_handoff_outcomes_partial_takes_and_local_prefixes_match_vllm(mamba_first):
+    t = HybridTwin(mamba_first, num_cpu_blocks=6, gpu=32)
+    a = Req("a", list(range(13)))  # three full blocks
+    fa, mb = t.alloc(3, [True, True, True])
+    t.after_alloc(a, fa, mb, 0)
+    for i, b in enumerate(fa):
+        t.cache(b, a.block_hashes[i], t.att, (i + 1) * BS)
+    for i in (0, 2):  # the state after block 1 is never hashed
+        t.cache(mb[i], a.block_hashes[i], t.mamba, (i + 1) * BS)
+    a.num_computed_tokens = 3 * BS
+    # Stored, the same block again (in flight), the null block, an unhashed block, stored.
+    meta = t.step(a, fa, mb, 1, handoffs=[(mb[0], BS), (mb[0], BS), (0, 0), (mb[1], 2 * BS),
+                                          (mb[2], 3 * BS)])
+    assert {mb[0], mb[2]} <= set(meta.store_gpu_blocks)
+    t.call("update_connector_output", worker_output(stores={meta.store_event: 1}))
+    t.step(a, fa, mb, 1, handoffs=[(mb[0], BS)], new=False)  # already cached
+    stats = t.call("get_boundary_store_stats")
+    assert (stats.published, stats.stored, stats.skipped_in_flight, stats.dropped_null_block,
+            stats.dropped_not_hashed, stats.skipped_already_cached) == (6, 2, 1, 1, 1, 1)
+    t.call("take_events")
+    # The scheduler takes two blocks of a three-block hit: the Mamba state at the hit's end
+    # is not among them, so only attention blocks load.
+    b = Req("b", list(range(13)))
+    assert t.call("get_num_new_matched_tokens", b, 0) == (3 * BS, True)
+    fb, mbb = t.alloc(4, [False, False, True, False])
+    t.after_alloc(b, fb, mbb, 2 * BS)
+    meta = t.step(b, fb, mbb, 1)
+    assert meta.load_gpu_blocks == fb[:2]
+    t.call("update_connector_output", worker_output(recving=["b"]))
+    # A hit after a one-block local prefix: two blocks, the state at block 3 loading into
+    # the Mamba table's position 2.
+    c = Req("c", list(range(13)))
+    assert t.call("get_num_new_matched_tokens", c, BS) == (2 * BS, True)
+    fc, mc = t.alloc(4, [False, False, True, False])
+    t.after_alloc(c, fc, mc, 2 * BS)
+    meta = t.step(c, fc, mc, 1)
+    assert sorted(meta.load_gpu_blocks) == sorted([*fc[1:3], mc[2]])
+    t.call("update_connector_output", worker_output(recving=["c"]))
+    t.call("reset")
