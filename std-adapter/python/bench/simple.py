@@ -1,7 +1,7 @@
 """The simple offloader's scheduler side: vLLM 0.33.0's SimpleCPUOffloadScheduler against
 kvtier's, on the same engine steps.
 
-    python bench/simple.py [--requests 400] [--runs 5] [--trace small-a|mooncake]
+    python bench/simple.py [--requests 400] [--runs 5] [--trace small-a|mooncake] [--hybrid]
 
 Both run the differential test's step loop (tests/simple_driver.py: vLLM's KVCacheManager as
 the GPU side, the same admissions, chunks, decode tokens and worker reports); only the calls
@@ -11,7 +11,8 @@ into the scheduler are timed (``get_num_new_matched_tokens``, ``update_state_aft
 side's and the driver's own time is left out. Runs alternate between the two schedulers;
 the medians over ``--runs`` runs and their ratio are printed per configuration (eager and
 lazy, two CPU capacities, a preemption every 13 steps, KV events on: the differential
-test's shapes). The step records of both are compared too: a run whose results differ is
+test's shapes; ``--hybrid``: its hybrid model, a Mamba group in ``align`` mode beside the
+attention group). The step records of both are compared too: a run whose results differ is
 reported as such, not timed as if it were the same work.
 Importing vLLM's modules needs the test suite's import hook (tests/vllm_stubs.py).
 """
@@ -82,6 +83,7 @@ def main() -> None:
     )
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--hybrid", action="store_true", help="a full-attention and a Mamba group")
     args = ap.parse_args()
     try:
         from kvtier.simple import SimpleCPUOffloadScheduler as KvtierScheduler
@@ -96,13 +98,15 @@ def main() -> None:
             os.path.join(args.traces, "mooncake-synthetic.jsonl"), args.requests
         )
     print(
-        f"{args.trace}: {len(reqs)} requests, {sum(map(len, reqs))} request-blocks, "
+        f"{args.trace}{' (hybrid)' if args.hybrid else ''}: {len(reqs)} requests, {sum(map(len, reqs))} request-blocks, "
         f"{args.runs} runs each, scheduler-call time (median)"
     )
     print(f"{'mode':6} {'cpu':>5} {'steps':>6} {'vLLM s':>8} {'kvtier s':>9} {'ratio':>6}  same")
     for lazy in (False, True):
         for cpu in (48, 512):
-            shape = driver.Shape(lazy=lazy, cpu_blocks=cpu, preempt_every=13, kv_events=True)
+            shape = driver.Shape(
+                lazy=lazy, cpu_blocks=cpu, preempt_every=13, kv_events=True, hybrid=args.hybrid
+            )
             tv, tk = [], []
             same = True
             steps = 0
