@@ -98,7 +98,8 @@ def main() -> None:
             os.path.join(args.traces, "mooncake-synthetic.jsonl"), args.requests
         )
     print(
-        f"{args.trace}{' (hybrid)' if args.hybrid else ''}: {len(reqs)} requests, {sum(map(len, reqs))} request-blocks, "
+        f"{args.trace}{' (hybrid)' if args.hybrid else ''}: {len(reqs)} requests, "
+        f"{sum(map(len, reqs))} request-blocks, "
         f"{args.runs} runs each, scheduler-call time (median)"
     )
     print(f"{'mode':6} {'cpu':>5} {'steps':>6} {'vLLM s':>8} {'kvtier s':>9} {'ratio':>6}  same")

@@ -437,7 +437,8 @@ def run(
                 r.loading = True
                 r.scheduled_once = False
                 continue
-            n = _chunk(req, n_local, min(req.num_tokens - n_local, shape.chunk_tokens, budget), shape)
+            n = min(req.num_tokens - n_local, shape.chunk_tokens, budget)
+            n = _chunk(req, n_local, n, shape)
             if n == 0:
                 break
             blocks = kvm.allocate_slots(req, n, n_local, computed)

@@ -36,7 +36,8 @@ class HybridTwin:
 
     def __init__(self, mamba_first: bool, num_cpu_blocks: int, dcp: int = 1, gpu: int = 16):
         # DCP shards the attention group's blocks: its spec's block is BS / dcp tokens.
-        attention = replace(kv_cache_config(16).kv_cache_groups[0].kv_cache_spec, block_size=BS // dcp)
+        attention = kv_cache_config(16).kv_cache_groups[0].kv_cache_spec
+        attention = replace(attention, block_size=BS // dcp)
         groups = (_mamba(), attention) if mamba_first else (attention, _mamba())
         self.att, self.mamba = (1, 0) if mamba_first else (0, 1)
         cfg = vllm_config(events=NS(enable_kv_cache_events=True))

@@ -369,7 +369,9 @@ def test_reset_waits_for_in_flight_stores():
 
 
 def _mamba(block_size: int = BS, mode: str = "align") -> MambaSpec:
-    return MambaSpec(block_size=block_size, shapes=((1, 1),), dtypes=("f32",), mamba_cache_mode=mode)
+    return MambaSpec(
+        block_size=block_size, shapes=((1, 1),), dtypes=("f32",), mamba_cache_mode=mode
+    )
 
 
 def _two_groups(first, second, num_blocks: int = 16) -> KVCacheConfig:

@@ -13,8 +13,8 @@ group in ``align`` mode of the same block size, in either order (a hybrid model;
 ``HybridKVCacheCoordinator`` with one attention and one Mamba group, no fine-grained hits:
 the Mamba group's states are stored from the scheduler's boundary hand-offs; under DCP vLLM's
 eager coordinator turns its fine-grained flag on, which at equal block sizes finds only the
-block-aligned hits), without EAGLE's trailing block drop. Any other configuration raises ``ValueError`` naming what is not
-supported, rather than running with different bookkeeping.
+block-aligned hits), without EAGLE's trailing block drop. Any other configuration raises
+``ValueError`` naming what is not supported, rather than running with different bookkeeping.
 
 Two optional ``kv_connector_extra_config`` keys bound kvtier's fixed tables:
 ``kvtier_max_requests`` (requests tracked at once; default ``4 · max_num_seqs + 64``) and
