@@ -21,6 +21,9 @@ use kvtier_core::simple::{LookupRequest, Medium, Scheduled, SimpleEvent, StepInp
 mod completion;
 use kvtier_core::stats::simple_offload::SaveOutcome;
 
+/// A hit's blocks per group, `None` for the null block (vLLM's tuple of block lists).
+pub type HitGroups = Vec<Vec<Option<u32>>>;
+
 /// The GPU pool both sides drive.
 pub type Gpu = BlockPool<BlockKey>;
 
@@ -159,7 +162,7 @@ pub struct SimpleModel {
     pub mamba: bool,
     /// `_pending_cpu_hits`: per request, the hit's blocks per group (`None`: the null block)
     /// and the computed tokens it was found after.
-    pub(crate) pending_hits: Vec<(u64, Vec<Vec<Option<u32>>>, u64)>,
+    pub(crate) pending_hits: Vec<(u64, HitGroups, u64)>,
     pub(crate) reqs_to_load: Vec<(u64, LoadSt)>,
     pub(crate) abandoned_loads: Vec<(u64, LoadSt)>,
     pub(crate) reqs_to_store: Vec<(u64, StoreSt)>,
