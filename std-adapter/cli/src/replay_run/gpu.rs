@@ -162,6 +162,8 @@ pub struct GpuReport {
     pub decode_tokens: u32,
     /// `--transfer-steps`.
     pub transfer_steps: u64,
+    /// `--hybrid`: a Mamba group in align mode beside the attention group.
+    pub hybrid: bool,
     /// The engine's counts.
     #[serde(flatten)]
     pub counts: EngineCounts,
@@ -191,6 +193,7 @@ impl GpuReport {
             max_num_seqs: cfg.max_num_seqs,
             decode_tokens: cfg.decode_tokens,
             transfer_steps: cfg.transfer_steps,
+            hybrid: cfg.hybrid,
             counts: c,
             prefix_cache_hit_rate: rate,
             kv_cache_usage_perc: engine.gpu().usage().as_f64(),
