@@ -1,6 +1,6 @@
 //! `simple_ops`: arbitrary call sequences on the simple offloader's scheduler side.
 //!
-//! * Modelled mode: the shared `kvtier_tests::simple_ops::SimpleOp` sequences, run on the
+//! * Modelled mode (a dense or a hybrid model): the shared `kvtier_tests::simple_ops::SimpleOp` sequences, run on the
 //!   module and on the reference model (vLLM 0.33.0's `manager.py` restated) over twin GPU
 //!   pools; every answer, plan, drain, event and pool state must agree, the invariants hold
 //!   after every op, and nothing is pending once every transfer has completed.
@@ -14,8 +14,8 @@ use arbitrary::Arbitrary;
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::{BlockPool, BlockPoolConfig};
 use kvtier_core::simple::{
-    Finished, Handoff, LookupRequest, Progress, Scheduled, SimpleConfig, SimpleScheduler,
-    StepInput, WorkerOutput,
+    Finished, GroupTables, Handoff, LookupRequest, Progress, Scheduled, SimpleConfig,
+    SimpleScheduler, StepInput, WorkerOutput,
 };
 use kvtier_tests::simple_ops::{SimpleOp, World};
 use libfuzzer_sys::fuzz_target;
@@ -34,6 +34,7 @@ enum RawOp {
     Alloc {
         req: u8,
         table: Vec<u8>,
+        mamba: Vec<u8>,
         ext: u16,
     },
     GpuCache {
@@ -79,6 +80,7 @@ struct Input {
     raw: bool,
     cpu_blocks: u8,
     lazy: bool,
+    hybrid: bool,
     world: bool,
     events: bool,
     small_tables: bool,
@@ -149,14 +151,28 @@ fn raw(s: &mut SimpleScheduler, g: &mut Gpu, op: &RawOp) -> bool {
             s.get_num_new_matched_tokens(&l, u64::from(*computed))
                 .is_err()
         }
-        RawOp::Alloc { req, table, ext } => s
-            .update_state_after_alloc(g, u64::from(*req % 8), &ids(table), u64::from(*ext))
-            .is_err(),
+        RawOp::Alloc {
+            req,
+            table,
+            mamba,
+            ext,
+        } => {
+            let (attention, mamba) = (ids(table), ids(mamba));
+            let tables = GroupTables {
+                attention: &attention,
+                mamba: &mamba,
+            };
+            s.update_state_after_alloc_groups(g, u64::from(*req % 8), tables, u64::from(*ext))
+                .is_err()
+        }
         RawOp::GpuCache { n, hashes: h } => {
+            // The top bit picks the group (1: a hybrid model's Mamba states).
+            let group = u32::from(*n >> 7);
             let n = u32::from(*n % 4);
             let mut got = Vec::new();
             if g.get_new_blocks(n, |b| got.push(b)).is_ok() {
-                let keys: Vec<BlockKey> = hashes(h).iter().map(|&x| BlockKey::new(x, 0)).collect();
+                let keys: Vec<BlockKey> =
+                    hashes(h).iter().map(|&x| BlockKey::new(x, group)).collect();
                 let full = n.min(keys.len() as u32);
                 let _ = g.cache_full_blocks(&got, &keys, 0, full, 4, None);
             }
@@ -253,7 +269,15 @@ fuzz_target!(|input: Input| {
     let cpu = u32::from(input.cpu_blocks % 10) + 1;
     let world = if input.world { 2 } else { 1 };
     if !input.raw {
-        let Some(mut w) = World::new(cpu.max(2), 24, input.lazy, world, input.events) else {
+        let gpu = if input.hybrid { 40 } else { 24 };
+        let Some(mut w) = World::with_layout(
+            cpu.max(2),
+            gpu,
+            input.lazy,
+            world,
+            input.events,
+            input.hybrid,
+        ) else {
             return;
         };
         for (i, op) in input.ops.iter().enumerate() {
@@ -268,6 +292,7 @@ fuzz_target!(|input: Input| {
     }
     let mut c = SimpleConfig::with_cpu_blocks(4, GPU_BLOCKS, cpu);
     c.lazy_offload = input.lazy;
+    c.mamba_group = input.hybrid.then_some(1);
     c.max_num_batched_tokens = 8;
     c.world_size = world;
     c.enable_events = input.events;

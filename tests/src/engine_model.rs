@@ -19,6 +19,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use kvtier_cli::engine::{Connector, EngineConfig, FinishedRequest, LookupQuery, StepRecord};
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
+use kvtier_core::simple::GroupTables;
 
 /// One connector call.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -108,7 +109,7 @@ impl Connector for Recorder {
         &mut self,
         _gpu: &mut BlockPool<BlockKey>,
         q: &LookupQuery<'_>,
-        block_ids: &[u32],
+        tables: GroupTables<'_>,
         ext: usize,
     ) -> Result<(), Self::Error> {
         Recorder::allocated(
@@ -116,7 +117,7 @@ impl Connector for Recorder {
             q.rid,
             q.block_hashes,
             q.gpu_hit_blocks,
-            block_ids,
+            tables.attention,
             ext,
         );
         Ok(())

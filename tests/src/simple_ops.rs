@@ -15,8 +15,8 @@
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::{BlockPool, BlockPoolConfig};
 use kvtier_core::simple::{
-    Finished, Handoff, LookupRequest, Progress, Scheduled, SimpleConfig, SimpleScheduler,
-    StepInput, WorkerOutput,
+    Finished, GroupTables, Handoff, LookupRequest, Progress, Scheduled, SimpleConfig,
+    SimpleScheduler, StepInput, WorkerOutput,
 };
 use kvtier_core::stats::Gauge;
 use kvtier_core::stats::catalogue::{
@@ -54,6 +54,17 @@ pub enum SimpleOp {
     Alloc {
         /// Request index.
         req: u8,
+        /// Blocks cached on the GPU.
+        hashed: u8,
+        /// Hit blocks accepted.
+        take: u8,
+    },
+    /// [`SimpleOp::Lookup`] then [`SimpleOp::Alloc`] of the same request (a hit taken).
+    Admit {
+        /// Request index.
+        req: u8,
+        /// Local blocks.
+        computed: u8,
         /// Blocks cached on the GPU.
         hashed: u8,
         /// Hit blocks accepted.
@@ -101,6 +112,8 @@ struct Req {
     hashes: Vec<u64>,
     num_tokens: u64,
     table: Vec<u32>,
+    /// A hybrid model's Mamba table (group 1): a state at odd positions and the last.
+    states: Vec<u32>,
     computed: u64,
     hit: u64,
     lookup_computed: u64,
@@ -121,6 +134,7 @@ pub struct World {
     reqs: Vec<Req>,
     outstanding: Vec<u64>,
     world_size: u32,
+    hybrid: bool,
 }
 
 fn pool(n: u32) -> Gpu {
@@ -153,14 +167,28 @@ impl World {
         world_size: u32,
         events: bool,
     ) -> Option<Self> {
+        Self::with_layout(cpu_blocks, gpu_blocks, lazy, world_size, events, false)
+    }
+
+    /// [`World::new`], for a hybrid model when `hybrid` (group 0 attention, group 1 Mamba in
+    /// align mode: requests hold a state table too, and hand-offs name its blocks).
+    pub fn with_layout(
+        cpu_blocks: u32,
+        gpu_blocks: u32,
+        lazy: bool,
+        world_size: u32,
+        events: bool,
+        hybrid: bool,
+    ) -> Option<Self> {
         let mut c = SimpleConfig::with_cpu_blocks(BS, gpu_blocks, cpu_blocks);
+        c.mamba_group = hybrid.then_some(1);
         c.lazy_offload = lazy;
         c.max_num_batched_tokens = 8;
         c.world_size = world_size;
         c.enable_events = events;
         c.max_requests = 64;
         let module = SimpleScheduler::new(c).ok()?;
-        let model = SimpleModel::new(
+        let mut model = SimpleModel::new(
             BS,
             cpu_blocks,
             lazy,
@@ -168,6 +196,7 @@ impl World {
             world_size,
             events,
         );
+        model.mamba = hybrid;
         Some(World {
             module,
             model,
@@ -176,7 +205,112 @@ impl World {
             reqs: Vec::new(),
             outstanding: Vec::new(),
             world_size,
+            hybrid,
         })
+    }
+
+    /// `get_num_new_matched_tokens` for request `i` with `computed % (blocks + 1)` blocks
+    /// computed locally, on both sides.
+    fn lookup(&mut self, i: usize, computed: u8) -> Result<(), String> {
+        let r = &self.reqs[i];
+        let computed = u64::from(computed) % (r.hashes.len() as u64 + 1) * u64::from(BS);
+        let l = LookupRequest {
+            req: r.id,
+            block_hashes: &r.hashes,
+            num_tokens: r.num_tokens,
+            skip_reading_prefix_cache: false,
+        };
+        let a = self
+            .module
+            .get_num_new_matched_tokens(&l, computed)
+            .map_err(|e| e.to_string())?;
+        let b = self.model.lookup(&l, computed);
+        if a != b {
+            return Err(format!("lookup: module {a:?}, model {b:?}"));
+        }
+        let r = &mut self.reqs[i];
+        (r.hit, r.lookup_computed) = (a.0, computed);
+        Ok(())
+    }
+
+    /// Request `i`'s allocation (its tables, the first `hashed` blocks cached) and
+    /// `update_state_after_alloc` with `take` of its hit's blocks, on both sides.
+    fn alloc(&mut self, i: usize, hashed: u8, take: u8) -> Result<(), String> {
+        let n = self.reqs[i].hashes.len() as u32 + 1;
+        // A hybrid table keeps a state at odd positions and the last.
+        let kept = |p: u32| p % 2 == 1 || p + 1 == n;
+        let m = if self.hybrid {
+            (0..n).filter(|&p| kept(p)).count() as u32
+        } else {
+            0
+        };
+        if self.gpu_a.free_count() < n + m {
+            return Ok(());
+        }
+        let ta = self.both_new(n)?;
+        let sm = self.both_new(m)?;
+        let mut sa = Vec::new();
+        if self.hybrid {
+            let mut fresh = sm.iter();
+            sa = (0..n)
+                .map(|p| {
+                    if kept(p) {
+                        *fresh.next().unwrap_or(&0)
+                    } else {
+                        0
+                    }
+                })
+                .collect();
+        }
+        let r = &self.reqs[i];
+        let h = u32::from(hashed) % n;
+        let keys: Vec<BlockKey> = r.hashes.iter().map(|&x| BlockKey::new(x, 0)).collect();
+        let state_keys: Vec<BlockKey> = r.hashes.iter().map(|&x| BlockKey::new(x, 1)).collect();
+        for g in [&mut self.gpu_a, &mut self.gpu_b] {
+            g.cache_full_blocks(&ta, &keys, 0, h, BS, None)
+                .map_err(|e| e.to_string())?;
+            if !sa.is_empty() {
+                g.cache_full_blocks(&sa, &state_keys, 0, h, BS, None)
+                    .map_err(|e| e.to_string())?;
+            }
+        }
+        // A hybrid hit's state is loaded only when the whole hit is taken: take it
+        // whole more often there.
+        let take = u64::from(take % if self.hybrid { 8 } else { 4 });
+        let ext = (r.hit / u64::from(BS)).min(take) * u64::from(BS);
+        let (id, lc) = (r.id, r.lookup_computed);
+        let tables = GroupTables {
+            attention: &ta,
+            mamba: &sa,
+        };
+        self.module
+            .update_state_after_alloc_groups(&mut self.gpu_a, id, tables, ext)
+            .map_err(|e| e.to_string())?;
+        let model_tables: Vec<&[u32]> = if self.hybrid {
+            vec![&ta, &sa]
+        } else {
+            vec![&ta]
+        };
+        self.model
+            .after_alloc(&mut self.gpu_b, id, &model_tables, ext);
+        let r = &mut self.reqs[i];
+        (r.table, r.states, r.allocated, r.computed) = (ta, sa, true, lc + ext);
+        Ok(())
+    }
+
+    /// `n` new blocks from both GPU pools, which must hand out the same.
+    fn both_new(&mut self, n: u32) -> Result<Vec<u32>, String> {
+        let (mut ta, mut tb) = (Vec::new(), Vec::new());
+        self.gpu_a
+            .get_new_blocks(n, |b| ta.push(b))
+            .map_err(|e| e.to_string())?;
+        self.gpu_b
+            .get_new_blocks(n, |b| tb.push(b))
+            .map_err(|e| e.to_string())?;
+        if ta != tb {
+            return Err(format!("GPU pools diverged: {ta:?} vs {tb:?}"));
+        }
+        Ok(ta)
     }
 
     fn pick(&self, i: u8, f: impl Fn(&Req) -> bool) -> Option<usize> {
@@ -198,6 +332,7 @@ impl World {
                     hashes: (0..n).map(|i| t * 1000 + i + 1).collect(),
                     num_tokens: n * u64::from(BS) + 1,
                     table: Vec::new(),
+                    states: Vec::new(),
                     computed: 0,
                     hit: 0,
                     lookup_computed: 0,
@@ -207,61 +342,25 @@ impl World {
                 });
             }
             SimpleOp::Lookup { req, computed } => {
-                let Some(i) = self.pick(req, |r| r.alive && !r.allocated) else {
-                    return Ok(());
-                };
-                let r = &self.reqs[i];
-                let computed = u64::from(computed) % (r.hashes.len() as u64 + 1) * u64::from(BS);
-                let l = LookupRequest {
-                    req: r.id,
-                    block_hashes: &r.hashes,
-                    num_tokens: r.num_tokens,
-                    skip_reading_prefix_cache: false,
-                };
-                let a = self
-                    .module
-                    .get_num_new_matched_tokens(&l, computed)
-                    .map_err(|e| e.to_string())?;
-                let b = self.model.lookup(&l, computed);
-                if a != b {
-                    return Err(format!("lookup: module {a:?}, model {b:?}"));
+                if let Some(i) = self.pick(req, |r| r.alive && !r.allocated) {
+                    self.lookup(i, computed)?;
                 }
-                let r = &mut self.reqs[i];
-                (r.hit, r.lookup_computed) = (a.0, computed);
             }
             SimpleOp::Alloc { req, hashed, take } => {
-                let Some(i) = self.pick(req, |r| r.alive && !r.allocated) else {
-                    return Ok(());
-                };
-                let n = self.reqs[i].hashes.len() as u32 + 1;
-                if self.gpu_a.free_count() < n {
-                    return Ok(());
+                if let Some(i) = self.pick(req, |r| r.alive && !r.allocated) {
+                    self.alloc(i, hashed, take)?;
                 }
-                let (mut ta, mut tb) = (Vec::new(), Vec::new());
-                self.gpu_a
-                    .get_new_blocks(n, |b| ta.push(b))
-                    .map_err(|e| e.to_string())?;
-                self.gpu_b
-                    .get_new_blocks(n, |b| tb.push(b))
-                    .map_err(|e| e.to_string())?;
-                if ta != tb {
-                    return Err(format!("GPU pools diverged: {ta:?} vs {tb:?}"));
+            }
+            SimpleOp::Admit {
+                req,
+                computed,
+                hashed,
+                take,
+            } => {
+                if let Some(i) = self.pick(req, |r| r.alive && !r.allocated) {
+                    self.lookup(i, computed)?;
+                    self.alloc(i, hashed, take)?;
                 }
-                let r = &self.reqs[i];
-                let h = u32::from(hashed) % n;
-                let keys: Vec<BlockKey> = r.hashes.iter().map(|&x| BlockKey::new(x, 0)).collect();
-                for g in [&mut self.gpu_a, &mut self.gpu_b] {
-                    g.cache_full_blocks(&ta, &keys, 0, h, BS, None)
-                        .map_err(|e| e.to_string())?;
-                }
-                let ext = (r.hit / u64::from(BS)).min(u64::from(take % 4)) * u64::from(BS);
-                let (id, lc) = (r.id, r.lookup_computed);
-                self.module
-                    .update_state_after_alloc(&mut self.gpu_a, id, &ta, ext)
-                    .map_err(|e| e.to_string())?;
-                self.model.after_alloc(&mut self.gpu_b, id, &ta, ext);
-                let r = &mut self.reqs[i];
-                (r.table, r.allocated, r.computed) = (ta, true, lc + ext);
             }
             SimpleOp::Step {
                 sched,
@@ -326,8 +425,10 @@ impl World {
                     .map_err(|e| e.to_string())?;
                 self.model.finished_all(&mut self.gpu_b, &f);
                 let rev: Vec<u32> = r.table.iter().rev().copied().collect();
+                let states: Vec<u32> = r.states.iter().rev().copied().collect();
                 for g in [&mut self.gpu_a, &mut self.gpu_b] {
                     g.free_blocks(&rev).map_err(|e| e.to_string())?;
+                    g.free_blocks(&states).map_err(|e| e.to_string())?;
                 }
                 self.reqs[i].alive = false;
             }
@@ -376,10 +477,12 @@ impl World {
             .filter(|_| !self.reqs.is_empty())
             .map(|&(r, p)| {
                 let r = &self.reqs[r as usize % self.reqs.len()];
-                let g = if p == 255 || r.table.is_empty() {
+                // A hybrid model hands off its states; a dense one anything, to test the rules.
+                let table = if self.hybrid { &r.states } else { &r.table };
+                let g = if p == 255 || table.is_empty() {
                     0
                 } else {
-                    r.table[p as usize % r.table.len()]
+                    table[p as usize % table.len()]
                 };
                 (r.id, vec![g])
             })

@@ -2,10 +2,10 @@
 //! Prometheus server (Debian package `prometheus`) scrapes a running replay every second, the
 //! dashboard's template variables are expanded as Grafana expands them, and every query of its
 //! "KV offloading" row must return data through Prometheus's query API; on `kvtier serve
-//! --offloader simple`, the queries of its "Simple CPU offload" row must too, but for the
-//! save-outcome panel: vLLM 0.33.0 classifies only boundary hand-offs, which only Mamba groups
-//! in "align" mode produce, so a dense model's server never emits that counter and the panel
-//! has no data there either (checked as such).
+//! --offloader simple --hybrid` (a hybrid model, whose Mamba group in "align" mode hands off
+//! its boundary states), all four queries of its "Simple CPU offload" row must too. With a
+//! dense model (no `--hybrid`) the save-outcome panel has no data: vLLM 0.33.0 classifies only
+//! boundary hand-offs, so a dense model's server never emits that counter (checked as such).
 //!
 //! The queries are written here; [`queries_match_the_dashboard_file`] checks them against the
 //! dashboard file when the shared folder is there (`../shared` beside the workspace).
@@ -353,6 +353,37 @@ fn the_simple_cpu_offload_row_has_data_on_kvtier_serve_offloader_simple() {
     // the simple offloader does not have: no data, as on vLLM.
     let offloading = run_row(&prom, &KV_OFFLOADING_ROW, &values);
     assert!(offloading.iter().all(Option::is_none), "{offloading:?}");
+    drop(prom);
+    serving.stop();
+}
+
+#[test]
+#[ignore = "needs a Prometheus server (Debian package prometheus); run via `cargo xtask test`"]
+fn the_simple_cpu_offload_row_fills_on_a_hybrid_model() {
+    require_prometheus();
+    let (serving, prom, values) = serve_and_scrape(&[
+        "--offloader",
+        "simple",
+        "--hybrid",
+        "--gpu-blocks",
+        "2048",
+        "--capacity",
+        "8192",
+    ]);
+    let results = run_row(&prom, &SIMPLE_ROW, &values);
+    let got: Vec<bool> = results.iter().map(Option::is_some).collect();
+    assert_eq!(
+        got,
+        [true, true, true, true],
+        "{results:?}\nPrometheus log:\n{}",
+        prom.log()
+    );
+    // The outcome panel's series: states stored while the replay runs.
+    let stored = r#"vllm:simple_kv_offload_save_outcomes_total{outcome="stored"}"#;
+    assert!(prom.value(stored).is_some_and(|v| v > 0.0), "{results:?}");
+    let v = |i: usize| -> f64 { results[i].as_deref().unwrap().parse().unwrap() };
+    assert!(v(0) > 0.0 && v(1) > 0.0, "{results:?}");
+    assert!((1.0..=8192.0).contains(&v(2)), "{results:?}");
     drop(prom);
     serving.stop();
 }

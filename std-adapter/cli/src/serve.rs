@@ -276,7 +276,7 @@ where
         replayer: args.manager.replayer(manager, block_tokens),
         stats: ReplayStats::new(args.transfer.model(block_tokens)?),
         engine: match args.gpu {
-            Some(g) => Some((g.engine(block_tokens)?, EngineCounts::default())),
+            Some(g) => Some((g.offloading_engine(block_tokens)?, EngineCounts::default())),
             None => None,
         },
         keys: Vec::new(),

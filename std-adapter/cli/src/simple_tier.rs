@@ -14,8 +14,8 @@ use std::fmt;
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
 use kvtier_core::simple::{
-    AllocStateError, Finished, InputError, LookupRequest, OutputError, Progress, Scheduled,
-    SimpleScheduler, StepInput, WorkerOutput,
+    AllocStateError, Finished, GroupTables, InputError, LookupRequest, OutputError, Progress,
+    Scheduled, SimpleScheduler, StepInput, WorkerOutput,
 };
 
 use crate::engine::{Connector, FinishedRequest, LookupQuery, StepRecord};
@@ -211,13 +211,13 @@ impl Connector for SimpleTier {
         &mut self,
         gpu: &mut BlockPool<BlockKey>,
         q: &LookupQuery<'_>,
-        block_ids: &[u32],
+        tables: GroupTables<'_>,
         external_blocks: usize,
     ) -> Result<(), SimpleTierError> {
         let tokens = external_blocks as u64 * self.bt;
         Ok(self
             .s
-            .update_state_after_alloc(gpu, q.rid, block_ids, tokens)?)
+            .update_state_after_alloc_groups(gpu, q.rid, tables, tokens)?)
     }
 
     fn load_done(&mut self, rid: u64) -> Result<(), SimpleTierError> {
@@ -255,7 +255,7 @@ impl Connector for SimpleTier {
             })
             .collect();
         let input = StepInput {
-            handoffs: &[],
+            handoffs: step.handoffs,
             preempted: step.preempted,
             finished: &self.finished,
             scheduled: &scheduled,

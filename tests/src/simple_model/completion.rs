@@ -97,8 +97,8 @@ impl SimpleModel {
     /// `request_finished`.
     pub fn finished(&mut self, gpu: &mut Gpu, r: u64) {
         if let Some(p) = self.pending_hits.iter().position(|(i, _, _)| *i == r) {
-            let (_, blocks, _) = self.pending_hits.remove(p);
-            self.cpu.free_blocks(&blocks);
+            let (_, groups, _) = self.pending_hits.remove(p);
+            self.cpu.free_blocks(&super::pins(&groups));
         }
         if let Some(l) = get(&mut self.reqs_to_load, r)
             && l.event.is_none()
@@ -150,8 +150,8 @@ impl SimpleModel {
 
     /// `reset`.
     pub fn reset(&mut self, gpu: &mut Gpu) -> bool {
-        for (_, blocks, _) in std::mem::take(&mut self.pending_hits) {
-            self.cpu.free_blocks(&blocks);
+        for (_, groups, _) in std::mem::take(&mut self.pending_hits) {
+            self.cpu.free_blocks(&super::pins(&groups));
         }
         let live = std::mem::take(&mut self.events_to_blocks);
         self.abandoned.extend(live);

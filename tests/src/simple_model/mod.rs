@@ -1,5 +1,6 @@
 //! A reference model of vLLM 0.33.0's `SimpleCPUOffloadScheduler` for one full-attention
-//! group, written as a direct restatement of `manager.py`: insertion-ordered `Vec`s for its
+//! group (group 0), optionally with a Mamba group in align mode (group 1, [`SimpleModel::mamba`]),
+//! written as a direct restatement of `manager.py` and the hybrid coordinator's lookup: insertion-ordered `Vec`s for its
 //! dicts, `BTreeMap`/`BTreeSet` where order does not matter, and a naive CPU `BlockPool`
 //! (a `VecDeque` free list, a map from key to the blocks holding it in insertion order).
 //!
@@ -19,6 +20,9 @@ use kvtier_core::simple::{LookupRequest, Medium, Scheduled, SimpleEvent, StepInp
 
 mod completion;
 use kvtier_core::stats::simple_offload::SaveOutcome;
+
+/// A hit's blocks per group, `None` for the null block (vLLM's tuple of block lists).
+pub type HitGroups = Vec<Vec<Option<u32>>>;
 
 /// The GPU pool both sides drive.
 pub type Gpu = BlockPool<BlockKey>;
@@ -154,7 +158,11 @@ pub struct SimpleModel {
     pub(crate) events_on: bool,
     /// The CPU pool.
     pub cpu: NaivePool,
-    pub(crate) pending_hits: Vec<(u64, Vec<u32>, u64)>,
+    /// A hybrid model: group 1 is a Mamba group (set after [`SimpleModel::new`]).
+    pub mamba: bool,
+    /// `_pending_cpu_hits`: per request, the hit's blocks per group (`None`: the null block)
+    /// and the computed tokens it was found after.
+    pub(crate) pending_hits: Vec<(u64, HitGroups, u64)>,
     pub(crate) reqs_to_load: Vec<(u64, LoadSt)>,
     pub(crate) abandoned_loads: Vec<(u64, LoadSt)>,
     pub(crate) reqs_to_store: Vec<(u64, StoreSt)>,
@@ -172,6 +180,11 @@ pub struct SimpleModel {
     pub(crate) interval_load: u64,
     /// Events recorded (drained by the harness).
     pub events: Vec<SimpleEvent>,
+}
+
+/// The non-null blocks of a hit's groups, group by group (`_free_pending_cpu_hit`'s order).
+pub(crate) fn pins(groups: &[Vec<Option<u32>>]) -> Vec<u32> {
+    groups.iter().flatten().filter_map(|b| *b).collect()
 }
 
 pub(crate) fn idx(o: SaveOutcome) -> usize {
@@ -205,6 +218,7 @@ impl SimpleModel {
             world,
             events_on,
             cpu: NaivePool::new(num_cpu),
+            mamba: false,
             pending_hits: Vec::new(),
             reqs_to_load: Vec::new(),
             abandoned_loads: Vec::new(),
@@ -247,8 +261,8 @@ impl SimpleModel {
     pub fn lookup(&mut self, r: &LookupRequest<'_>, computed: u64) -> (u64, bool) {
         let (req, hashes, num_tokens) = (r.req, r.block_hashes, r.num_tokens);
         if let Some(p) = self.pending_hits.iter().position(|(i, _, _)| *i == req) {
-            let (_, blocks, _) = self.pending_hits.remove(p);
-            self.cpu.free_blocks(&blocks);
+            let (_, groups, _) = self.pending_hits.remove(p);
+            self.cpu.free_blocks(&pins(&groups));
         }
         if r.skip_reading_prefix_cache {
             return (0, false);
@@ -265,24 +279,40 @@ impl SimpleModel {
         if max_hit <= 0 {
             return (0, false);
         }
-        let mut hit = Vec::new();
+        let mut attention = Vec::new();
         for &h in remaining.iter().take((max_hit as u64 / self.bs) as usize) {
             match self.cpu.get_one(&BlockKey::new(h, 0)) {
-                Some(b) => hit.push(b),
+                Some(b) => attention.push(Some(b)),
                 None => break,
             }
         }
-        if hit.is_empty() {
+        let mut groups = vec![attention];
+        if self.mamba {
+            // Mamba: right to left within the attention hit, the first state the pool holds,
+            // after null blocks; full attention is then cut to that length.
+            let mut state = Vec::new();
+            for i in (0..groups[0].len()).rev() {
+                if let Some(b) = self.cpu.get_one(&BlockKey::new(remaining[i], 1)) {
+                    state = vec![None; i];
+                    state.push(Some(b));
+                    break;
+                }
+            }
+            groups[0].truncate(state.len());
+            groups.push(state);
+        }
+        let n = groups[0].len() as u64;
+        if n == 0 {
             return (0, false);
         }
-        self.cpu.touch(&hit);
-        let n = hit.len() as u64;
-        self.pending_hits.push((req, hit, computed));
+        self.cpu.touch(&pins(&groups));
+        self.pending_hits.push((req, groups, computed));
         (n * self.bs, true)
     }
 
-    /// `update_state_after_alloc(request, blocks, num_external_tokens)`.
-    pub fn after_alloc(&mut self, gpu: &mut Gpu, req: u64, block_ids: &[u32], ext: u64) {
+    /// `update_state_after_alloc(request, blocks, num_external_tokens)`, `tables` the request's
+    /// table per group.
+    pub fn after_alloc(&mut self, gpu: &mut Gpu, req: u64, tables: &[&[u32]], ext: u64) {
         if !self.lazy && get(&mut self.reqs_to_store, req).is_none() {
             self.reqs_to_store.push((
                 req,
@@ -299,19 +329,26 @@ impl SimpleModel {
             .iter()
             .position(|(i, _, _)| *i == req)
             .map(|p| self.pending_hits.remove(p));
-        let Some((_, hit, computed)) = pending else {
+        let Some((_, groups, computed)) = pending else {
             return;
         };
         if ext == 0 {
-            self.cpu.free_blocks(&hit);
+            self.cpu.free_blocks(&pins(&groups));
             return;
         }
-        let take = (ext.div_ceil(self.bs) as usize).min(hit.len());
+        let take = ext.div_ceil(self.bs) as usize;
         let start = (computed / self.bs) as usize;
-        let gpu_ids: Vec<u32> = (0..take).map(|i| block_ids[start + i]).collect();
-        let cpu_ids = hit[..take].to_vec();
+        let (mut gpu_ids, mut cpu_ids) = (Vec::new(), Vec::new());
+        for (g, hit) in groups.iter().enumerate() {
+            for (i, b) in hit.iter().take(take).enumerate() {
+                if let Some(c) = b {
+                    gpu_ids.push(tables[g][start + i]);
+                    cpu_ids.push(*c);
+                }
+            }
+        }
         self.cpu.touch(&cpu_ids);
-        self.cpu.free_blocks(&hit);
+        self.cpu.free_blocks(&pins(&groups));
         gpu.touch(&gpu_ids).expect("in range");
         self.reqs_to_load.push((
             req,

@@ -26,13 +26,18 @@ pub fn human(r: &SimpleReport) -> String {
     let mut s = format!(
         "kvtier replay --offloader simple: {source}\n\
          {mode} mode, {cpu} CPU blocks, world size {ws}; GPU front (engine model, \
-         docs/engine-model.md): {gpu} blocks\n\
+         docs/engine-model.md): {gpu} blocks{hybrid}\n\
          \n",
         source = r.source,
         mode = if r.lazy { "lazy" } else { "eager" },
         cpu = r.cpu_blocks,
         ws = r.world_size,
         gpu = g.gpu_blocks,
+        hybrid = if g.hybrid {
+            ", hybrid (attention + Mamba in align mode)"
+        } else {
+            ""
+        },
     );
     for o in SaveOutcome::ALL {
         let n = r.outcomes.get(o.label()).copied().unwrap_or(0);

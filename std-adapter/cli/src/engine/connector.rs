@@ -15,6 +15,7 @@
 
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
+use kvtier_core::simple::{GroupTables, Handoff};
 
 /// A request's lookup in the tier (vLLM's `get_num_new_matched_tokens` with the GPU's
 /// block-aligned hit as `num_computed_tokens`).
@@ -84,6 +85,10 @@ pub struct StepRecord<'a> {
     pub scheduled: &'a [ScheduledRequest<'a>],
     /// Requests preempted in this step.
     pub preempted: &'a [u64],
+    /// A hybrid model's boundary hand-offs drained in this step (vLLM's
+    /// `boundary_state_offloads`): per request, in the order they were made, the Mamba state
+    /// blocks cached since the last step. Empty for a dense model.
+    pub handoffs: &'a [Handoff<'a>],
 }
 
 /// The scheduler side of the tier behind the GPU.
@@ -101,8 +106,9 @@ pub trait Connector {
     fn lookup(&mut self, query: &LookupQuery<'_>) -> Result<usize, Self::Error>;
 
     /// The request's blocks are allocated at its first admission, with `external_blocks` the
-    /// last [`Connector::lookup`] answer for `query`: `block_ids` is its table, whose blocks
-    /// `gpu_hit_blocks..gpu_hit_blocks + external_blocks` the tier loads.
+    /// last [`Connector::lookup`] answer for `query`: `tables.attention` is its table, whose
+    /// blocks `gpu_hit_blocks..gpu_hit_blocks + external_blocks` the tier loads;
+    /// `tables.mamba` a hybrid model's state table (empty for a dense model).
     ///
     /// # Errors
     /// The connector's own.
@@ -110,7 +116,7 @@ pub trait Connector {
         &mut self,
         gpu: &mut BlockPool<BlockKey>,
         query: &LookupQuery<'_>,
-        block_ids: &[u32],
+        tables: GroupTables<'_>,
         external_blocks: usize,
     ) -> Result<(), Self::Error>;
 
@@ -168,7 +174,7 @@ impl Connector for NoConnector {
         &mut self,
         _gpu: &mut BlockPool<BlockKey>,
         _query: &LookupQuery<'_>,
-        _block_ids: &[u32],
+        _tables: GroupTables<'_>,
         _external_blocks: usize,
     ) -> Result<(), Self::Error> {
         Ok(())

@@ -1,5 +1,6 @@
 //! The GPU prefix cache: the core's [`BlockPool`] used as vLLM's GPU KV cache, one KV-cache
-//! group of full attention, with the calls of vLLM's `KVCacheManager` in their order.
+//! group of full attention (and, for a hybrid model, a Mamba group sharing the pool: see
+//! `mamba`), with the calls of vLLM's `KVCacheManager` in their order.
 //!
 //! * [`GpuCache::longest_hit`] is `find_longest_cache_hit`: the request's leading block
 //!   hashes (group 0) while each is cached, at most `max_blocks` of them.
@@ -60,14 +61,24 @@ crate::from_variants::from_variants!(
     CacheError => Cache,
 );
 
+/// What another KV-cache group of the pool takes in the same allocation (a hybrid model's
+/// Mamba group): hit blocks to touch with the attention hits, new blocks taken after them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Other<'a> {
+    /// Its hit blocks, touched with the attention group's.
+    pub hits: &'a [u32],
+    /// Its new blocks.
+    pub new: u64,
+}
+
 /// vLLM's GPU KV cache for one group: a [`BlockPool`] with prefix caching on.
 #[derive(Debug)]
 pub struct GpuCache {
-    pool: BlockPool<BlockKey>,
+    pub(super) pool: BlockPool<BlockKey>,
     block_tokens: u32,
     /// Scratch: the keys of one `cache` call, the reversed table of one `free` call.
     keys: Vec<BlockKey>,
-    reversed: Vec<u32>,
+    pub(super) reversed: Vec<u32>,
 }
 
 impl GpuCache {
@@ -126,22 +137,25 @@ impl GpuCache {
     }
 
     /// Blocks to take from the free queue to extend a table of `held` blocks (of which the
-    /// `hits` are newly computed blocks still to be touched) to `tokens` tokens.
+    /// `hits` are newly computed blocks still to be touched) to `tokens` tokens; `other`'s
+    /// hits (a hybrid model's hit state) count when idle, its new blocks as they are.
     #[must_use]
-    pub fn blocks_needed(&self, held: usize, hits: &[u32], tokens: u64) -> u64 {
+    pub fn blocks_needed(&self, held: usize, hits: &[u32], tokens: u64, other: Other<'_>) -> u64 {
         let want = tokens.div_ceil(u64::from(self.block_tokens));
         let new = want.saturating_sub((held + hits.len()) as u64);
         let idle = hits
             .iter()
+            .chain(other.hits)
             .filter(|&&b| self.pool.ref_count(b) == Some(0))
             .count() as u64;
-        new + idle
+        new + idle + other.new
     }
 
-    /// `allocate_slots`: touches `hits` and appends them to `table`, then appends new blocks
-    /// until the table covers `tokens` tokens. Returns false and changes nothing when the free
-    /// queue holds fewer than [`GpuCache::blocks_needed`] blocks beyond `reserved` (blocks
-    /// kept for other requests, vLLM's `reserved_blocks`).
+    /// `allocate_slots`: touches `hits` (and `other.hits`) and appends `hits` to `table`,
+    /// then appends new blocks until the table covers `tokens` tokens. Returns false and
+    /// changes nothing when the free queue holds fewer than [`GpuCache::blocks_needed`]
+    /// blocks beyond `reserved` (blocks kept for other requests, vLLM's `reserved_blocks`).
+    /// The other group's new blocks are the caller's to take right after.
     ///
     /// # Errors
     /// [`GpuError`] when the pool refuses a call the check above allows.
@@ -151,12 +165,14 @@ impl GpuCache {
         hits: &[u32],
         tokens: u64,
         reserved: u64,
+        other: Other<'_>,
     ) -> Result<bool, GpuError> {
         let available = u64::from(self.pool.free_count()).saturating_sub(reserved);
-        if self.blocks_needed(table.len(), hits, tokens) > available {
+        if self.blocks_needed(table.len(), hits, tokens, other) > available {
             return Ok(false);
         }
         self.pool.touch(hits)?;
+        self.pool.touch(other.hits)?;
         table.extend_from_slice(hits);
         let want = tokens.div_ceil(u64::from(self.block_tokens));
         let new = u32::try_from(want.saturating_sub(table.len() as u64)).unwrap_or(u32::MAX);

@@ -12,11 +12,15 @@
 //! | file | holds |
 //! |---|---|
 //! | `gpu` | [`GpuCache`]: the block pool with vLLM's allocation, caching and free order |
+//! | `mamba` | a hybrid model's Mamba group (align mode) in the same pool: state tables, hits, boundary hand-offs |
 //! | `connector` | [`Connector`], the hooks a step calls, and [`StepRecord`] |
+//! | `request` | a request in the engine: its tables, its lookup query, its allocation over both groups |
 //! | `sched` | [`Engine`]: the queues and the step |
 
 mod connector;
 mod gpu;
+mod mamba;
+mod request;
 mod sched;
 
 use core::fmt;
@@ -24,7 +28,8 @@ use core::fmt;
 pub use connector::{
     Connector, FinishedRequest, LookupQuery, NoConnector, ScheduledRequest, StepRecord,
 };
-pub use gpu::{GpuCache, GpuError};
+pub use gpu::{GpuCache, GpuError, Other};
+pub use mamba::MAMBA_GROUP;
 pub use sched::Engine;
 
 /// The engine model's parameters.
@@ -44,6 +49,10 @@ pub struct EngineConfig {
     /// Steps a transfer takes: issued in step `t`, it completes at the end of step
     /// `t + transfer_steps`.
     pub transfer_steps: u64,
+    /// A hybrid model: a Mamba group in vLLM's `align` mode beside the attention group, with
+    /// the same block size, in the same GPU pool (group [`MAMBA_GROUP`]); prefill chunks end
+    /// on block boundaries and each boundary's state is handed off (default false).
+    pub hybrid: bool,
 }
 
 impl EngineConfig {
@@ -68,6 +77,7 @@ impl EngineConfig {
             max_num_seqs: Self::DEFAULT_MAX_NUM_SEQS,
             decode_tokens: Self::DEFAULT_DECODE_TOKENS,
             transfer_steps: Self::DEFAULT_TRANSFER_STEPS,
+            hybrid: false,
         }
     }
 
@@ -108,6 +118,11 @@ pub struct EngineArgs {
     /// With a GPU in front: engine steps an offload transfer takes.
     #[arg(long, default_value_t = EngineConfig::DEFAULT_TRANSFER_STEPS, value_name = "N")]
     pub transfer_steps: u64,
+    /// With a GPU in front and --offloader simple: a hybrid model, with a Mamba KV-cache group
+    /// in vLLM's align mode beside the attention group (same block size); its boundary
+    /// states are handed off to the offloader and fill the save-outcome counter.
+    #[arg(long)]
+    pub hybrid: bool,
 }
 
 impl EngineArgs {
@@ -121,6 +136,7 @@ impl EngineArgs {
             max_num_seqs: self.max_num_seqs,
             decode_tokens: self.decode_tokens,
             transfer_steps: self.transfer_steps,
+            hybrid: self.hybrid,
         }
     }
 }

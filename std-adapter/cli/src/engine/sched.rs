@@ -4,51 +4,14 @@
 use std::collections::VecDeque;
 
 use kvtier_core::hashing::Map;
+use kvtier_core::simple::{GroupTables, Handoff};
 
-use super::connector::{Connector, FinishedRequest, LookupQuery, ScheduledRequest, StepRecord};
+use super::connector::{Connector, FinishedRequest, ScheduledRequest, StepRecord};
 use super::gpu::GpuCache;
+use super::mamba::{chunk, group_offers};
+use super::request::{Req, allocate, prefill_reserve, query};
 use super::{EngineConfig, EngineCounts, EngineError};
 use crate::trace::Record;
-
-/// A request in the engine, from its arrival to the free of its blocks.
-#[derive(Debug)]
-struct Req {
-    rid: u64,
-    hashes: Vec<u64>,
-    /// Prompt tokens: `hashes.len() · block_tokens`.
-    prompt: u64,
-    table: Vec<u32>,
-    computed: u64,
-    outputs: u64,
-    /// Leading blocks of `table` in the GPU prefix cache.
-    cached: usize,
-    /// The connector has committed its lookup ([`Connector::allocated`]).
-    admitted: bool,
-    /// Blocks the GPU hit at the first admission and the tier loads after them.
-    gpu_hit: usize,
-    external: usize,
-    preempted: bool,
-    prefilled: bool,
-    /// The step at whose end the stores (after `prefilled`) or the loads complete.
-    transfer_end: u64,
-    /// Tokens scheduled in the current step.
-    scheduled: u64,
-    new_blocks: usize,
-    /// Admitted (or resumed) in the current step: the schedule carries its whole table.
-    full_table: bool,
-}
-
-impl Req {
-    fn num_tokens(&self) -> u64 {
-        self.prompt + self.outputs
-    }
-
-    /// The hit cap: block-aligned, short of the last token, within the hashed blocks.
-    fn max_hit_blocks(&self, block_tokens: u64) -> usize {
-        let cap = (self.num_tokens() - 1) / block_tokens;
-        usize::try_from(cap).map_or(self.hashes.len(), |c| c.min(self.hashes.len()))
-    }
-}
 
 /// The engine: waiting, running, loading and finishing requests over one GPU prefix cache.
 ///
@@ -82,6 +45,9 @@ pub struct Engine {
     counts: EngineCounts,
     hits: Vec<u32>,
     preempted: Vec<u64>,
+    /// A hybrid model's boundary hand-offs not yet handed to the connector: `(request, state
+    /// block)` in the order they were made.
+    offers: Vec<(u64, u32)>,
 }
 
 impl Engine {
@@ -104,6 +70,7 @@ impl Engine {
             counts: EngineCounts::default(),
             hits: Vec::new(),
             preempted: Vec::new(),
+            offers: Vec::new(),
         })
     }
 
@@ -182,7 +149,8 @@ impl Engine {
         let bt = u64::from(self.config.block_tokens);
         let prompt = (hashes.len() as u64).saturating_mul(bt);
         let most = prompt.saturating_add(u64::from(self.config.decode_tokens) - 1);
-        let blocks = most.div_ceil(bt);
+        // A hybrid request also holds its running state and the one before it.
+        let blocks = most.div_ceil(bt) + 2 * u64::from(self.config.hybrid);
         if blocks > u64::from(self.config.num_gpu_blocks - 1) {
             return Err(EngineError::RequestTooLarge {
                 rid,
@@ -196,6 +164,7 @@ impl Engine {
             hashes: hashes.to_vec(),
             prompt,
             table: Vec::new(),
+            states: Vec::new(),
             computed: 0,
             outputs: 0,
             cached: 0,
@@ -257,12 +226,16 @@ impl Engine {
         let mut i = 0;
         while i < self.running.len() && *budget > 0 {
             let r = &self.running[i];
-            let num_new = (r.num_tokens() - r.computed).min(*budget);
+            let num_new = chunk(&self.config, r.num_tokens(), r.prompt, r.computed, *budget);
+            if num_new == 0 {
+                i += 1; // align mode: the budget holds no whole block of its prompt
+                continue;
+            }
             let tokens = r.computed + num_new;
             let scheduled = loop {
                 let r = &mut self.running[i];
                 let held = r.table.len();
-                if self.gpu.allocate(&mut r.table, &[], tokens, 0)? {
+                if allocate(&mut self.gpu, r, &[], None, tokens, 0, self.config.hybrid)? {
                     r.new_blocks = r.table.len() - held;
                     break true;
                 }
@@ -285,6 +258,9 @@ impl Engine {
                 .map_or(r.hashes.len(), |f| f.min(r.hashes.len()));
             self.gpu.cache(&r.table, &r.hashes, r.cached, full)?;
             r.cached = r.cached.max(full);
+            if let Some(b) = self.gpu.cache_state(&r.states, &r.hashes, full)? {
+                self.offers.push((r.rid, b));
+            }
             r.scheduled = num_new;
             *budget -= num_new;
             any = true;
@@ -295,7 +271,7 @@ impl Engine {
 
     fn preempt_last<E>(&mut self) -> Result<(), EngineError<E>> {
         if let Some(mut r) = self.running.pop() {
-            self.gpu.free(&mut r.table)?;
+            self.release(&mut r)?;
             r.computed = 0;
             r.cached = 0;
             r.scheduled = 0;
@@ -330,10 +306,15 @@ impl Engine {
             };
             let fresh = r.computed == 0;
             let (mut g, mut ext) = (0, 0);
+            let mut state = None;
             self.hits.clear();
             if fresh {
                 let max = r.max_hit_blocks(bt);
                 self.gpu.longest_hit(&r.hashes, max, &mut self.hits);
+                if self.config.hybrid {
+                    state = self.gpu.state_hit(&r.hashes, self.hits.len());
+                    self.hits.truncate(state.map_or(0, |(n, _)| n));
+                }
                 g = self.hits.len();
                 if !r.admitted {
                     let q = query(r, g, max);
@@ -345,15 +326,25 @@ impl Engine {
             let num_new = if ext > 0 {
                 0
             } else {
-                (r.num_tokens() - start).min(*budget)
+                let n = chunk(&self.config, r.num_tokens(), r.prompt, start, *budget);
+                if n == 0 {
+                    break; // align mode: the budget holds no whole block of its prompt
+                }
+                n
             };
             let tokens = start + num_new + ext as u64 * bt;
             let held = r.table.len();
             let reserved = if ext > 0 { in_flight } else { 0 };
-            if !self
-                .gpu
-                .allocate(&mut r.table, &self.hits, tokens, reserved)?
-            {
+            let hybrid = self.config.hybrid;
+            if !allocate(
+                &mut self.gpu,
+                r,
+                &self.hits,
+                state,
+                tokens,
+                reserved,
+                hybrid,
+            )? {
                 break;
             }
             any = true;
@@ -368,7 +359,11 @@ impl Engine {
                 self.record_lookup(&r, g as u64 * bt);
                 if !r.admitted {
                     let q = query(&r, g, r.max_hit_blocks(bt));
-                    conn.allocated(self.gpu.pool_mut(), &q, &r.table, ext)
+                    let tables = GroupTables {
+                        attention: &r.table,
+                        mamba: &r.states,
+                    };
+                    conn.allocated(self.gpu.pool_mut(), &q, tables, ext)
                         .map_err(EngineError::Connector)?;
                     r.admitted = true;
                     r.gpu_hit = g;
@@ -387,11 +382,23 @@ impl Engine {
                 .map_or(r.hashes.len(), |f| f.min(r.hashes.len()));
             self.gpu.cache(&r.table, &r.hashes, r.cached, full)?;
             r.cached = r.cached.max(full);
+            if let Some(b) = self.gpu.cache_state(&r.states, &r.hashes, full)? {
+                self.offers.push((r.rid, b));
+            }
             r.scheduled = num_new;
             *budget -= num_new;
             self.running.push(r);
         }
         Ok(any)
+    }
+
+    /// Frees a request's blocks, its attention table then its state table, each tail first,
+    /// and drops its hand-offs not yet made (vLLM's `pop_blocks_for_free`).
+    fn release<E>(&mut self, r: &mut Req) -> Result<(), EngineError<E>> {
+        self.gpu.free(&mut r.table)?;
+        self.gpu.free(&mut r.states)?;
+        self.offers.retain(|&(rid, _)| rid != r.rid);
+        Ok(())
     }
 
     /// vLLM's `record_prefix_cache_stats`, at admission: preempted requests apart.
@@ -425,13 +432,25 @@ impl Engine {
                 block_hashes: &r.hashes,
             })
             .collect();
+        let handoffs = group_offers(&self.offers);
+        let handoffs: Vec<Handoff<'_>> = handoffs
+            .iter()
+            .map(|(req, gpu_blocks)| Handoff {
+                req: *req,
+                gpu_blocks,
+            })
+            .collect();
         let record = StepRecord {
             step: t,
             scheduled: &scheduled,
             preempted: &self.preempted,
+            handoffs: &handoffs,
         };
-        conn.step(self.gpu.pool_mut(), &record)
-            .map_err(EngineError::Connector)
+        let r = conn
+            .step(self.gpu.pool_mut(), &record)
+            .map_err(EngineError::Connector);
+        self.offers.clear();
+        r
     }
 
     /// Runs the step's tokens: a request whose computed tokens reach its token count samples
@@ -481,6 +500,9 @@ impl Engine {
                 let end = r.gpu_hit + r.external;
                 self.gpu.cache(&r.table, &r.hashes, r.cached, end)?;
                 r.cached = end;
+                if let Some(b) = self.gpu.cache_state(&r.states, &r.hashes, end)? {
+                    self.offers.push((r.rid, b));
+                }
                 r.computed = end as u64 * u64::from(self.config.block_tokens);
                 ready.push(r);
             } else {
@@ -500,7 +522,7 @@ impl Engine {
                 };
                 conn.finished(self.gpu.pool_mut(), &done)
                     .map_err(EngineError::Connector)?;
-                self.gpu.free(&mut r.table)?;
+                self.release(&mut r)?;
                 self.open.remove(&r.rid);
                 self.counts.finished += 1;
             } else {
@@ -509,36 +531,4 @@ impl Engine {
         }
         Ok(())
     }
-}
-
-fn query(r: &Req, gpu_hit_blocks: usize, max_total: usize) -> LookupQuery<'_> {
-    LookupQuery {
-        rid: r.rid,
-        block_hashes: &r.hashes,
-        num_tokens: r.num_tokens(),
-        gpu_hit_blocks,
-        max_hit_blocks: max_total - gpu_hit_blocks,
-    }
-}
-
-/// Blocks the prefills in flight (running ones short of their prompt, loading and holding
-/// ones) still need to finish their prompt (vLLM's `_inflight_prefill_reserved_blocks`),
-/// counted after this step's allocations.
-fn prefill_reserve(
-    running: &[Req],
-    loading: &[Req],
-    holding: &VecDeque<Req>,
-    block_tokens: u64,
-) -> u64 {
-    running
-        .iter()
-        .filter(|r| r.computed + r.scheduled < r.prompt)
-        .chain(loading)
-        .chain(holding)
-        .map(|r| {
-            r.prompt
-                .div_ceil(block_tokens)
-                .saturating_sub(r.table.len() as u64)
-        })
-        .sum()
 }

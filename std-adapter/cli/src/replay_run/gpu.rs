@@ -9,10 +9,13 @@
 
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
+use kvtier_core::simple::GroupTables;
 use kvtier_core::stats::{Gauge, Payload, UpdateError, catalogue};
 
 use super::RunError;
-use crate::engine::{Connector, Engine, EngineArgs, EngineCounts, FinishedRequest, LookupQuery};
+use crate::engine::{
+    Connector, Engine, EngineArgs, EngineCounts, EngineError, FinishedRequest, LookupQuery,
+};
 use crate::replay::{ReplayError, Replayer};
 use crate::replay_stats::ReplayStats;
 use crate::trace::Record;
@@ -38,6 +41,25 @@ impl GpuFront {
             record: 0,
             error: error.map_connector(|never| match never {}),
         })
+    }
+
+    /// [`GpuFront::engine`] for the offloading connector's tier, which has no hybrid model:
+    /// `--hybrid` is refused.
+    ///
+    /// # Errors
+    /// As [`GpuFront::engine`]; [`RunError::Engine`] for `--hybrid`.
+    pub fn offloading_engine(&self, block_tokens: u32) -> Result<Engine, RunError> {
+        if self.engine.hybrid {
+            return Err(RunError::Engine {
+                line: None,
+                record: 0,
+                error: EngineError::Config(
+                    "--hybrid needs --offloader simple (the offloading connector's tier models \
+                     one full-attention group)",
+                ),
+            });
+        }
+        self.engine(block_tokens)
     }
 }
 
@@ -102,7 +124,7 @@ impl Connector for TierConnector<'_> {
         &mut self,
         _gpu: &mut BlockPool<BlockKey>,
         q: &LookupQuery<'_>,
-        _block_ids: &[u32],
+        _tables: GroupTables<'_>,
         _external_blocks: usize,
     ) -> Result<(), ReplayError> {
         self.replayer.set_max_hits(q.max_hit_blocks);
@@ -140,6 +162,8 @@ pub struct GpuReport {
     pub decode_tokens: u32,
     /// `--transfer-steps`.
     pub transfer_steps: u64,
+    /// `--hybrid`: a Mamba group in align mode beside the attention group.
+    pub hybrid: bool,
     /// The engine's counts.
     #[serde(flatten)]
     pub counts: EngineCounts,
@@ -169,6 +193,7 @@ impl GpuReport {
             max_num_seqs: cfg.max_num_seqs,
             decode_tokens: cfg.decode_tokens,
             transfer_steps: cfg.transfer_steps,
+            hybrid: cfg.hybrid,
             counts: c,
             prefix_cache_hit_rate: rate,
             kv_cache_usage_perc: engine.gpu().usage().as_f64(),

@@ -267,7 +267,10 @@ impl Run<'_> {
         }
         let mut replayer = args.manager.replayer(manager, block_tokens);
         let mut stats = ReplayStats::new(args.transfer.model(block_tokens)?);
-        let mut engine = args.gpu.map(|g| g.engine(block_tokens)).transpose()?;
+        let mut engine = args
+            .gpu
+            .map(|g| g.offloading_engine(block_tokens))
+            .transpose()?;
         let mut keys = Vec::new();
         let mut stream = match args.kv_events.publisher()? {
             Some(p) => {

@@ -46,4 +46,4 @@ pub use event::{
 pub use publisher::{Overflow, PublishError, Publisher, PublisherConfig, PublisherStats};
 pub use replay::{END_SEQ, ReplayBuffer, end_marker, start_sequence};
 pub use subscriber::{Message, RecvError, Subscriber};
-pub use translate::{FULL_ATTENTION, LOCAL, TierEvents};
+pub use translate::{FULL_ATTENTION, LOCAL, MAMBA, TierEvents};

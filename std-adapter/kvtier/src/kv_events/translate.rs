@@ -13,8 +13,12 @@ use kvtier_core::simple::{Medium, SimpleEvent};
 
 use super::event::{BlockRemoved, BlockStored, HashForm, KvEvent, MEDIUM_CPU, MEDIUM_STORAGE};
 
-/// vLLM's `KVCacheSpecKind.FULL_ATTENTION`, the simple offloader's one group's kind.
+/// vLLM's `KVCacheSpecKind.FULL_ATTENTION`, the kind of the simple offloader's attention
+/// group.
 pub const FULL_ATTENTION: &str = "full_attention";
+
+/// vLLM's `KVCacheSpecKind.MAMBA`, the kind of a hybrid model's Mamba group.
+pub const MAMBA: &str = "mamba";
 
 /// The `locality` of every simple-offloader event.
 pub const LOCAL: &str = "LOCAL";
@@ -82,11 +86,17 @@ impl TierEvents {
     }
 
     /// Appends the stream's event for one of the simple offloader's events to `out`: a
-    /// `BlockStored` of the one block (group 0, full attention, `LOCAL`, the parent hash when
-    /// the store knew it; no token ids, which a trace does not carry), a `BlockRemoved` of
-    /// the one hash (group 0, `LOCAL`), or `AllBlocksCleared`. The medium is the event's own
-    /// (this tier's `medium` is not used).
-    pub fn push_simple(&self, event: &SimpleEvent, out: &mut Vec<KvEvent>) {
+    /// `BlockStored` of the one block (its key's group, full attention or, for
+    /// `mamba_group`, Mamba; `LOCAL`, the parent hash when the store knew it; no token ids,
+    /// which a trace does not carry), a `BlockRemoved` of the one hash (its group, `LOCAL`),
+    /// or `AllBlocksCleared`. The medium is the event's own (this tier's `medium` is not
+    /// used).
+    pub fn push_simple(
+        &self,
+        event: &SimpleEvent,
+        mamba_group: Option<u32>,
+        out: &mut Vec<KvEvent>,
+    ) {
         let medium = |m: Medium| {
             Some(match m {
                 Medium::Cpu => MEDIUM_CPU.to_owned(),
@@ -109,7 +119,12 @@ impl TierEvents {
                     .and_then(|m| m.parent_hash)
                     .map(|h| self.hash_form.hash(h));
                 s.group_idx = Some(i64::from(key.group));
-                s.kv_cache_spec_kind = Some(FULL_ATTENTION.to_owned());
+                let kind = if mamba_group == Some(key.group) {
+                    MAMBA
+                } else {
+                    FULL_ATTENTION
+                };
+                s.kv_cache_spec_kind = Some(kind.to_owned());
                 s.locality = Some(LOCAL.to_owned());
                 KvEvent::Stored(Box::new(s))
             }
