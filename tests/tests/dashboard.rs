@@ -319,19 +319,28 @@ fn run_row(prom: &PrometheusServer, row: &[(&str, &str)], values: &Queries) -> V
         .collect()
 }
 
-#[test]
-#[ignore = "needs a Prometheus server (Debian package prometheus); run via `cargo xtask test`"]
-fn the_simple_cpu_offload_row_has_data_on_kvtier_serve_offloader_simple() {
+/// `kvtier serve --offloader simple` with 2,048 GPU and 8,192 CPU blocks and `extra`
+/// options, scraped: the server, Prometheus, the variables and the Simple row's results.
+fn simple_row(extra: &[&str]) -> (Serving, PrometheusServer, Queries, Vec<Option<String>>) {
     require_prometheus();
-    let (serving, prom, values) = serve_and_scrape(&[
+    let mut args = vec![
         "--offloader",
         "simple",
         "--gpu-blocks",
         "2048",
         "--capacity",
         "8192",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let (serving, prom, values) = serve_and_scrape(&args);
     let results = run_row(&prom, &SIMPLE_ROW, &values);
+    (serving, prom, values, results)
+}
+
+#[test]
+#[ignore = "needs a Prometheus server (Debian package prometheus); run via `cargo xtask test`"]
+fn the_simple_cpu_offload_row_has_data_on_kvtier_serve_offloader_simple() {
+    let (serving, prom, values, results) = simple_row(&[]);
     let got: Vec<bool> = results.iter().map(Option::is_some).collect();
     // The outcome panel: no hand-off, no series (as on vLLM with a dense model); the
     // other three panels have data.
@@ -360,17 +369,7 @@ fn the_simple_cpu_offload_row_has_data_on_kvtier_serve_offloader_simple() {
 #[test]
 #[ignore = "needs a Prometheus server (Debian package prometheus); run via `cargo xtask test`"]
 fn the_simple_cpu_offload_row_fills_on_a_hybrid_model() {
-    require_prometheus();
-    let (serving, prom, values) = serve_and_scrape(&[
-        "--offloader",
-        "simple",
-        "--hybrid",
-        "--gpu-blocks",
-        "2048",
-        "--capacity",
-        "8192",
-    ]);
-    let results = run_row(&prom, &SIMPLE_ROW, &values);
+    let (serving, prom, _, results) = simple_row(&["--hybrid"]);
     let got: Vec<bool> = results.iter().map(Option::is_some).collect();
     assert_eq!(
         got,
