@@ -24,10 +24,13 @@ use kvtier_core::simple::{GroupTables, SimpleConfig, SimpleScheduler};
 use kvtier_core::stats::simple_offload::SaveOutcome;
 use kvtier_tests::simple_drive::small_a_requests;
 
-/// The simple tier, with every step's hand-offs logged as `(step, [(request, blocks)])`.
+/// One step's hand-offs: `(request, blocks)` in order.
+type StepHandoffs = Vec<(u64, Vec<u32>)>;
+
+/// The simple tier, with every step's hand-offs logged as `(step, hand-offs)`.
 struct Logged {
     tier: SimpleTier,
-    handoffs: Vec<(u64, Vec<(u64, Vec<u32>)>)>,
+    handoffs: Vec<(u64, StepHandoffs)>,
     /// Each hand-off's key when it was handed over.
     keys: Vec<BlockKey>,
 }
