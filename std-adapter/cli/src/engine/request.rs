@@ -21,7 +21,7 @@ pub(super) struct Req {
     pub(super) outputs: u64,
     /// Leading blocks of `table` in the GPU prefix cache.
     pub(super) cached: usize,
-    /// The connector has committed its lookup ([`Connector::allocated`]).
+    /// The connector has committed its lookup ([`Connector::allocated`](super::Connector::allocated)).
     pub(super) admitted: bool,
     /// Blocks the GPU hit at the first admission and the tier loads after them.
     pub(super) gpu_hit: usize,
