@@ -203,3 +203,32 @@ fn cpu_bytes_sizes_the_pool_per_rank_as_vllm_does() {
         Err(SimpleRunError::NeedsModel)
     ));
 }
+
+#[test]
+fn a_hybrid_sweep_row_is_the_single_hybrid_replay() {
+    let r = sweep_simple(&sweep_args(&["--capacities", "64,4096", "--hybrid"]).options).unwrap();
+    assert!(r.hybrid);
+    for (row, cap) in r.rows.iter().zip(["64", "4096"]) {
+        let a = replay_args(&["--capacity", cap, "--hybrid"]);
+        let single = replay_simple(&a.replay_options(), a.simple_options()).unwrap();
+        assert!(single.gpu.hybrid);
+        assert_eq!(row.outcomes, single.outcomes, "cap {cap}");
+        assert_eq!(row.load_blocks, single.load_blocks, "cap {cap}");
+        assert_eq!(row.steps, single.gpu.counts.steps);
+        // The Mamba group's states are handed off and stored.
+        assert!(row.outcomes[SaveOutcome::Stored.label()] > 0, "cap {cap}");
+        assert_eq!((row.used_blocks, row.pending_store_blocks), (1, 0));
+    }
+    // A hybrid model needs the simple offloader: the offloading connector's tier refuses it.
+    let mut argv = vec!["kvtier", "replay", "--trace", TRACE];
+    argv.extend_from_slice(&ENGINE);
+    argv.push("--hybrid");
+    let Command::Replay(a) = Cli::try_parse_from(argv).unwrap().command else {
+        panic!("not a replay");
+    };
+    let e = kvtier_cli::replay_run::replay(&a.replay_options(), false).unwrap_err();
+    assert!(
+        e.to_string().contains("--hybrid needs --offloader simple"),
+        "{e}"
+    );
+}

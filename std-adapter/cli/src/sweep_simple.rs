@@ -67,6 +67,8 @@ pub struct SimpleSweepReport {
     pub gpu_blocks: u32,
     /// Lazy mode.
     pub lazy: bool,
+    /// `--hybrid`: the engine's Mamba group hands off its boundary states.
+    pub hybrid: bool,
     /// `world_size`.
     pub world_size: u32,
     /// The model, when given.
@@ -249,6 +251,7 @@ pub fn sweep_simple(args: &SweepOptions) -> Result<SimpleSweepReport, SweepRunEr
         block_tokens: bt,
         gpu_blocks: front.num_gpu_blocks,
         lazy: args.tier.lazy,
+        hybrid: front.engine.hybrid,
         world_size: args.tier.world_size,
         model: model.map(|m| m.0),
         bytes_per_block: bytes,

@@ -27,10 +27,15 @@ pub fn table(r: &SimpleSweepReport) -> String {
     );
     let _ = writeln!(
         s,
-        "{} mode, world size {}; GPU front (engine model, docs/engine-model.md): {} blocks",
+        "{} mode, world size {}; GPU front (engine model, docs/engine-model.md): {} blocks{}",
         if r.lazy { "lazy" } else { "eager" },
         r.world_size,
-        thousands(u64::from(r.gpu_blocks))
+        thousands(u64::from(r.gpu_blocks)),
+        if r.hybrid {
+            ", hybrid (attention + Mamba in align mode)"
+        } else {
+            ""
+        }
     );
     if let (Some(m), Some(b)) = (&r.model, r.bytes_per_block) {
         let _ = writeln!(s, "model {m}: {} bytes per block", thousands(b));
@@ -84,11 +89,14 @@ pub fn table(r: &SimpleSweepReport) -> String {
             thousands(row.steps)
         );
     }
-    let _ = writeln!(
-        s,
-        "\nsave outcomes classify boundary hand-offs (Mamba \"align\" groups in vLLM); a dense \
-         model's single full-attention group has none, so they stay 0, as in vLLM"
-    );
+    let note = if r.hybrid {
+        "save outcomes classify the Mamba group's boundary hand-offs (lazy mode reads none)"
+    } else {
+        "save outcomes classify boundary hand-offs (Mamba \"align\" groups in vLLM); a dense \
+         model's single full-attention group has none, so they stay 0, as in vLLM (--hybrid \
+         models one)"
+    };
+    let _ = writeln!(s, "\n{note}");
     s
 }
 
