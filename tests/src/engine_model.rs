@@ -36,6 +36,10 @@ pub enum Call {
     Step(u64, Vec<(u64, u64, u64, Vec<u32>, usize, bool)>, Vec<u64>),
     /// `finished(rid, table)`.
     Finished(u64, Vec<u32>),
+    /// A hybrid model's state table at `allocated(rid, …)` (logged after it).
+    States(u64, Vec<u32>),
+    /// A step's hand-offs (logged after its `Step`, when there are any).
+    Handoffs(u64, Vec<(u64, Vec<u32>)>),
 }
 
 /// The tier of the tests: every offered hash is kept; lookups count the leading held hashes.
@@ -120,6 +124,9 @@ impl Connector for Recorder {
             tables.attention,
             ext,
         );
+        if !tables.mamba.is_empty() {
+            self.log.push(Call::States(q.rid, tables.mamba.to_vec()));
+        }
         Ok(())
     }
 
@@ -154,6 +161,10 @@ impl Connector for Recorder {
             .collect();
         self.log
             .push(Call::Step(s.step, sched, s.preempted.to_vec()));
+        if !s.handoffs.is_empty() {
+            let h = s.handoffs.iter().map(|h| (h.req, h.gpu_blocks.to_vec()));
+            self.log.push(Call::Handoffs(s.step, h.collect()));
+        }
         Ok(())
     }
 
@@ -175,6 +186,8 @@ struct R {
     hashes: Vec<u64>,
     prompt: u64,
     table: Vec<u32>,
+    /// A hybrid model's state table (0: the null block).
+    states: Vec<u32>,
     computed: u64,
     outputs: u64,
     cached: usize,
@@ -202,8 +215,11 @@ pub struct ModelEngine {
     cfg: EngineConfig,
     free: VecDeque<u32>,
     refs: Vec<u32>,
-    hash_of: Vec<Option<u64>>,
-    cached: BTreeMap<u64, Vec<u32>>,
+    /// Each block's key: its hash and group (1: a hybrid model's Mamba states).
+    hash_of: Vec<Option<(u64, u32)>>,
+    cached: BTreeMap<(u64, u32), Vec<u32>>,
+    /// Hand-offs made since the last step's schedule: `(request, state block)`.
+    offers: Vec<(u64, u32)>,
     waiting: Vec<R>,
     holding: Vec<R>,
     running: Vec<R>,
@@ -225,6 +241,7 @@ impl ModelEngine {
             refs: vec![0; n],
             hash_of: vec![None; n],
             cached: BTreeMap::new(),
+            offers: Vec::new(),
             waiting: Vec::new(),
             holding: Vec::new(),
             running: Vec::new(),
@@ -263,6 +280,7 @@ impl ModelEngine {
             hashes: hashes.to_vec(),
             prompt: hashes.len() as u64 * bt,
             table: vec![],
+            states: vec![],
             computed: 0,
             outputs: 0,
             cached: 0,
@@ -303,32 +321,105 @@ impl ModelEngine {
         b
     }
 
-    /// Touches `hits`, then extends `table` to `tokens` tokens, if `reserved` leaves room.
-    fn alloc(&mut self, table: &mut Vec<u32>, hits: &[u32], tokens: u64, reserved: u64) -> bool {
+    /// A hybrid model first frees every state of `r` but its last; then, if `reserved` leaves
+    /// room for both groups, touches `hits` (and the hit's state), extends the table to
+    /// `tokens` tokens, then the state table: the hit's state at its position, and a new
+    /// block when `tokens` reach a new position.
+    fn alloc(
+        &mut self,
+        r: &mut R,
+        hits: &[u32],
+        state: Option<(usize, u32)>,
+        tokens: u64,
+        reserved: u64,
+    ) -> bool {
+        let hybrid = self.cfg.hybrid;
+        if let Some(last) = r.states.iter().rposition(|&b| b != 0) {
+            let stale: Vec<u32> = r.states[..last]
+                .iter()
+                .copied()
+                .filter(|&b| b != 0)
+                .collect();
+            r.states[..last].fill(0);
+            self.release(&stale);
+        }
         let want = tokens.div_ceil(u64::from(self.cfg.block_tokens)) as usize;
-        let new = want.saturating_sub(table.len() + hits.len());
-        let idle = hits.iter().filter(|&&b| self.refs[b as usize] == 0).count();
-        if (new + idle) as u64 + reserved > self.free.len() as u64 {
+        let new = want.saturating_sub(r.table.len() + hits.len());
+        let state_len = state.map_or(r.states.len(), |(n, _)| n);
+        let state_new = usize::from(hybrid && want > state_len);
+        let state_hit: Vec<u32> = state.map(|(_, b)| b).into_iter().collect();
+        let idle = hits
+            .iter()
+            .chain(&state_hit)
+            .filter(|&&b| self.refs[b as usize] == 0)
+            .count();
+        if (new + idle + state_new) as u64 + reserved > self.free.len() as u64 {
             return false;
         }
-        for &b in hits {
+        for &b in hits.iter().chain(&state_hit) {
             self.refs[b as usize] += 1;
             self.free.retain(|&x| x != b);
-            table.push(b);
         }
+        r.table.extend_from_slice(hits);
         for _ in 0..new {
             let b = self.take_free();
-            table.push(b);
+            r.table.push(b);
+        }
+        if let Some((n, b)) = state {
+            r.states.resize(n - 1, 0);
+            r.states.push(b);
+        }
+        if state_new == 1 {
+            r.states.resize(want - 1, 0);
+            let b = self.take_free();
+            r.states.push(b);
         }
         true
+    }
+
+    /// A hybrid model's chunk from `start` within `budget`: one ending inside the prompt ends
+    /// on a block boundary.
+    fn chunk(&self, r: &R, start: u64, budget: u64) -> u64 {
+        let n = (r.tokens() - start).min(budget);
+        if !self.cfg.hybrid || start + n >= r.prompt {
+            return n;
+        }
+        let bt = u64::from(self.cfg.block_tokens);
+        ((start + n) / bt * bt).saturating_sub(start)
+    }
+
+    /// Caches the state after `boundary` blocks, if held and not yet cached, and offers it.
+    fn cache_state(&mut self, r: &R, boundary: usize) {
+        let Some(i) = boundary.checked_sub(1) else {
+            return;
+        };
+        let (Some(&b), Some(&h)) = (r.states.get(i), r.hashes.get(i)) else {
+            return;
+        };
+        if b == 0 || self.hash_of[b as usize].is_some() {
+            return;
+        }
+        self.hash_of[b as usize] = Some((h, 1));
+        self.cached.entry((h, 1)).or_default().push(b);
+        self.offers.push((r.rid, b));
+    }
+
+    /// Frees `r`'s tables (attention, then states) and drops its offers.
+    fn free_request(&mut self, r: &mut R) {
+        self.release(&r.table);
+        let states: Vec<u32> = r.states.iter().copied().filter(|&b| b != 0).collect();
+        self.release(&states);
+        r.table.clear();
+        r.states.clear();
+        self.offers.retain(|&(rid, _)| rid != r.rid);
     }
 
     fn cache(&mut self, r: &mut R, full: usize) {
         for i in r.cached..full.min(r.hashes.len()) {
             let b = r.table[i];
             let h = r.hashes[i];
-            self.hash_of[b as usize] = Some(h);
-            self.cached.entry(h).or_default().push(b);
+            self.hash_of[b as usize] = Some((h, 0));
+            self.cached.entry((h, 0)).or_default().push(b);
         }
         r.cached = r.cached.max(full.min(r.hashes.len()));
     }
@@ -380,14 +471,18 @@ impl ModelEngine {
         // Running requests, in order.
         let mut i = 0;
         while i < self.running.len() && budget > 0 {
-            let n = (self.running[i].tokens() - self.running[i].computed).min(budget);
+            let n = self.chunk(&self.running[i], self.running[i].computed, budget);
+            if n == 0 {
+                i += 1;
+                continue;
+            }
             let tokens = self.running[i].computed + n;
             let ok = loop {
-                let mut table = std::mem::take(&mut self.running[i].table);
-                let held = table.len();
-                let ok = self.alloc(&mut table, &[], tokens, 0);
-                self.running[i].new = table.len() - held;
-                self.running[i].table = table;
+                let mut r = self.running[i].clone();
+                let held = r.table.len();
+                let ok = self.alloc(&mut r, &[], None, tokens, 0);
+                r.new = r.table.len() - held;
+                self.running[i] = r;
                 if ok {
                     break true;
                 }
@@ -397,8 +492,7 @@ impl ModelEngine {
                     break false;
                 }
                 let mut v = self.running.pop().expect("non-empty");
-                self.release(&v.table);
-                v.table.clear();
+                self.free_request(&mut v);
                 (v.computed, v.cached, v.sched, v.preempted) = (0, 0, 0, true);
                 self.counts[1] += 1;
                 preempted.push(v.rid);
@@ -413,6 +507,7 @@ impl ModelEngine {
             progress = true;
             let mut r = self.running[i].clone();
             self.cache(&mut r, (tokens / bt) as usize);
+            self.cache_state(&r, ((tokens / bt) as usize).min(r.hashes.len()));
             r.sched = n;
             budget -= n;
             self.running[i] = r;
@@ -433,12 +528,21 @@ impl ModelEngine {
             let mut hits = vec![];
             let mut ext = 0;
             let max = (((r.tokens() - 1) / bt) as usize).min(r.hashes.len());
+            let mut state = None;
             if fresh {
-                for h in r.hashes.iter().take(max) {
-                    match self.cached.get(h).and_then(|v| v.first()) {
+                for &h in r.hashes.iter().take(max) {
+                    match self.cached.get(&(h, 0)).and_then(|v| v.first()) {
                         Some(&b) => hits.push(b),
                         None => break,
                     }
+                }
+                if self.cfg.hybrid {
+                    // The hit ends at the last of its blocks whose state is cached.
+                    state = (0..hits.len()).rev().find_map(|i| {
+                        let v = self.cached.get(&(r.hashes[i], 1))?;
+                        v.first().map(|&b| (i + 1, b))
+                    });
+                    hits.truncate(state.map_or(0, |(n, _)| n));
                 }
                 if !r.admitted {
                     ext = tier.lookup(r.rid, &r.hashes, hits.len(), max - hits.len());
@@ -449,18 +553,21 @@ impl ModelEngine {
             let n = if ext > 0 {
                 0
             } else {
-                (r.tokens() - start).min(budget)
+                self.chunk(&r, start, budget)
             };
+            if ext == 0 && n == 0 {
+                break;
+            }
             let held = r.table.len();
-            let mut table = std::mem::take(&mut r.table);
-            let ok = self.alloc(
-                &mut table,
-                &hits,
-                start + n + ext as u64 * bt,
-                if ext > 0 { reserve } else { 0 },
-            );
-            r.table = table;
+            let reserved = if ext > 0 { reserve } else { 0 };
+            let ok = self.alloc(&mut r, &hits, state, start + n + ext as u64 * bt, reserved);
             if !ok {
+                // The stale states released before the check stay released.
+                if from_holding {
+                    self.holding[0] = r;
+                } else {
+                    self.waiting[0] = r;
+                }
                 break;
             }
             progress = true;
@@ -481,6 +588,9 @@ impl ModelEngine {
                 }
                 if !r.admitted {
                     tier.allocated(r.rid, &r.hashes, g, &r.table, ext);
+                    if !r.states.is_empty() {
+                        tier.log.push(Call::States(r.rid, r.states.clone()));
+                    }
                     (r.admitted, r.gpu_hit, r.ext) = (true, g, ext);
                     self.counts[4] += r.tokens() - start;
                     self.counts[5] += ext as u64 * bt;
@@ -492,6 +602,7 @@ impl ModelEngine {
                 continue;
             }
             self.cache(&mut r, ((start + n) / bt) as usize);
+            self.cache_state(&r, (((start + n) / bt) as usize).min(r.hashes.len()));
             r.sched = n;
             budget -= n;
             self.running.push(r);
@@ -504,6 +615,16 @@ impl ModelEngine {
             .collect();
         progress |= !preempted.is_empty();
         tier.log.push(Call::Step(t, sched, preempted));
+        let mut handoffs: Vec<(u64, Vec<u32>)> = Vec::new();
+        for (rid, b) in std::mem::take(&mut self.offers) {
+            match handoffs.iter_mut().find(|(r, _)| *r == rid) {
+                Some((_, v)) => v.push(b),
+                None => handoffs.push((rid, vec![b])),
+            }
+        }
+        if !handoffs.is_empty() {
+            tier.log.push(Call::Handoffs(t, handoffs));
+        }
         // Compute.
         let mut still = vec![];
         for mut r in std::mem::take(&mut self.running) {
@@ -534,6 +655,7 @@ impl ModelEngine {
             tier.log.push(Call::LoadDone(r.rid));
             let end = r.gpu_hit + r.ext;
             self.cache(&mut r, end);
+            self.cache_state(&r, end);
             r.computed = end as u64 * bt;
             self.holding.push(r);
         }
@@ -541,9 +663,9 @@ impl ModelEngine {
             .into_iter()
             .partition(|r| r.end <= t);
         self.finishing = wait;
-        for r in done {
+        for mut r in done {
             tier.log.push(Call::Finished(r.rid, r.table.clone()));
-            self.release(&r.table);
+            self.free_request(&mut r);
             self.counts[6] += 1;
         }
         self.counts[0] += 1;

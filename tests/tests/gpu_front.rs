@@ -1,6 +1,7 @@
 //! The GPU front (`kvtier_cli::engine`): the engine against the reference model of
-//! `kvtier_tests::engine_model` on random request sequences, scenarios with hand-computed
-//! numbers, and a replay whose GPU holds everything.
+//! `kvtier_tests::engine_model` on random request sequences (dense and hybrid models: the
+//! hybrid one's state tables and hand-offs compared call for call too), scenarios with
+//! hand-computed numbers, and a replay whose GPU holds everything.
 
 #![allow(clippy::unwrap_used, clippy::cast_possible_truncation)]
 
@@ -187,10 +188,15 @@ proptest! {
         dec in 1u32..5,
         ts in 0u64..3,
         seeded in prop::collection::vec(0u64..300, 0..6),
+        hybrid: bool,
     ) {
-        let cfg = config(blocks, bt, mbt, seqs, dec, ts);
+        let mut cfg = config(blocks, bt, mbt, seqs, dec, ts);
+        cfg.hybrid = hybrid;
+        // A hybrid request holds two state blocks at most besides its table.
+        let states = 2 * u64::from(hybrid);
         let fits = |h: &Vec<u64>| {
             (h.len() as u64 * u64::from(bt) + u64::from(dec) - 1).div_ceil(u64::from(bt))
+                + states
                 <= u64::from(blocks - 1)
         };
         let reqs: Vec<Vec<u64>> = reqs.into_iter().filter(fits).collect();
