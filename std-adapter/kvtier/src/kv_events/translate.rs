@@ -139,3 +139,38 @@ impl TierEvents {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stored_state_of_the_mamba_group_names_its_kind() {
+        let form = TierEvents::cpu(16, HashForm::Int);
+        let stored = |group| SimpleEvent::Stored {
+            key: BlockKey::new(7, group),
+            block_size: 16,
+            meta: None,
+            medium: Medium::Cpu,
+        };
+        let mut out = Vec::new();
+        form.push_simple(&stored(1), Some(1), &mut out);
+        form.push_simple(&stored(0), Some(1), &mut out);
+        form.push_simple(&stored(1), None, &mut out);
+        let kinds: Vec<(Option<i64>, Option<&str>)> = out
+            .iter()
+            .map(|e| match e {
+                KvEvent::Stored(s) => (s.group_idx, s.kv_cache_spec_kind.as_deref()),
+                _ => (None, None),
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                (Some(1), Some(MAMBA)),
+                (Some(0), Some(FULL_ATTENTION)),
+                (Some(1), Some(FULL_ATTENTION)),
+            ]
+        );
+    }
+}
