@@ -175,8 +175,8 @@ pub struct SimpleConfig {
     pub lazy_target_free: Option<u32>,
     /// Workers that must report a store before it completes (vLLM's `world_size`, default 1).
     pub world_size: u32,
-    /// `num_prefill_lookahead_tokens` (default 0): the last `max(0, n − 1)` computed tokens are
-    /// not yet cacheable.
+    /// `num_prefill_lookahead_tokens` (default 0): in a dense model the last `max(0, n − 1)`
+    /// computed tokens are not yet cacheable (see [`Validated::reprefillable`]).
     pub num_prefill_lookahead_tokens: u32,
     /// Where the pool lives (default CPU). Disk reports the STORAGE medium in events and
     /// `backend="disk"` on the info gauge.
@@ -288,7 +288,12 @@ impl SimpleConfig {
         Ok(Validated {
             num_cpu_blocks,
             target_free,
-            reprefillable: self.num_prefill_lookahead_tokens.saturating_sub(1),
+            // vLLM's hybrid coordinator (several groups) holds no tail back without EAGLE.
+            reprefillable: if self.mamba_group.is_some() {
+                0
+            } else {
+                self.num_prefill_lookahead_tokens.saturating_sub(1)
+            },
         })
     }
 }
@@ -300,7 +305,9 @@ pub struct Validated {
     pub num_cpu_blocks: u32,
     /// Lazy mode's `target_free` (0 in eager mode).
     pub target_free: u32,
-    /// Computed tokens not yet cacheable: `max(0, num_prefill_lookahead_tokens − 1)`.
+    /// Computed tokens not yet cacheable: `max(0, num_prefill_lookahead_tokens − 1)` for a
+    /// dense model (vLLM's unitary coordinator); 0 for a hybrid one (its hybrid coordinator
+    /// holds the tail back only for EAGLE groups, which kvtier does not model).
     pub reprefillable: u32,
 }
 
@@ -414,6 +421,8 @@ mod tests {
         let mut c = ok;
         c.num_prefill_lookahead_tokens = 3;
         assert_eq!(c.validate().map(|v| v.reprefillable), Ok(2));
+        c.mamba_group = Some(1);
+        assert_eq!(c.validate().map(|v| v.reprefillable), Ok(0));
         assert_eq!(
             SimpleConfig::with_cpu_blocks(16, 100, 0).validate(),
             Err(ConfigError::ZeroCpuBlocks)

@@ -1,0 +1,83 @@
+//! The simple offloader behind the engine model (divan): the engine alone (no tier) against
+//! the engine driving the core's simple scheduler, for a dense model and for a hybrid one
+//! (`--hybrid`: a Mamba group in align mode, its boundary states handed off), on small-a's
+//! 1,000 requests at 300 GPU blocks, 256 tokens a step, 4,096 CPU blocks, eager.
+//!
+//! Run: `cargo bench -p kvtier-tests --bench simple`. Throughput is in requests; the
+//! scheduler's share is the difference to `engine_alone`, read side by side from one run.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::cast_possible_truncation,
+    reason = "bench code: a failed unwrap is a failed bench; small numbers"
+)]
+
+use divan::{Bencher, counter::ItemsCount};
+use kvtier_cli::engine::{Connector, Engine, EngineConfig, MAMBA_GROUP, NoConnector};
+use kvtier_cli::replay_simple::SimpleTier;
+use kvtier_cli::trace::Record;
+use kvtier_core::simple::{SimpleConfig, SimpleScheduler};
+use kvtier_tests::simple_drive::small_a_requests;
+
+fn main() {
+    divan::main();
+}
+
+fn config(hybrid: bool) -> EngineConfig {
+    let mut cfg = EngineConfig::new(300, 16);
+    cfg.max_num_seqs = 32;
+    cfg.decode_tokens = 8;
+    cfg.max_num_batched_tokens = 256;
+    cfg.hybrid = hybrid;
+    cfg
+}
+
+fn tier(cfg: &EngineConfig) -> SimpleTier {
+    let mut sc = SimpleConfig::with_cpu_blocks(16, cfg.num_gpu_blocks, 4096);
+    sc.max_num_batched_tokens = 256;
+    sc.mamba_group = cfg.hybrid.then_some(MAMBA_GROUP);
+    SimpleTier::new(SimpleScheduler::new(sc).unwrap(), 16, 1)
+}
+
+fn run<C: Connector>(engine: &mut Engine, conn: &mut C, requests: &[Vec<u64>])
+where
+    C::Error: core::fmt::Debug,
+{
+    for (rid, hashes) in requests.iter().enumerate() {
+        let rec = Record::Load {
+            rid: rid as u64,
+            hashes,
+        };
+        engine.apply(rec, conn).unwrap();
+    }
+    engine.finish(conn).unwrap();
+}
+
+/// The engine model with no tier behind it.
+#[divan::bench(args = [false, true], sample_count = 10, sample_size = 1)]
+fn engine_alone(bencher: Bencher, hybrid: bool) {
+    let requests = small_a_requests();
+    bencher
+        .counter(ItemsCount::new(requests.len()))
+        .with_inputs(|| Engine::new(config(hybrid)).unwrap())
+        .bench_local_values(|mut e| {
+            run(&mut e, &mut NoConnector, &requests);
+            e
+        });
+}
+
+/// The engine driving the simple offloader (dense: `false`; hybrid: `true`).
+#[divan::bench(args = [false, true], sample_count = 10, sample_size = 1)]
+fn engine_and_simple(bencher: Bencher, hybrid: bool) {
+    let requests = small_a_requests();
+    bencher
+        .counter(ItemsCount::new(requests.len()))
+        .with_inputs(|| {
+            let cfg = config(hybrid);
+            (Engine::new(cfg).unwrap(), tier(&cfg))
+        })
+        .bench_local_values(|(mut e, mut t)| {
+            run(&mut e, &mut t, &requests);
+            (e, t)
+        });
+}
