@@ -13,8 +13,14 @@ group in ``align`` mode of the same block size, in either order (a hybrid model;
 ``HybridKVCacheCoordinator`` with one attention and one Mamba group, no fine-grained hits:
 the Mamba group's states are stored from the scheduler's boundary hand-offs; under DCP vLLM's
 eager coordinator turns its fine-grained flag on, which at equal block sizes finds only the
-block-aligned hits), without EAGLE's trailing block drop. Any other configuration raises
-``ValueError`` naming what is not supported, rather than running with different bookkeeping.
+block-aligned hits), without EAGLE's trailing block drop. Either layout may also hold any
+number of groups whose spec is not prefix-cacheable (a scratch or ring group such as
+``CircularBufferSpec``, of any block size dividing the scheduler's): vLLM's scheduler side
+never looks them up, stores, loads or reports them, so kvtier leaves their tables out. With
+such a group a dense model runs under vLLM's ``HybridKVCacheCoordinator``, whose eager scan
+holds no re-prefillable tail back (``num_prefill_lookahead_tokens``), and kvtier follows it.
+Any other configuration raises ``ValueError`` naming what is not supported, rather than
+running with different bookkeeping.
 
 Two optional ``kv_connector_extra_config`` keys bound kvtier's fixed tables:
 ``kvtier_max_requests`` (requests tracked at once; default ``4 · max_num_seqs + 64``) and
@@ -46,8 +52,10 @@ from vllm.v1.core.kv_cache_utils import (
 )
 from vllm.v1.kv_cache_interface import (
     FullAttentionSpec,
+    KVCacheGroupRole,
     MambaSpec,
     MLAAttentionSpec,
+    SlidingWindowSpec,
     get_kv_cache_spec_kind,
     get_kv_cache_spec_sliding_window,
 )
@@ -108,22 +116,45 @@ def _check_scope(
     hash_block_size: int,
 ) -> tuple[int, int | None]:
     """The full-attention group's id and the Mamba group's (``None`` for a dense model);
-    raises ValueError for a configuration outside kvtier's simple offloader."""
+    raises ValueError for a configuration outside kvtier's simple offloader.
+
+    Groups whose spec is not prefix-cacheable (a scratch or ring group such as
+    ``CircularBufferSpec``) take no part in vLLM's scheduler side beyond the checks its
+    coordinator makes when it is built; those checks are made here, and the groups are
+    otherwise left out."""
     groups = kv_cache_config.kv_cache_groups
-    if len(groups) not in (1, 2):
+    for i, g in enumerate(groups):
+        if g.role != KVCacheGroupRole.DEFAULT or g.host_resident:
+            raise ValueError(
+                "kvtier's SimpleCPUOffloadScheduler does not support HiSparse KV-cache "
+                f"groups; group {i} has role {getattr(g.role, 'value', g.role)!r}"
+                + (" and is host-resident" if g.host_resident else "")
+            )
+    cacheable = [i for i, g in enumerate(groups) if g.kv_cache_spec.prefix_cacheable]
+    if len(cacheable) not in (1, 2):
         raise ValueError(
             "kvtier's SimpleCPUOffloadScheduler supports one full-attention KV-cache group, "
-            f"or that group and one Mamba group; this model has {len(groups)} groups"
+            "or that group and one Mamba group (besides groups that are not "
+            f"prefix-cacheable); this model has {len(cacheable)} prefix-cacheable groups"
         )
-    kinds = [type(g.kv_cache_spec) for g in groups]
-    attention = [i for i, k in enumerate(kinds) if k in _SUPPORTED_SPECS]
-    mamba = [i for i, k in enumerate(kinds) if k is MambaSpec]
-    if len(attention) != 1 or len(attention) + len(mamba) != len(groups):
-        names = ", ".join(k.__name__ for k in kinds)
+    kinds = {i: type(groups[i].kv_cache_spec) for i in cacheable}
+    attention = [i for i in cacheable if kinds[i] in _SUPPORTED_SPECS]
+    mamba = [i for i in cacheable if kinds[i] is MambaSpec]
+    if len(attention) != 1 or len(attention) + len(mamba) != len(cacheable):
+        names = ", ".join(k.__name__ for k in kinds.values())
         raise ValueError(
             "kvtier's SimpleCPUOffloadScheduler supports one full-attention KV-cache group, "
-            f"or that group and one Mamba group; this model's groups are {names}"
+            "or that group and one Mamba group (besides groups that are not "
+            f"prefix-cacheable); this model's prefix-cacheable groups are {names}"
         )
+    for i in cacheable:
+        # vLLM's prefix_cacheable_group_ids leaves out a group that is not transferable,
+        # while its coordinator's lookup still includes it.
+        if not groups[i].enable_kv_transfer:
+            raise ValueError(
+                "kvtier's SimpleCPUOffloadScheduler needs its prefix-cacheable groups to take "
+                f"part in KV transfer; group {i} has enable_kv_transfer=False"
+            )
     mamba_group = mamba[0] if mamba else None
     if mamba_group is not None:
         mode = groups[mamba_group].kv_cache_spec.mamba_cache_mode
@@ -132,8 +163,18 @@ def _check_scope(
                 "kvtier's SimpleCPUOffloadScheduler supports Mamba groups in 'align' cache "
                 f"mode only; this model's is {mode!r}"
             )
+    # vLLM's fa_gidx is the first group of a full-attention kind, prefix-cacheable or not.
+    first_full = next(
+        i for i, g in enumerate(groups) if isinstance(g.kv_cache_spec, FullAttentionSpec)
+    )
+    if first_full != attention[0]:
+        raise ValueError(
+            "kvtier's SimpleCPUOffloadScheduler needs the prefix-cacheable full-attention "
+            f"group ({attention[0]}) to be the first group of a full-attention kind; group "
+            f"{first_full} ({type(groups[first_full].kv_cache_spec).__name__}) comes first"
+        )
     dcp = vllm_config.parallel_config.decode_context_parallel_size
-    sizes = [resolve_dcp_kv_block_size(g.kv_cache_spec, dcp) for g in groups]
+    sizes = [resolve_dcp_kv_block_size(groups[i].kv_cache_spec, dcp) for i in cacheable]
     if not all(scheduler_block_size == hash_block_size == size for size in sizes):
         got = " and ".join(str(size) for size in sizes)
         raise ValueError(
@@ -141,6 +182,32 @@ def _check_scope(
             "block size and every group's block size to be equal (no fine-grained hits); "
             f"got {scheduler_block_size}, {hash_block_size} and {got}"
         )
+    # What vLLM's CPU-side coordinator checks of every group when it is built.
+    for i, g in enumerate(groups):
+        spec = g.kv_cache_spec
+        if scheduler_block_size % spec.block_size:
+            raise ValueError(
+                f"the scheduler block size {scheduler_block_size} is not a multiple of "
+                f"group {i}'s block size {spec.block_size}"
+            )
+        if (
+            len(groups) > 1
+            and dcp > 1
+            and spec.dcp_sharded
+            and not isinstance(spec, FullAttentionSpec)
+        ):
+            raise ValueError(
+                "under decode context parallelism a model of several KV-cache groups may "
+                f"shard only full-attention groups; group {i} is a sharded "
+                f"{type(spec).__name__}"
+            )
+    lookahead = vllm_config.num_prefill_lookahead_tokens
+    if any(g.is_eagle_group for g in groups) and scheduler_block_size < lookahead:
+        raise ValueError(
+            f"an EAGLE group with {lookahead} prefill lookahead tokens needs a scheduler "
+            f"block of at least as many tokens; it has {scheduler_block_size}"
+        )
+    _check_retention_interval(kv_cache_config, scheduler_block_size)
     spec_config = vllm_config.speculative_config
     if spec_config is not None and spec_config.use_eagle_block_drop():
         raise ValueError(
@@ -148,6 +215,31 @@ def _check_scope(
             "drop (use_eagle_block_drop is not supported)"
         )
     return attention[0], mamba_group
+
+
+def _check_retention_interval(kv_cache_config: KVCacheConfig, scheduler_block_size: int) -> None:
+    """The ``prefix_cache_retention_interval`` values vLLM's coordinator refuses: any but 0
+    (or unset) without a sliding-window or Mamba group (of any group, prefix-cacheable or
+    not), else a negative one or one that is not a multiple of the scheduler block size."""
+    interval = getattr(kv_cache_config, "prefix_cache_retention_interval", None)
+    if interval is None:
+        return
+    sparse = any(
+        isinstance(g.kv_cache_spec, (SlidingWindowSpec, MambaSpec))
+        for g in kv_cache_config.kv_cache_groups
+    )
+    if not sparse:
+        if interval != 0:
+            raise ValueError(
+                f"prefix_cache_retention_interval={interval} has no effect without a "
+                "sliding-window or Mamba KV-cache group (only 0 is accepted)"
+            )
+        return
+    if interval < 0 or interval % scheduler_block_size:
+        raise ValueError(
+            f"prefix_cache_retention_interval ({interval}) must be non-negative and a "
+            f"multiple of the scheduler block size ({scheduler_block_size})"
+        )
 
 
 def _extra_config(vllm_config: VllmConfig) -> dict[str, Any]:
@@ -255,11 +347,17 @@ class SimpleCPUOffloadScheduler:
         self._attention_group, self._mamba_group = _check_scope(
             vllm_config, kv_cache_config, scheduler_block_size, hash_block_size
         )
-        # vLLM's public names: the full-attention group (fa_gidx) and each group's block size
-        # (all equal here).
+        groups = kv_cache_config.kv_cache_groups
+        # vLLM's public names: the full-attention group (fa_gidx), each group's block size
+        # (DCP-resolved; the prefix-cacheable groups' all equal the scheduler's) and the
+        # groups its stores, loads and lookups take part in.
         self.fa_gidx = self._attention_group
-        self.group_block_sizes = [self.block_size] * len(kv_cache_config.kv_cache_groups)
+        dcp = vllm_config.parallel_config.decode_context_parallel_size
+        self.group_block_sizes = tuple(
+            resolve_dcp_kv_block_size(g.kv_cache_spec, dcp) for g in groups
+        )
         self.fa_block_size = self.block_size
+        self.prefix_cacheable_group_ids = kv_cache_config.prefix_cacheable_group_ids
         self.enable_kv_cache_events = (
             vllm_config.kv_events_config is not None
             and vllm_config.kv_events_config.enable_kv_cache_events
@@ -308,7 +406,10 @@ class SimpleCPUOffloadScheduler:
             bool(lazy_offload),
             scheduler_config.max_num_batched_tokens,
             vllm_config.parallel_config.world_size,
-            vllm_config.num_prefill_lookahead_tokens,
+            # vLLM's coordinator for several groups (any model here but a dense one with no
+            # other group) holds no re-prefillable tail back from the eager scan: only its
+            # EAGLE path does, which is refused.
+            vllm_config.num_prefill_lookahead_tokens if len(groups) == 1 else 0,
             disk_capacity_bytes > 0,
             bool(use_page_cache),
             max_requests,
