@@ -182,6 +182,15 @@ fn a_cpu_hit_loads_the_state_at_its_end_and_offers_it_again() {
 }
 
 #[test]
+fn a_budget_below_one_block_is_refused() {
+    let mut cfg = EngineConfig::new(64, 16);
+    cfg.max_num_batched_tokens = 15;
+    cfg.hybrid = true;
+    let e = Engine::new(cfg).unwrap_err();
+    assert!(e.to_string().contains("--max-num-batched-tokens"), "{e}");
+}
+
+#[test]
 fn every_hand_off_is_classified_once_eager_and_lazy() {
     let requests = small_a_requests();
     for lazy in [false, true] {

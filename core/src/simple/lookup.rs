@@ -7,7 +7,7 @@ use super::gpu::{GpuBlocks, GroupTables, LookupRequest};
 use super::requests::Requests;
 use crate::BlockKey;
 
-/// A CPU hit: its blocks, and in a hybrid model the index of the Mamba state at its end.
+/// A CPU hit: its length in blocks, and whether it ends with a Mamba state (a hybrid model).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Hit {
     /// Blocks of the hit (each group's blocks cover the same tokens).

@@ -98,6 +98,10 @@ impl EngineConfig {
         if self.decode_tokens == 0 {
             return bad("--decode-tokens must be at least 1");
         }
+        if self.hybrid && self.max_num_batched_tokens < u64::from(self.block_tokens) {
+            // Align-mode chunks end on block boundaries: a smaller budget schedules no prefill.
+            return bad("--hybrid needs --max-num-batched-tokens of at least one block");
+        }
         Ok(())
     }
 }
