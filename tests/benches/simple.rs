@@ -8,16 +8,14 @@
 
 #![allow(
     clippy::unwrap_used,
-    clippy::cast_possible_truncation,
-    reason = "bench code: a failed unwrap is a failed bench; small numbers"
+    reason = "bench code: a failed unwrap is a failed bench"
 )]
 
 use divan::{Bencher, counter::ItemsCount};
-use kvtier_cli::engine::{Connector, Engine, EngineConfig, MAMBA_GROUP, NoConnector};
+use kvtier_cli::engine::{Engine, EngineConfig, MAMBA_GROUP, NoConnector};
 use kvtier_cli::replay_simple::SimpleTier;
-use kvtier_cli::trace::Record;
 use kvtier_core::simple::{SimpleConfig, SimpleScheduler};
-use kvtier_tests::simple_drive::small_a_requests;
+use kvtier_tests::simple_drive::{feed, small_a_requests};
 
 fn main() {
     divan::main();
@@ -39,20 +37,6 @@ fn tier(cfg: &EngineConfig) -> SimpleTier {
     SimpleTier::new(SimpleScheduler::new(sc).unwrap(), 16, 1)
 }
 
-fn run<C: Connector>(engine: &mut Engine, conn: &mut C, requests: &[Vec<u64>])
-where
-    C::Error: core::fmt::Debug,
-{
-    for (rid, hashes) in requests.iter().enumerate() {
-        let rec = Record::Load {
-            rid: rid as u64,
-            hashes,
-        };
-        engine.apply(rec, conn).unwrap();
-    }
-    engine.finish(conn).unwrap();
-}
-
 /// The engine model with no tier behind it.
 #[divan::bench(args = [false, true], sample_count = 10, sample_size = 1)]
 fn engine_alone(bencher: Bencher, hybrid: bool) {
@@ -61,7 +45,7 @@ fn engine_alone(bencher: Bencher, hybrid: bool) {
         .counter(ItemsCount::new(requests.len()))
         .with_inputs(|| Engine::new(config(hybrid)).unwrap())
         .bench_local_values(|mut e| {
-            run(&mut e, &mut NoConnector, &requests);
+            feed(&mut e, &mut NoConnector, &requests);
             e
         });
 }
@@ -77,7 +61,7 @@ fn engine_and_simple(bencher: Bencher, hybrid: bool) {
             (Engine::new(cfg).unwrap(), tier(&cfg))
         })
         .bench_local_values(|(mut e, mut t)| {
-            run(&mut e, &mut t, &requests);
+            feed(&mut e, &mut t, &requests);
             (e, t)
         });
 }

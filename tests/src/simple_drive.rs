@@ -10,8 +10,7 @@
     reason = "test fixture: a failed unwrap is a failed test; small numbers"
 )]
 
-use kvtier_cli::engine::{Engine, EngineConfig};
-use kvtier_cli::replay_simple::SimpleTier;
+use kvtier_cli::engine::{Connector, Engine, EngineConfig};
 use kvtier_cli::trace::Record;
 use kvtier_core::simple::SimpleConfig;
 
@@ -58,9 +57,12 @@ pub fn offloader_config(cpu_blocks: u32, lazy: bool) -> SimpleConfig {
     sc
 }
 
-/// Every request of `requests` through `engine` and `tier`, in order, then the engine's end
-/// (its last requests finish; the offloader may still hold transfers).
-pub fn feed(engine: &mut Engine, tier: &mut SimpleTier, requests: &[Vec<u64>]) {
+/// Every request of `requests` through `engine` and the connector `tier`, in order, then the
+/// engine's end (its last requests finish; an offloader may still hold transfers).
+pub fn feed<C: Connector>(engine: &mut Engine, tier: &mut C, requests: &[Vec<u64>])
+where
+    C::Error: core::fmt::Debug,
+{
     for (rid, hashes) in requests.iter().enumerate() {
         let rec = Record::Load {
             rid: rid as u64,

@@ -17,12 +17,11 @@ use kvtier_cli::engine::{
     Connector, Engine, EngineConfig, FinishedRequest, LookupQuery, MAMBA_GROUP, StepRecord,
 };
 use kvtier_cli::replay_simple::{SimpleTier, SimpleTierError};
-use kvtier_cli::trace::Record;
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
 use kvtier_core::simple::{GroupTables, SimpleConfig, SimpleScheduler};
 use kvtier_core::stats::simple_offload::SaveOutcome;
-use kvtier_tests::simple_drive::small_a_requests;
+use kvtier_tests::simple_drive::{feed, small_a_requests};
 
 /// One step's hand-offs: `(request, blocks)` in order.
 type StepHandoffs = Vec<(u64, Vec<u32>)>;
@@ -91,14 +90,7 @@ fn run(cfg: EngineConfig, cpu_blocks: u32, lazy: bool, requests: &[Vec<u64>]) ->
         handoffs: Vec::new(),
         keys: Vec::new(),
     };
-    for (rid, hashes) in requests.iter().enumerate() {
-        let rec = Record::Load {
-            rid: rid as u64,
-            hashes,
-        };
-        engine.apply(rec, &mut conn).unwrap();
-    }
-    engine.finish(&mut conn).unwrap();
+    feed(&mut engine, &mut conn, requests);
     let t = engine.counts().steps;
     conn.tier.drain(engine.gpu_mut().pool_mut(), t).unwrap();
     (conn, engine)
