@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 
 use super::EngineError;
 use super::connector::LookupQuery;
-use super::gpu::{GpuCache, Other};
+use super::gpu::{GpuCache, GpuError, Other};
 
 /// A request in the engine, from its arrival to the free of its blocks.
 #[derive(Debug)]
@@ -109,4 +109,22 @@ pub(super) fn allocate<E>(
     }
     gpu.extend_states(&mut r.states, state, tokens)?;
     Ok(true)
+}
+
+/// `cache_blocks` after `blocks` blocks of `r` are computed (or loaded): its prompt blocks up
+/// to there are cached, and in a hybrid model the state at that boundary is cached and offered
+/// as a hand-off (`offers`).
+pub(super) fn cache_prompt(
+    gpu: &mut GpuCache,
+    offers: &mut Vec<(u64, u32)>,
+    r: &mut Req,
+    blocks: u64,
+) -> Result<(), GpuError> {
+    let full = usize::try_from(blocks).map_or(r.hashes.len(), |f| f.min(r.hashes.len()));
+    gpu.cache(&r.table, &r.hashes, r.cached, full)?;
+    r.cached = r.cached.max(full);
+    if let Some(b) = gpu.cache_state(&r.states, &r.hashes, full)? {
+        offers.push((r.rid, b));
+    }
+    Ok(())
 }

@@ -9,7 +9,7 @@ use kvtier_core::simple::{GroupTables, Handoff};
 use super::connector::{Connector, FinishedRequest, ScheduledRequest, StepRecord};
 use super::gpu::GpuCache;
 use super::mamba::{chunk, group_offers};
-use super::request::{Req, allocate, prefill_reserve, query};
+use super::request::{Req, allocate, cache_prompt, prefill_reserve, query};
 use super::{EngineConfig, EngineCounts, EngineError};
 use crate::trace::Record;
 
@@ -254,13 +254,8 @@ impl Engine {
                 break;
             }
             let r = &mut self.running[i];
-            let full = usize::try_from(tokens / u64::from(self.config.block_tokens))
-                .map_or(r.hashes.len(), |f| f.min(r.hashes.len()));
-            self.gpu.cache(&r.table, &r.hashes, r.cached, full)?;
-            r.cached = r.cached.max(full);
-            if let Some(b) = self.gpu.cache_state(&r.states, &r.hashes, full)? {
-                self.offers.push((r.rid, b));
-            }
+            let full = tokens / u64::from(self.config.block_tokens);
+            cache_prompt(&mut self.gpu, &mut self.offers, r, full)?;
             r.scheduled = num_new;
             *budget -= num_new;
             any = true;
@@ -378,13 +373,12 @@ impl Engine {
                 self.loading.push(r);
                 continue;
             }
-            let full = usize::try_from((start + num_new) / bt)
-                .map_or(r.hashes.len(), |f| f.min(r.hashes.len()));
-            self.gpu.cache(&r.table, &r.hashes, r.cached, full)?;
-            r.cached = r.cached.max(full);
-            if let Some(b) = self.gpu.cache_state(&r.states, &r.hashes, full)? {
-                self.offers.push((r.rid, b));
-            }
+            cache_prompt(
+                &mut self.gpu,
+                &mut self.offers,
+                &mut r,
+                (start + num_new) / bt,
+            )?;
             r.scheduled = num_new;
             *budget -= num_new;
             self.running.push(r);
@@ -497,13 +491,9 @@ impl Engine {
             if self.loading[i].transfer_end <= t {
                 let mut r = self.loading.remove(i);
                 conn.load_done(r.rid).map_err(EngineError::Connector)?;
-                let end = r.gpu_hit + r.external;
-                self.gpu.cache(&r.table, &r.hashes, r.cached, end)?;
-                r.cached = end;
-                if let Some(b) = self.gpu.cache_state(&r.states, &r.hashes, end)? {
-                    self.offers.push((r.rid, b));
-                }
-                r.computed = end as u64 * u64::from(self.config.block_tokens);
+                let end = (r.gpu_hit + r.external) as u64;
+                cache_prompt(&mut self.gpu, &mut self.offers, &mut r, end)?;
+                r.computed = end * u64::from(self.config.block_tokens);
                 ready.push(r);
             } else {
                 i += 1;
