@@ -14,8 +14,8 @@ use arbitrary::Arbitrary;
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::{BlockPool, BlockPoolConfig};
 use kvtier_core::simple::{
-    Finished, GroupTables, Handoff, LookupRequest, Progress, Scheduled, SimpleConfig,
-    SimpleScheduler, StepInput, WorkerOutput,
+    Finished, Handoff, Layout, LookupRequest, Progress, Scheduled, SimpleConfig, SimpleScheduler,
+    StepInput, WorkerOutput,
 };
 use kvtier_tests::simple_ops::{SimpleOp, World};
 use libfuzzer_sys::fuzz_target;
@@ -158,11 +158,8 @@ fn raw(s: &mut SimpleScheduler, g: &mut Gpu, op: &RawOp) -> bool {
             ext,
         } => {
             let (attention, mamba) = (ids(table), ids(mamba));
-            let tables = GroupTables {
-                attention: &attention,
-                mamba: &mamba,
-            };
-            s.update_state_after_alloc_groups(g, u64::from(*req % 8), tables, u64::from(*ext))
+            let tables: [&[u32]; 2] = [&attention, &mamba];
+            s.update_state_after_alloc_groups(g, u64::from(*req % 8), &tables, u64::from(*ext))
                 .is_err()
         }
         RawOp::GpuCache { n, hashes: h } => {
@@ -201,12 +198,17 @@ fn raw(s: &mut SimpleScheduler, g: &mut Gpu, op: &RawOp) -> bool {
                 .iter()
                 .map(|x| (x.new.as_deref().map(ids), hashes(&x.hashes)))
                 .collect();
+            let news: Vec<Option<[&[u32]; 1]>> = parts
+                .iter()
+                .map(|(n, _)| n.as_deref().map(|n| [n]))
+                .collect();
             let sc: Vec<Scheduled<'_>> = scheduled
                 .iter()
                 .zip(&parts)
-                .map(|(x, (new, h))| Scheduled {
+                .zip(&news)
+                .map(|((x, (_, h)), new)| Scheduled {
                     req: u64::from(x.req % 8),
-                    new_block_ids: new.as_deref(),
+                    new_block_ids: new.as_ref().map(|n| &n[..]),
                     full_table: x.full,
                     num_scheduled_tokens: u64::from(x.tokens % 9),
                     progress: progress(x.computed, x.placeholders, h),
@@ -244,7 +246,7 @@ fn raw(s: &mut SimpleScheduler, g: &mut Gpu, op: &RawOp) -> bool {
             let (t, h) = (ids(table), hashes(h));
             let f = Finished {
                 req: u64::from(*req % 8),
-                block_ids: &t,
+                block_ids: &[&t],
                 progress: progress(*computed, 0, &h),
             };
             s.request_finished_all_groups(g, &f).is_err()
@@ -292,7 +294,11 @@ fuzz_target!(|input: Input| {
     }
     let mut c = SimpleConfig::with_cpu_blocks(4, GPU_BLOCKS, cpu);
     c.lazy_offload = input.lazy;
-    c.mamba_group = input.hybrid.then_some(1);
+    c.layout = if input.hybrid {
+        Layout::hybrid_mamba(true)
+    } else {
+        Layout::dense()
+    };
     c.max_num_batched_tokens = 8;
     c.world_size = world;
     c.enable_events = input.events;

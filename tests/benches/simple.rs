@@ -12,7 +12,7 @@
 )]
 
 use divan::{Bencher, counter::ItemsCount};
-use kvtier_cli::engine::{Engine, EngineConfig, MAMBA_GROUP, NoConnector};
+use kvtier_cli::engine::{self, Engine, EngineConfig, NoConnector};
 use kvtier_cli::replay_simple::SimpleTier;
 use kvtier_core::simple::{SimpleConfig, SimpleScheduler};
 use kvtier_tests::simple_drive::{feed, small_a_requests};
@@ -33,7 +33,7 @@ fn config(hybrid: bool) -> EngineConfig {
 fn tier(cfg: &EngineConfig) -> SimpleTier {
     let mut sc = SimpleConfig::with_cpu_blocks(16, cfg.num_gpu_blocks, 4096);
     sc.max_num_batched_tokens = 256;
-    sc.mamba_group = cfg.hybrid.then_some(MAMBA_GROUP);
+    sc.layout = engine::layout(cfg.hybrid);
     SimpleTier::new(SimpleScheduler::new(sc).unwrap(), 16, 1)
 }
 

@@ -16,10 +16,10 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use kvtier_cli::engine::GroupTables;
 use kvtier_cli::engine::{Connector, EngineConfig, FinishedRequest, LookupQuery, StepRecord};
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
-use kvtier_core::simple::GroupTables;
 
 /// One connector call.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -122,11 +122,13 @@ impl Fix {
     /// as a new request when `full`): (store event, store GPU list, CPU list, load event,
     /// load GPU list).
     pub fn step(&mut self, sched: &[(&Req, Option<&[u32]>, bool, u64)], preempted: &[u64]) -> Plan {
+        let news: Vec<Option<[&[u32]; 1]>> = sched.iter().map(|s| s.1.map(|n| [n])).collect();
         let sc: Vec<Scheduled<'_>> = sched
             .iter()
-            .map(|&(r, new, full, tokens)| Scheduled {
+            .zip(&news)
+            .map(|(&(r, _, full, tokens), new)| Scheduled {
                 req: r.id,
-                new_block_ids: new,
+                new_block_ids: new.as_ref().map(|n| &n[..]),
                 full_table: full,
                 num_scheduled_tokens: tokens,
                 progress: Progress {
@@ -180,7 +182,7 @@ impl Fix {
     pub fn finish_all(&mut self, r: &Req, ids: &[u32]) {
         let f = Finished {
             req: r.id,
-            block_ids: ids,
+            block_ids: &[ids],
             progress: Progress {
                 num_computed_tokens: r.computed,
                 num_output_placeholders: 0,

@@ -15,8 +15,8 @@
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::{BlockPool, BlockPoolConfig};
 use kvtier_core::simple::{
-    Finished, GroupTables, Handoff, LookupRequest, Progress, Scheduled, SimpleConfig,
-    SimpleScheduler, StepInput, WorkerOutput,
+    Finished, Handoff, Layout, LookupRequest, Progress, Scheduled, SimpleConfig, SimpleScheduler,
+    StepInput, WorkerOutput,
 };
 use kvtier_core::stats::Gauge;
 use kvtier_core::stats::catalogue::{
@@ -181,7 +181,11 @@ impl World {
         hybrid: bool,
     ) -> Option<Self> {
         let mut c = SimpleConfig::with_cpu_blocks(BS, gpu_blocks, cpu_blocks);
-        c.mamba_group = hybrid.then_some(1);
+        c.layout = if hybrid {
+            Layout::hybrid_mamba(true)
+        } else {
+            Layout::dense()
+        };
         c.lazy_offload = lazy;
         c.max_num_batched_tokens = 8;
         c.world_size = world_size;
@@ -279,18 +283,14 @@ impl World {
         let take = u64::from(take % if self.hybrid { 8 } else { 4 });
         let ext = (r.hit / u64::from(BS)).min(take) * u64::from(BS);
         let (id, lc) = (r.id, r.lookup_computed);
-        let tables = GroupTables {
-            attention: &ta,
-            mamba: &sa,
-        };
-        self.module
-            .update_state_after_alloc_groups(&mut self.gpu_a, id, tables, ext)
-            .map_err(|e| e.to_string())?;
         let model_tables: Vec<&[u32]> = if self.hybrid {
             vec![&ta, &sa]
         } else {
             vec![&ta]
         };
+        self.module
+            .update_state_after_alloc_groups(&mut self.gpu_a, id, &model_tables, ext)
+            .map_err(|e| e.to_string())?;
         self.model
             .after_alloc(&mut self.gpu_b, id, &model_tables, ext);
         let r = &mut self.reqs[i];
@@ -413,7 +413,7 @@ impl World {
                 let r = &self.reqs[i];
                 let f = Finished {
                     req: r.id,
-                    block_ids: &r.table,
+                    block_ids: &[&r.table],
                     progress: Progress {
                         num_computed_tokens: r.computed,
                         num_output_placeholders: 0,
@@ -494,14 +494,16 @@ impl World {
                 gpu_blocks: g,
             })
             .collect();
+        let tables: Vec<[&[u32]; 1]> = picked.iter().map(|&j| [&self.reqs[j].table[..]]).collect();
         let sc: Vec<Scheduled<'_>> = picked
             .iter()
-            .map(|&j| {
+            .enumerate()
+            .map(|(k, &j)| {
                 let r = &self.reqs[j];
                 let full = !r.sent_table;
                 Scheduled {
                     req: r.id,
-                    new_block_ids: full.then_some(&r.table[..]),
+                    new_block_ids: full.then_some(&tables[k][..]),
                     full_table: full,
                     num_scheduled_tokens: adv,
                     progress: Progress {

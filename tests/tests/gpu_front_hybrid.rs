@@ -13,13 +13,14 @@
     reason = "test code: a failed unwrap is a failed test; small numbers"
 )]
 
+use kvtier_cli::engine::GroupTables;
 use kvtier_cli::engine::{
     Connector, Engine, EngineConfig, FinishedRequest, LookupQuery, MAMBA_GROUP, StepRecord,
 };
 use kvtier_cli::replay_simple::{SimpleTier, SimpleTierError};
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
-use kvtier_core::simple::{GroupTables, SimpleConfig, SimpleScheduler};
+use kvtier_core::simple::{Layout, SimpleConfig, SimpleScheduler};
 use kvtier_core::stats::simple_offload::SaveOutcome;
 use kvtier_tests::simple_drive::{feed, small_a_requests};
 
@@ -81,7 +82,7 @@ impl Connector for Logged {
 fn run(cfg: EngineConfig, cpu_blocks: u32, lazy: bool, requests: &[Vec<u64>]) -> (Logged, Engine) {
     let mut engine = Engine::new(cfg).unwrap();
     let mut sc = SimpleConfig::with_cpu_blocks(cfg.block_tokens, cfg.num_gpu_blocks, cpu_blocks);
-    sc.mamba_group = Some(MAMBA_GROUP);
+    sc.layout = Layout::hybrid_mamba(true);
     sc.lazy_offload = lazy;
     sc.max_num_batched_tokens = cfg.max_num_batched_tokens as u32;
     let tier = SimpleTier::new(SimpleScheduler::new(sc).unwrap(), cfg.block_tokens, 1);

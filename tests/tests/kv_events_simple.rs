@@ -42,7 +42,7 @@ fn by_hand(lazy: bool) -> Vec<KvEvent> {
     let form = TierEvents::cpu(16, HashForm::Int);
     let mut out = Vec::new();
     for e in s.take_events() {
-        form.push_simple(&e, None, &mut out);
+        form.push_simple(&e, &kvtier_core::simple::Layout::dense(), &mut out);
     }
     out
 }

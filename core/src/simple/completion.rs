@@ -199,11 +199,14 @@ impl SimpleScheduler {
         gpu: &mut impl GpuBlocks,
         fin: &Finished<'_>,
     ) -> Result<(), InputError> {
-        self.check_gpu(gpu, fin.block_ids)?;
+        for t in fin.block_ids {
+            self.check_gpu(gpu, t)?;
+        }
         if let Some(s) = self.reqs.find(fin.req)
             && self.reqs.slots[s as usize].store.active
         {
-            if fin.block_ids.len() > self.config.max_blocks_per_request as usize {
+            let max = self.config.max_blocks_per_request as usize;
+            if fin.block_ids.iter().any(|t| t.len() > max) {
                 return Err(InputError::TooManyBlocks { req: fin.req });
             }
             let bs = u64::from(self.config.block_size);

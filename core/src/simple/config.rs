@@ -3,6 +3,7 @@
 use crate::stats::simple_offload::Backend;
 
 use super::error::ConfigError;
+use super::layout::{GroupKind, Layout};
 
 /// How the CPU pool's size is chosen (vLLM's `_derive_cpu_config`).
 ///
@@ -152,11 +153,10 @@ pub fn lazy_target_blocks(
 /// the public optional fields; [`SimpleScheduler::new`](super::SimpleScheduler::new) validates
 /// everything once.
 ///
-/// The scheduler models one full-attention KV-cache group whose block size is the scheduler's
-/// and the hash block size (vLLM's `UnitaryKVCacheCoordinator`), the layout of a dense model;
-/// with [`mamba_group`](Self::mamba_group), a hybrid model's layout: that group plus one Mamba
-/// group in vLLM's `align` mode with the same block size (vLLM's `HybridKVCacheCoordinator`
-/// with one attention and one Mamba group, fine-grained hits off).
+/// The model's KV-cache groups are [`layout`](Self::layout): by default one full-attention
+/// group whose block size is the scheduler's and the hash block size (a dense model, vLLM's
+/// `UnitaryKVCacheCoordinator`); any other [`Layout`] runs as vLLM's `HybridKVCacheCoordinator`
+/// with fine-grained hits off, every prefix-cacheable group of that same block size.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SimpleConfig {
@@ -192,13 +192,8 @@ pub struct SimpleConfig {
     pub max_requests: u32,
     /// Blocks one request's table may hold (default: `num_gpu_blocks`).
     pub max_blocks_per_request: u32,
-    /// The full-attention group's id (default 0): the group whose keys the lookup scans and
-    /// whose confirmed blocks the eager scan stores (vLLM's `fa_gidx`).
-    pub attention_group: u32,
-    /// The Mamba group's id in a hybrid model (default `None`: a dense model). Its states are
-    /// stored only through boundary hand-offs ([`StepInput::handoffs`](super::StepInput)),
-    /// and a CPU hit counts only up to the last block whose Mamba state the pool holds.
-    pub mamba_group: Option<u32>,
+    /// The model's KV-cache groups (default [`Layout::dense`]).
+    pub layout: Layout,
 }
 
 impl SimpleConfig {
@@ -221,8 +216,7 @@ impl SimpleConfig {
             event_capacity: 4096,
             max_requests: 256,
             max_blocks_per_request: num_gpu_blocks,
-            attention_group: 0,
-            mamba_group: None,
+            layout: Layout::dense(),
         }
     }
 
@@ -262,39 +256,51 @@ impl SimpleConfig {
         if self.max_requests == 0 || self.max_blocks_per_request == 0 {
             return Err(ConfigError::ZeroBound);
         }
-        if self.mamba_group == Some(self.attention_group) {
-            return Err(ConfigError::SameGroup {
-                group: self.attention_group,
-            });
-        }
         let num_cpu_blocks = self.sizing.num_cpu_blocks(self.num_gpu_blocks)?;
         let target_free = if !self.lazy_offload {
             0
         } else if let Some(t) = self.lazy_target_free {
             t
         } else {
-            let g = GroupSpec::FullAttention {
-                block_size: self.block_size,
-                dcp_sharded: false,
-            };
-            let groups: &[GroupSpec] = if self.mamba_group.is_some() {
-                &[g, GroupSpec::Mamba]
-            } else {
-                &[g]
-            };
-            let t = lazy_target_blocks(groups, self.max_num_batched_tokens, 1).unwrap_or(u64::MAX);
+            let mut groups = [GroupSpec::Mamba; super::layout::MAX_GROUPS];
+            let mut n = 0;
+            for (_, kind) in self.layout.cacheable() {
+                groups[n] = self.lazy_term(kind);
+                n += 1;
+            }
+            let t = lazy_target_blocks(&groups[..n], self.max_num_batched_tokens, 1)
+                .unwrap_or(u64::MAX);
             u32::try_from(t).unwrap_or(u32::MAX)
         };
         Ok(Validated {
             num_cpu_blocks,
             target_free,
             // vLLM's hybrid coordinator (several groups) holds no tail back without EAGLE.
-            reprefillable: if self.mamba_group.is_some() {
+            reprefillable: if self.layout.is_hybrid() {
                 0
             } else {
                 self.num_prefill_lookahead_tokens.saturating_sub(1)
             },
         })
+    }
+}
+
+impl SimpleConfig {
+    /// The lazy `target_free` term of one group kind (chunked local counts as full attention,
+    /// as in vLLM's estimate).
+    fn lazy_term(&self, kind: GroupKind) -> GroupSpec {
+        match kind {
+            GroupKind::Mamba => GroupSpec::Mamba,
+            GroupKind::SlidingWindow { window } => GroupSpec::SlidingWindow {
+                block_size: self.block_size,
+                window,
+                dcp_sharded: false,
+            },
+            _ => GroupSpec::FullAttention {
+                block_size: self.block_size,
+                dcp_sharded: false,
+            },
+        }
     }
 }
 
@@ -306,7 +312,7 @@ pub struct Validated {
     /// Lazy mode's `target_free` (0 in eager mode).
     pub target_free: u32,
     /// Computed tokens not yet cacheable: `max(0, num_prefill_lookahead_tokens − 1)` for a
-    /// dense model (vLLM's unitary coordinator); 0 for a hybrid one (its hybrid coordinator
+    /// dense model (vLLM's unitary coordinator); 0 for any other layout (its hybrid coordinator
     /// holds the tail back only for EAGLE groups, which kvtier does not model).
     pub reprefillable: u32,
 }
@@ -401,8 +407,18 @@ mod tests {
         // A hybrid model's default adds the Mamba group's 2: (128 + 2) · 2.
         c.lazy_offload = true;
         c.lazy_target_free = None;
-        c.mamba_group = Some(1);
+        c.layout = Layout::hybrid_mamba(true);
         assert_eq!(c.validate().map(|v| v.target_free), Ok(260));
+        // A sliding window of 100 tokens adds cdiv(100, 16) + 1 = 8, a chunked local group
+        // cdiv(2048, 16) = 128, a scratch group nothing: (128 + 8 + 128) · 2.
+        c.layout = Layout::new(&[
+            GroupKind::FullAttention,
+            GroupKind::SlidingWindow { window: 100 },
+            GroupKind::ChunkedLocal { chunk: 64 },
+            GroupKind::Scratch,
+        ])
+        .unwrap();
+        assert_eq!(c.validate().map(|v| v.target_free), Ok(528));
     }
 
     #[test]
@@ -413,15 +429,12 @@ mod tests {
         c.block_size = 0;
         assert_eq!(c.validate(), Err(ConfigError::ZeroBlockSize));
         let mut c = ok;
-        c.mamba_group = Some(0);
-        assert_eq!(c.validate(), Err(ConfigError::SameGroup { group: 0 }));
-        let mut c = ok;
         c.world_size = 0;
         assert_eq!(c.validate(), Err(ConfigError::ZeroWorldSize));
         let mut c = ok;
         c.num_prefill_lookahead_tokens = 3;
         assert_eq!(c.validate().map(|v| v.reprefillable), Ok(2));
-        c.mamba_group = Some(1);
+        c.layout = Layout::hybrid_mamba(false);
         assert_eq!(c.validate().map(|v| v.reprefillable), Ok(0));
         assert_eq!(
             SimpleConfig::with_cpu_blocks(16, 100, 0).validate(),

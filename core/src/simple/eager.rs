@@ -1,7 +1,7 @@
 //! Eager stores: boundary hand-offs classified one block at a time into the seven outcomes,
 //! the per-request cursor scan of confirmed blocks, and the finishing request's final flush.
 
-use super::gpu::{GpuBlocks, Progress, StepInput};
+use super::gpu::{GpuBlocks, Progress, StepInput, Tables};
 use super::requests::NIL;
 use super::transfers::StoredMeta;
 use super::{InputError, SimpleScheduler, len32};
@@ -52,14 +52,19 @@ impl SimpleScheduler {
                 return Err(InputError::DuplicateRequest { req: sc.req });
             }
             slot.stamp = self.step;
-            let base = if sc.full_table || step.preempted.contains(&sc.req) {
-                0
-            } else {
-                slot.store.block_ids.len()
-            };
-            let add = sc.new_block_ids.map_or(0, <[u32]>::len);
-            if base + add > self.config.max_blocks_per_request as usize {
-                return Err(InputError::TooManyBlocks { req: sc.req });
+            let reset = sc.full_table || step.preempted.contains(&sc.req);
+            for (g, table) in slot.store.tables.iter().enumerate() {
+                if table.capacity() == 0 {
+                    continue; // not positional: never read
+                }
+                let base = if reset { 0 } else { table.len() };
+                let add = sc
+                    .new_block_ids
+                    .and_then(|t| t.get(g))
+                    .map_or(0, |t| t.len());
+                if base + add > self.config.max_blocks_per_request as usize {
+                    return Err(InputError::TooManyBlocks { req: sc.req });
+                }
             }
             if sc.num_scheduled_tokens > 0
                 && (sc.progress.block_hashes.len() as u64) < sc.progress.num_computed_tokens / bs
@@ -117,8 +122,7 @@ impl SimpleScheduler {
             if let Some(s) = self.reqs.find(r) {
                 let st = &mut self.reqs.slots[s as usize].store;
                 if st.active {
-                    st.block_ids.clear();
-                    st.cursor = 0;
+                    st.clear();
                 }
             }
         }
@@ -131,20 +135,19 @@ impl SimpleScheduler {
                 continue;
             }
             if sc.full_table {
-                st.block_ids.clear();
+                st.tables.iter_mut().for_each(alloc::vec::Vec::clear);
             }
             if let Some(new) = sc.new_block_ids {
-                st.block_ids.extend_from_slice(new); // within capacity: checked
+                for (table, new) in st.tables.iter_mut().zip(new) {
+                    if table.capacity() > 0 {
+                        table.extend_from_slice(new); // within capacity: checked
+                    }
+                }
             }
             if sc.num_scheduled_tokens == 0 {
                 continue;
             }
-            let ids = core::mem::take(&mut st.block_ids);
-            let cursor = st.cursor;
-            let advanced = self.select(gpu, &ids, cursor, &sc.progress);
-            let st = &mut self.reqs.slots[s as usize].store;
-            st.block_ids = ids;
-            st.cursor = st.cursor.saturating_add(advanced);
+            self.select_request(gpu, s, None, &sc.progress);
             let n = len32(self.sel_gpu.len());
             if n > 0 {
                 self.alloc_cpu(n);
@@ -160,23 +163,59 @@ impl SimpleScheduler {
         }
     }
 
-    /// `_select_eager_blocks_to_store` for the attention group (a Mamba group's blocks are not
-    /// positionally stable and vLLM's scan skips them): fills `sel_gpu` (and `sel_meta`
-    /// with events on) with the confirmed blocks from `cursor` on that are ready to store,
-    /// while CPU blocks are free; returns how far the cursor advances.
-    pub(super) fn select(
+    /// `_select_eager_blocks_to_store`: fills `sel_gpu` (and `sel_meta` with events on) with
+    /// the confirmed blocks of slot `s`'s positional groups, group after group, from each
+    /// group's cursor on, that are ready to store while CPU blocks are free. The tables are
+    /// the slot's own, and the cursors advance; or `given` (a finishing request's), and they
+    /// stay.
+    pub(super) fn select_request(
         &mut self,
         gpu: &impl GpuBlocks,
-        ids: &[u32],
-        cursor: u32,
+        s: u32,
+        given: Option<Tables<'_>>,
         p: &Progress<'_>,
-    ) -> u32 {
+    ) {
         self.sel_gpu.clear();
         self.sel_meta.clear();
         let num_free = self.cpu.free_count() as usize;
-        if num_free == 0 {
-            return 0;
+        let layout = self.config.layout;
+        let groups = match given {
+            Some(t) => t.len(),
+            None => self.reqs.slots[s as usize].store.tables.len(),
+        };
+        for (g, kind) in layout.kinds().iter().enumerate().take(groups) {
+            if !kind.is_positional() {
+                continue;
+            }
+            if self.sel_gpu.len() >= num_free {
+                break;
+            }
+            let st = &mut self.reqs.slots[s as usize].store;
+            let cursor = st.cursors[g];
+            let owned = core::mem::take(&mut st.tables[g]);
+            let ids = given.map_or(&owned[..], |t| t[g]);
+            let advanced = self.select(gpu, g as u32, ids, cursor, p, num_free);
+            let st = &mut self.reqs.slots[s as usize].store;
+            st.tables[g] = owned;
+            if given.is_none() {
+                // vLLM's final flush leaves the cursors as they are.
+                st.cursors[g] = cursor.saturating_add(advanced);
+            }
         }
+    }
+
+    /// One group's part of [`select_request`](Self::select_request): appends group `group`'s
+    /// ready blocks from `ids[cursor..]` while fewer than `num_free` are selected; returns how
+    /// far the group's cursor advances.
+    fn select(
+        &mut self,
+        gpu: &impl GpuBlocks,
+        group: u32,
+        ids: &[u32],
+        cursor: u32,
+        p: &Progress<'_>,
+        num_free: usize,
+    ) -> u32 {
         let bs = u64::from(self.config.block_size);
         let confirmed = p
             .num_computed_tokens
@@ -190,10 +229,12 @@ impl SimpleScheduler {
         for (i, &id) in ids.iter().enumerate().take(ready).skip(start) {
             let mut g = id;
             if g == 0 {
+                // A block that left a sliding window: stored from the GPU's prefix cache
+                // while the GPU still holds it.
                 let recovered = p
                     .block_hashes
                     .get(i)
-                    .and_then(|&h| gpu.cached_block(BlockKey::new(h, self.config.attention_group)))
+                    .and_then(|&h| gpu.cached_block(BlockKey::new(h, group)))
                     .filter(|&b| b < self.config.num_gpu_blocks);
                 let Some(b) = recovered else {
                     advanced += 1;
@@ -205,7 +246,7 @@ impl SimpleScheduler {
                 advanced += 1;
                 continue;
             }
-            // At most `ids.len() ≤ max_blocks_per_request` are selected: within the reserve.
+            // At most `num_free ≤ num_cpu_blocks` are selected: within the reserve.
             if self.sel_gpu.len() >= num_free {
                 break;
             }
@@ -230,15 +271,13 @@ impl SimpleScheduler {
         &mut self,
         gpu: &mut impl GpuBlocks,
         s: u32,
-        block_ids: &[u32],
+        block_ids: Tables<'_>,
         p: &Progress<'_>,
     ) {
-        let st = &self.reqs.slots[s as usize].store;
-        if !st.active {
+        if !self.reqs.slots[s as usize].store.active {
             return;
         }
-        let cursor = st.cursor;
-        self.select(gpu, block_ids, cursor, p);
+        self.select_request(gpu, s, Some(block_ids), p);
         let n = len32(self.sel_gpu.len());
         if n == 0 {
             return;

@@ -30,10 +30,10 @@ pub enum ConfigError {
         /// The size computed.
         blocks: u64,
     },
-    /// `mamba_group` names the attention group.
-    SameGroup {
-        /// The group named twice.
-        group: u32,
+    /// A [`Layout`](super::Layout) that is not one.
+    Layout {
+        /// What is wrong with it.
+        why: &'static str,
     },
 }
 
@@ -56,10 +56,7 @@ impl fmt::Display for ConfigError {
                 "num_cpu_blocks={num_cpu_blocks} must be between 1 and local offload capacity \
                  {local_capacity}"
             ),
-            ConfigError::SameGroup { group } => write!(
-                f,
-                "group {group} cannot be both the full-attention and the Mamba group"
-            ),
+            ConfigError::Layout { why } => write!(f, "invalid KV-cache group layout: {why}"),
             ConfigError::PoolTooLarge { blocks } => {
                 write!(
                     f,

@@ -64,15 +64,10 @@ impl GpuBlocks for BlockPool<BlockKey> {
     }
 }
 
-/// A request's GPU block tables after allocation (`blocks.get_block_ids()`), for
-/// [`SimpleScheduler::update_state_after_alloc_groups`](super::SimpleScheduler::update_state_after_alloc_groups).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct GroupTables<'a> {
-    /// The full-attention group's table.
-    pub attention: &'a [u32],
-    /// The Mamba group's table (empty in a dense model): null entries for skipped states.
-    pub mamba: &'a [u32],
-}
+/// A request's GPU block tables, one per KV-cache group in group order
+/// (`blocks.get_block_ids()`): `tables[g]` is group `g`'s table, null entries (block 0) for
+/// skipped blocks. Tables past the slice's end are empty.
+pub type Tables<'a> = &'a [&'a [u32]];
 
 /// What the lookup reads off vLLM's `Request` (`get_num_new_matched_tokens`).
 #[derive(Clone, Copy, Debug)]
@@ -101,6 +96,7 @@ pub struct Progress<'a> {
 
 /// One request's boundary hand-offs (`kv_connector_block_state.boundary_state_offloads`),
 /// in the dict's order: a hybrid model's Mamba states, each keyed by its GPU block's own hash.
+/// Each entry is classified and stored whatever its group.
 #[derive(Clone, Copy, Debug)]
 pub struct Handoff<'a> {
     /// The request.
@@ -115,8 +111,8 @@ pub struct Handoff<'a> {
 pub struct Scheduled<'a> {
     /// The request.
     pub req: u64,
-    /// Its new block ids (the attention group's); `None` when the output has none for it.
-    pub new_block_ids: Option<&'a [u32]>,
+    /// Its new block ids, per group ([`Tables`]); `None` when the output has none for it.
+    pub new_block_ids: Option<Tables<'a>>,
     /// `new_block_ids` is the whole table (a new or resumed request).
     pub full_table: bool,
     /// `num_scheduled_tokens[req]` (0 when absent).
@@ -143,8 +139,8 @@ pub struct StepInput<'a> {
 pub struct Finished<'a> {
     /// The request.
     pub req: u64,
-    /// Its block table (the attention group's) at finish.
-    pub block_ids: &'a [u32],
+    /// Its block tables at finish, per group ([`Tables`]).
+    pub block_ids: Tables<'a>,
     /// Its progress at finish.
     pub progress: Progress<'a>,
 }

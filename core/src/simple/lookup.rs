@@ -3,17 +3,33 @@
 
 use super::SimpleScheduler;
 use super::error::{AllocStateError, InputError};
-use super::gpu::{GpuBlocks, GroupTables, LookupRequest};
+use super::gpu::{GpuBlocks, LookupRequest, Tables};
+use super::layout::GroupKind;
 use super::requests::Requests;
 use crate::BlockKey;
 
-/// A CPU hit: its length in blocks, and whether it ends with a Mamba state (a hybrid model).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Hit {
-    /// Blocks of the hit (each group's blocks cover the same tokens).
-    blocks: usize,
-    /// The hit ends with a Mamba state (always, for a hybrid hit of at least one block).
-    mamba: bool,
+/// Where group kind `kind`'s hit list of `len` blocks holds blocks: the entries before
+/// `start` are null (vLLM's `null_block` padding), those from `start` to `len` are held.
+pub(super) fn held_from(kind: GroupKind, len: u64, block_size: u64) -> u64 {
+    match kind {
+        GroupKind::FullAttention | GroupKind::Scratch => 0,
+        GroupKind::SlidingWindow { window } => {
+            len.saturating_sub(window_blocks(window, block_size).max(1))
+        }
+        GroupKind::ChunkedLocal { chunk } => chunk_start(len, block_size, chunk),
+        GroupKind::Mamba => len.saturating_sub(1),
+    }
+}
+
+/// `cdiv(window − 1, block_size)`: the contiguous blocks a sliding-window hit needs.
+fn window_blocks(window: u32, block_size: u64) -> u64 {
+    u64::from(window).saturating_sub(1).div_ceil(block_size)
+}
+
+/// The first block of the chunk holding token `len · block_size`.
+fn chunk_start(len: u64, block_size: u64, chunk: u32) -> u64 {
+    let chunk = u64::from(chunk);
+    len.saturating_mul(block_size) / chunk * chunk / block_size
 }
 
 impl SimpleScheduler {
@@ -22,13 +38,12 @@ impl SimpleScheduler {
     /// there are any).
     ///
     /// First drops the request's earlier pending hit (a retry). Then, unless the request skips
-    /// the prefix cache or `num_computed_tokens` is not block-aligned, walks the request's
-    /// remaining hashes while the CPU pool holds them, at most `(num_tokens − 1 −
-    /// num_computed_tokens) / block_size` blocks (the last token is always recomputed). In a
-    /// hybrid model the hit then ends at the last of those blocks whose Mamba state the pool
-    /// holds too (none: no hit), as vLLM's hybrid coordinator reconciles a full-attention hit
-    /// with a Mamba group's. A hit pins its blocks (the Mamba state's too) until
-    /// [`update_state_after_alloc`](Self::update_state_after_alloc),
+    /// the prefix cache, `num_computed_tokens` is not block-aligned, or not aligned to a
+    /// chunked-local group's chunk, finds the longest hit among the request's remaining
+    /// hashes of at most `(num_tokens − 1 − num_computed_tokens) / block_size` blocks (the
+    /// last token is always recomputed) that every prefix-cacheable group accepts (vLLM's
+    /// coordinators; see [`GroupKind`] for what each kind needs). A hit pins its blocks
+    /// until [`update_state_after_alloc`](Self::update_state_after_alloc),
     /// [`request_finished`](Self::request_finished) or [`reset`](Self::reset).
     ///
     /// # Errors
@@ -41,17 +56,17 @@ impl SimpleScheduler {
         num_computed_tokens: u64,
     ) -> Result<(u64, bool), InputError> {
         let bs = u64::from(self.config.block_size);
-        let hit = self.longest_hit(req, num_computed_tokens);
-        if hit.blocks > self.config.max_blocks_per_request as usize {
+        let blocks = self.longest_hit(req, num_computed_tokens);
+        if blocks > u64::from(self.config.max_blocks_per_request) {
             return Err(InputError::TooManyBlocks { req: req.req });
         }
-        if hit.blocks > 0 && !self.reqs.has_room_for(req.req) {
+        if blocks > 0 && !self.reqs.has_room_for(req.req) {
             return Err(InputError::TooManyRequests);
         }
         if let Some(s) = self.reqs.find(req.req) {
             self.free_pending_hit(s);
         }
-        if hit.blocks == 0 {
+        if blocks == 0 {
             if let Some(s) = self.reqs.find(req.req) {
                 self.reqs.release_if_idle(s);
             }
@@ -61,50 +76,54 @@ impl SimpleScheduler {
             return Err(InputError::TooManyRequests); // checked above
         };
         let skipped = usize::try_from(num_computed_tokens / bs).unwrap_or(usize::MAX);
-        let hashes = req
-            .block_hashes
-            .get(skipped..skipped.saturating_add(hit.blocks))
-            .unwrap_or_default();
-        let (attention, mamba) = (self.config.attention_group, self.config.mamba_group);
+        let remaining = req.block_hashes.get(skipped..).unwrap_or_default();
         let slot = &mut self.reqs.slots[s as usize];
         slot.hit.clear();
-        for &h in hashes {
-            if let Some(b) = self.cpu.get_one_block(&BlockKey::new(h, attention)) {
-                slot.hit.push(b);
+        for (g, kind) in self.config.layout.cacheable() {
+            let from = held_from(kind, blocks, bs) as usize;
+            for &h in remaining.get(from..blocks as usize).unwrap_or_default() {
+                // Held: the search checked every one of these keys.
+                if let Some(b) = self.cpu.get_one_block(&BlockKey::new(h, g)) {
+                    slot.hit.push(b);
+                }
             }
-        }
-        slot.hit_mamba = false;
-        let state = match (hit.mamba, mamba, hashes.last()) {
-            (true, Some(m), Some(&h)) => self.cpu.get_one_block(&BlockKey::new(h, m)),
-            _ => None,
-        };
-        if let Some(b) = state {
-            slot.hit.push(b);
-            slot.hit_mamba = true;
         }
         // Counts stay far below u32::MAX: each pin is held by one of at most 2^24 requests
         // or by a transfer, so touch cannot overflow.
         let r = self.cpu.touch(&slot.hit);
         debug_assert!(r.is_ok());
         slot.has_hit = true;
+        slot.hit_blocks = blocks as u32;
         slot.hit_computed = num_computed_tokens;
         self.reqs.hit_order.push(s);
-        Ok((hit.blocks as u64 * bs, true))
+        Ok((blocks * bs, true))
     }
 
-    /// The leading remaining hashes the CPU pool holds, within vLLM's cap; in a hybrid model
-    /// cut back to the last one whose Mamba state it holds (vLLM's `MambaManager` scans
-    /// right to left within the attention hit; one pass suffices for one attention and one
-    /// Mamba group).
-    fn longest_hit(&self, req: &LookupRequest<'_>, num_computed_tokens: u64) -> Hit {
+    /// The hit's length in blocks: vLLM's fixed point over the groups. The full-attention
+    /// groups give the leading run every one of them holds (within vLLM's cap); then each other
+    /// group in turn cuts the length to the longest it accepts, until no group cuts it. Each
+    /// kind's answer is the longest length it accepts at or below the candidate, so the result
+    /// is the longest length every group accepts whatever the order (and whether vLLM looks
+    /// groups of one spec up together or apart).
+    fn longest_hit(&self, req: &LookupRequest<'_>, num_computed_tokens: u64) -> u64 {
         let bs = u64::from(self.config.block_size);
+        let layout = self.config.layout;
         if req.skip_reading_prefix_cache || !num_computed_tokens.is_multiple_of(bs) {
-            return Hit::default();
+            return 0;
+        }
+        // Suffix-relative chunk boundaries must be the absolute ones.
+        if layout.kinds().iter().any(|k| match k {
+            GroupKind::ChunkedLocal { chunk } => {
+                !num_computed_tokens.is_multiple_of(u64::from(*chunk))
+            }
+            _ => false,
+        }) {
+            return 0;
         }
         let skipped = usize::try_from(num_computed_tokens / bs).unwrap_or(usize::MAX);
         let remaining = req.block_hashes.get(skipped..).unwrap_or_default();
         if remaining.is_empty() {
-            return Hit::default();
+            return 0;
         }
         let Some(max_hit_len) = req
             .num_tokens
@@ -112,62 +131,67 @@ impl SimpleScheduler {
             .and_then(|t| t.checked_sub(num_computed_tokens))
             .filter(|&m| m > 0)
         else {
-            return Hit::default();
+            return 0;
         };
-        let cap = usize::try_from(max_hit_len / bs).unwrap_or(usize::MAX);
-        let attention = self.config.attention_group;
-        let blocks = remaining
-            .iter()
-            .take(cap)
-            .take_while(|&&h| {
-                self.cpu
-                    .get_one_block(&BlockKey::new(h, attention))
-                    .is_some()
-            })
-            .count();
-        let Some(m) = self.config.mamba_group else {
-            return Hit {
-                blocks,
-                mamba: false,
-            };
+        let held = |i: u64, g: u32| {
+            remaining
+                .get(i as usize)
+                .is_some_and(|&h| self.cpu.get_one_block(&BlockKey::new(h, g)).is_some())
         };
-        let held = remaining[..blocks]
-            .iter()
-            .rposition(|&h| self.cpu.get_one_block(&BlockKey::new(h, m)).is_some());
-        Hit {
-            blocks: held.map_or(0, |i| i + 1),
-            mamba: held.is_some(),
+        let cap = (max_hit_len / bs).min(remaining.len() as u64);
+        let mut len = cap;
+        for (g, kind) in layout.cacheable() {
+            if kind == GroupKind::FullAttention {
+                len = (0..len).find(|&i| !held(i, g)).unwrap_or(len);
+            }
         }
-    }
-
-    /// The Mamba group comes before the attention group in vLLM's group order.
-    fn mamba_first(&self) -> bool {
-        self.config
-            .mamba_group
-            .is_some_and(|m| m < self.config.attention_group)
+        loop {
+            let before = len;
+            for (g, kind) in layout.cacheable() {
+                len = match kind {
+                    GroupKind::FullAttention | GroupKind::Scratch => len,
+                    GroupKind::SlidingWindow { window } => {
+                        let need = window_blocks(window, bs);
+                        let mut run = 0;
+                        let mut found = None;
+                        for i in (0..len).rev() {
+                            if !held(i, g) {
+                                run = 0;
+                                continue;
+                            }
+                            run += 1;
+                            if run >= need {
+                                found = Some(i + run);
+                                break;
+                            }
+                        }
+                        found.unwrap_or(run)
+                    }
+                    GroupKind::ChunkedLocal { chunk } => {
+                        let from = chunk_start(len, bs, chunk);
+                        (from..len).find(|&i| !held(i, g)).unwrap_or(len)
+                    }
+                    GroupKind::Mamba => (0..len).rev().find(|&i| held(i, g)).map_or(0, |i| i + 1),
+                };
+            }
+            if len == before {
+                return len;
+            }
+        }
     }
 
     /// Releases slot `s`'s pending hit, if any (`_free_pending_cpu_hit`: the blocks in group
     /// order).
     pub(super) fn free_pending_hit(&mut self, s: u32) {
-        let mamba_first = self.mamba_first();
         let slot = &mut self.reqs.slots[s as usize];
         if !slot.has_hit {
             return;
         }
         slot.has_hit = false;
-        let split = slot.hit.len() - usize::from(slot.hit_mamba);
-        let (attention, mamba) = slot.hit.split_at(split);
-        let r = if mamba_first {
-            self.cpu
-                .free_blocks(mamba)
-                .and_then(|()| self.cpu.free_blocks(attention))
-        } else {
-            self.cpu.free_blocks(&slot.hit)
-        };
+        let r = self.cpu.free_blocks(&slot.hit);
         debug_assert!(r.is_ok(), "the hit's pins are the scheduler's own");
         slot.hit.clear();
-        slot.hit_mamba = false;
+        slot.hit_blocks = 0;
         Requests::unlist(&mut self.reqs.hit_order, s);
     }
 
@@ -185,25 +209,20 @@ impl SimpleScheduler {
         block_ids: &[u32],
         num_external_tokens: u64,
     ) -> Result<(), AllocStateError> {
-        let tables = GroupTables {
-            attention: block_ids,
-            mamba: &[],
-        };
-        self.update_state_after_alloc_groups(gpu, req, tables, num_external_tokens)
+        self.update_state_after_alloc_groups(gpu, req, &[block_ids], num_external_tokens)
     }
 
     /// vLLM's `update_state_after_alloc`: with `tables` the request's GPU block tables after
-    /// allocation (the Mamba group's empty in a dense model) and `num_external_tokens` the
-    /// tokens the scheduler took from the pending hit.
+    /// allocation, one per group, and `num_external_tokens` the tokens the scheduler took
+    /// from the pending hit.
     ///
     /// In eager mode a request seen for the first time gets its store state. Then the pending
-    /// hit is consumed: with no external tokens it is released; otherwise its first
-    /// `cdiv(num_external_tokens, block_size)` attention blocks become a load into the
-    /// attention table's blocks from `num_computed_tokens / block_size` on, and a hybrid
-    /// hit's Mamba state, when those tokens reach it, a load into the Mamba table's block at
-    /// the hit's last position (group order: vLLM lists each group's loads in turn); both
-    /// sides stay pinned until the load finishes, and the rest of the hit is released.
-    /// Without a pending hit nothing is loaded (vLLM logs a warning).
+    /// hit is consumed: with no external tokens it is released; otherwise, group after group,
+    /// the held entries among the first `cdiv(num_external_tokens, block_size)` of the
+    /// group's hit list become loads into that group's table from `num_computed_tokens /
+    /// block_size` on (a Mamba state only when those tokens reach it; null padding is
+    /// skipped); both sides stay pinned until the load finishes, and the rest of the hit is
+    /// released. Without a pending hit nothing is loaded (vLLM logs a warning).
     ///
     /// # Errors
     /// [`AllocStateError`] for a GPU id out of range, no free request slot, external tokens
@@ -213,12 +232,12 @@ impl SimpleScheduler {
         &mut self,
         gpu: &mut impl GpuBlocks,
         req: u64,
-        tables: GroupTables<'_>,
+        tables: Tables<'_>,
         num_external_tokens: u64,
     ) -> Result<(), AllocStateError> {
-        self.check_gpu(gpu, tables.attention)
-            .and_then(|()| self.check_gpu(gpu, tables.mamba))
-            .map_err(AllocStateError::Input)?;
+        for t in tables {
+            self.check_gpu(gpu, t).map_err(AllocStateError::Input)?;
+        }
         let eager = !self.config.lazy_offload;
         let found = self.reqs.find(req);
         let has_store = found.is_some_and(|s| self.reqs.slots[s as usize].store.active);
@@ -227,9 +246,8 @@ impl SimpleScheduler {
         }
         let bs = u64::from(self.config.block_size);
         let pending = found.filter(|&s| self.reqs.slots[s as usize].has_hit);
-        let mut take = 0usize;
-        let mut start = 0usize;
-        let mut mamba_load = None;
+        let mut take = 0u64;
+        let mut start = 0u64;
         if let (Some(s), true) = (pending, num_external_tokens > 0) {
             if !num_external_tokens.is_multiple_of(bs) {
                 return Err(AllocStateError::Unaligned {
@@ -237,19 +255,14 @@ impl SimpleScheduler {
                 });
             }
             let slot = &self.reqs.slots[s as usize];
-            let attention_hit = slot.hit.len() - usize::from(slot.hit_mamba);
-            let wanted = usize::try_from(num_external_tokens / bs).unwrap_or(usize::MAX);
-            take = wanted.min(attention_hit);
-            start = usize::try_from(slot.hit_computed / bs).unwrap_or(usize::MAX);
-            if tables.attention.len().saturating_sub(start) < take {
-                return Err(AllocStateError::TableTooShort { req });
-            }
-            if slot.hit_mamba && wanted >= attention_hit {
-                let at = start.saturating_add(attention_hit - 1);
-                let Some(&g) = tables.mamba.get(at) else {
+            take = (num_external_tokens / bs).min(u64::from(slot.hit_blocks));
+            start = slot.hit_computed / bs;
+            for (g, kind) in self.config.layout.cacheable() {
+                let held = held_from(kind, u64::from(slot.hit_blocks), bs);
+                let table = tables.get(g as usize).copied().unwrap_or_default();
+                if take > held && (table.len() as u64) < start.saturating_add(take) {
                     return Err(AllocStateError::TableTooShort { req });
-                };
-                mamba_load = slot.hit.last().map(|&c| (g, c));
+                }
             }
             if slot.load.active {
                 return Err(AllocStateError::LoadPending { req });
@@ -261,8 +274,7 @@ impl SimpleScheduler {
             };
             let st = &mut self.reqs.slots[s as usize].store;
             st.active = true;
-            st.block_ids.clear();
-            st.cursor = 0;
+            st.clear();
             st.events = 0;
             st.last_event = None;
             st.finished = false;
@@ -275,25 +287,21 @@ impl SimpleScheduler {
             self.reqs.release_if_idle(s);
             return Ok(());
         }
-        let mamba_first = self.mamba_first();
         let slot = &mut self.reqs.slots[s as usize];
         slot.load.gpu.clear();
         slot.load.cpu.clear();
-        let push_mamba = |load: &mut super::requests::Load| {
-            if let Some((g, c)) = mamba_load {
-                load.gpu.push(g);
-                load.cpu.push(c);
+        let len = u64::from(slot.hit_blocks);
+        let mut pins = slot.hit.iter();
+        for (g, kind) in self.config.layout.cacheable() {
+            let table = tables.get(g as usize).copied().unwrap_or_default();
+            for i in held_from(kind, len, bs)..len {
+                let Some(&c) = pins.next() else { break };
+                if i < take {
+                    // Within the table: checked above.
+                    slot.load.gpu.push(table[(start + i) as usize]);
+                    slot.load.cpu.push(c);
+                }
             }
-        };
-        if mamba_first {
-            push_mamba(&mut slot.load);
-        }
-        for (i, &c) in slot.hit.iter().take(take).enumerate() {
-            slot.load.gpu.push(tables.attention[start + i]);
-            slot.load.cpu.push(c);
-        }
-        if !mamba_first {
-            push_mamba(&mut slot.load);
         }
         let r = self.cpu.touch(&slot.load.cpu);
         debug_assert!(r.is_ok());

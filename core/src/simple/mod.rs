@@ -4,6 +4,7 @@
 //! | file | holds |
 //! |---|---|
 //! | `config` | [`SimpleConfig`], the CPU pool's size ([`PoolSizing`]), lazy mode's [`lazy_target_blocks`] |
+//! | `layout` | the model's KV-cache groups ([`Layout`], [`GroupKind`]) |
 //! | `gpu` | [`GpuBlocks`] (the GPU pool as the scheduler sees it) and the per-call inputs |
 //! | `lookup` | `get_num_new_matched_tokens` and `update_state_after_alloc`: hits, pins, loads |
 //! | `eager` | eager stores: boundary hand-offs and their seven outcomes, the cursor scan, the final flush |
@@ -14,16 +15,16 @@
 //!
 //! # Scope
 //!
-//! One KV-cache group, full attention, whose block size is the scheduler's and the hash
-//! block size (vLLM's `UnitaryKVCacheCoordinator`), optionally with one Mamba group in vLLM's
-//! `align` mode of the same block size ([`SimpleConfig::mamba_group`]; vLLM's
-//! `HybridKVCacheCoordinator` with one attention and one Mamba group). Fine-grained hits are
-//! then off in both modes, so no block carries secondary hashes and no partial tail is
-//! flushed. The Mamba group's states reach the CPU only as boundary hand-offs
-//! ([`StepInput::handoffs`]) or, in lazy mode, from the GPU free queue; a CPU hit ends at the
-//! last block whose Mamba state the pool holds. DCP is folded into `block_size`. Other
-//! layouts' lazy `target_free` can be computed with [`lazy_target_blocks`] and passed in
-//! [`SimpleConfig::lazy_target_free`].
+//! The model's KV-cache groups ([`SimpleConfig::layout`]): full attention, sliding window,
+//! chunked local attention, Mamba in vLLM's `align` mode, and groups that are not
+//! prefix-cacheable, every prefix-cacheable group's block size the scheduler's and the hash
+//! block size. One full-attention group alone is vLLM's `UnitaryKVCacheCoordinator`; any
+//! other layout is its `HybridKVCacheCoordinator` with fine-grained hits off, so no block
+//! carries secondary hashes and no partial tail is flushed; there is no EAGLE block drop. A
+//! CPU hit is the longest every group accepts ([`GroupKind`] says what each kind needs); the
+//! eager scan follows every positional group's table; Mamba states reach the CPU only as
+//! boundary hand-offs ([`StepInput::handoffs`]) or, in lazy mode, from the GPU free queue.
+//! DCP is folded into `block_size`.
 //!
 //! # The GPU-side contract
 //!
@@ -77,6 +78,7 @@ mod config;
 mod eager;
 mod error;
 mod gpu;
+mod layout;
 mod lazy;
 mod lookup;
 mod requests;
@@ -96,9 +98,10 @@ pub use config::{
 };
 pub use error::{AllocStateError, ConfigError, InputError, NewError, OutputError};
 pub use gpu::{
-    Finished, GpuBlocks, GroupTables, Handoff, LookupRequest, Progress, Scheduled, StepInput,
+    Finished, GpuBlocks, Handoff, LookupRequest, Progress, Scheduled, StepInput, Tables,
     WorkerOutput,
 };
+pub use layout::{GroupKind, Layout, MAX_GROUPS};
 pub use transfers::StoredMeta;
 
 use crate::BlockKey;
@@ -120,8 +123,8 @@ pub enum Medium {
 
 /// A change to the CPU prefix cache (vLLM's `take_events`), recorded when events are on.
 ///
-/// Every event is `locality="LOCAL"`, no LoRA; its key's group is the KV-cache group (the
-/// Mamba group's for a stored Mamba state, see [`SimpleConfig::mamba_group`]). kvtier holds
+/// Every event is `locality="LOCAL"`, no LoRA; its key's group is the block's KV-cache group
+/// (see [`SimpleConfig::layout`]). kvtier holds
 /// no token ids: a positional store's [`StoredMeta`] says where in the request they are.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum SimpleEvent {
@@ -228,7 +231,14 @@ impl SimpleScheduler {
         let cpu = BlockPool::new(pool_config).map_err(|_| NewError::AllocFailed)?;
         let n_cpu = v.num_cpu_blocks as usize;
         let n_gpu = config.num_gpu_blocks as usize;
-        let max_b = config.max_blocks_per_request as usize;
+        // One request's selection: at most a table per positional group, at most the pool.
+        let positional = config
+            .layout
+            .kinds()
+            .iter()
+            .filter(|k| k.is_positional())
+            .count();
+        let max_b = (config.max_blocks_per_request as usize).saturating_mul(positional);
         let mut events = VecDeque::new();
         if config.enable_events {
             events
@@ -247,8 +257,13 @@ impl SimpleScheduler {
                 Backend::Disk => Medium::Storage,
             },
             cpu,
-            reqs: Requests::new(config.max_requests, config.max_blocks_per_request)
-                .map_err(fail)?,
+            reqs: Requests::new(
+                config.max_requests,
+                config.max_blocks_per_request,
+                &config.layout,
+                v.num_cpu_blocks,
+            )
+            .map_err(fail)?,
             xfer: Transfers::new(v.num_cpu_blocks, config.enable_events).map_err(fail)?,
             in_flight: filled(n_gpu.div_ceil(64), 0).map_err(fail)?,
             cursor: None,

@@ -5,6 +5,7 @@ use alloc::vec::Vec;
 use core::hash::BuildHasher;
 use hashbrown::HashTable;
 
+use super::layout::{Layout, MAX_GROUPS};
 use crate::hashing::FixedState;
 use crate::reserve::{AllocError, table, with_capacity};
 
@@ -24,9 +25,11 @@ pub(super) struct Load {
 #[derive(Clone, Debug)]
 pub(super) struct Store {
     pub(super) active: bool,
-    pub(super) block_ids: Vec<u32>,
-    /// `num_stored_blocks[0]`.
-    pub(super) cursor: u32,
+    /// `block_ids`, per group: the positional groups' tables (the others' are not read and
+    /// stay empty).
+    pub(super) tables: Vec<Vec<u32>>,
+    /// `num_stored_blocks`, per group.
+    pub(super) cursors: [u32; MAX_GROUPS],
     /// In-flight store events naming this request (`len(store_events)`).
     pub(super) events: u32,
     /// The last event this request was counted in (so it is counted once per event).
@@ -43,12 +46,12 @@ pub(super) struct Slot {
     pub(super) generation: u32,
     /// The step that last validated this slot (duplicate detection).
     pub(super) stamp: u64,
-    /// The pending CPU hit's blocks (pinned), when `has_hit`: the attention group's, then
-    /// (a hybrid hit) the Mamba state's, whatever the group order.
+    /// The pending CPU hit, when `has_hit`: its blocks that are not null (pinned), group
+    /// after group in group order, each group's in position order.
     pub(super) has_hit: bool,
     pub(super) hit: Vec<u32>,
-    /// `hit` ends with a hybrid hit's Mamba state (its last entry).
-    pub(super) hit_mamba: bool,
+    /// The hit's length in blocks (every group's hit list has this many entries).
+    pub(super) hit_blocks: u32,
     pub(super) hit_computed: u64,
     pub(super) load: Load,
     pub(super) abandoned: Load,
@@ -58,6 +61,23 @@ pub(super) struct Slot {
 impl Slot {
     fn idle(&self) -> bool {
         !self.has_hit && !self.load.active && !self.abandoned.active && !self.store.active
+    }
+}
+
+/// One table per group, `b` blocks for each positional group.
+fn store_tables(layout: &Layout, b: usize) -> Result<Vec<Vec<u32>>, AllocError> {
+    let mut tables = with_capacity(layout.len())?;
+    for k in layout.kinds() {
+        tables.push(with_capacity(if k.is_positional() { b } else { 0 })?);
+    }
+    Ok(tables)
+}
+
+impl Store {
+    /// Empties every table and cursor.
+    pub(super) fn clear(&mut self) {
+        self.tables.iter_mut().for_each(Vec::clear);
+        self.cursors = [0; MAX_GROUPS];
     }
 }
 
@@ -75,11 +95,17 @@ pub(super) struct Requests {
 }
 
 impl Requests {
-    pub(super) fn new(max_requests: u32, max_blocks: u32) -> Result<Self, AllocError> {
+    pub(super) fn new(
+        max_requests: u32,
+        max_blocks: u32,
+        layout: &Layout,
+        num_cpu_blocks: u32,
+    ) -> Result<Self, AllocError> {
         let n = max_requests as usize;
         let b = max_blocks as usize;
-        // A hit and a load hold the attention blocks and, in a hybrid model, one Mamba state.
-        let hit_b = b + 1;
+        // A hit and a load hold at most `b` blocks per prefix-cacheable group, each a distinct
+        // CPU block.
+        let hit_b = (b.saturating_mul(layout.cacheable().count())).min(num_cpu_blocks as usize);
         let load = || -> Result<Load, AllocError> {
             Ok(Load {
                 active: false,
@@ -97,14 +123,14 @@ impl Requests {
                 stamp: u64::MAX,
                 has_hit: false,
                 hit: with_capacity(hit_b)?,
-                hit_mamba: false,
+                hit_blocks: 0,
                 hit_computed: 0,
                 load: load()?,
                 abandoned: load()?,
                 store: Store {
                     active: false,
-                    block_ids: with_capacity(b)?,
-                    cursor: 0,
+                    tables: store_tables(layout, b)?,
+                    cursors: [0; MAX_GROUPS],
                     events: 0,
                     last_event: None,
                     finished: false,
@@ -201,7 +227,8 @@ impl Requests {
                     + v(&s.load.cpu)
                     + v(&s.abandoned.gpu)
                     + v(&s.abandoned.cpu)
-                    + v(&s.store.block_ids)
+                    + s.store.tables.iter().map(v).sum::<usize>()
+                    + s.store.tables.capacity() * size_of::<Vec<u32>>()
             })
             .sum();
         per + self.slots.capacity() * size_of::<Slot>()

@@ -28,7 +28,9 @@ impl SimpleScheduler {
                 self.check_gpu(gpu, h.gpu_blocks)?;
             }
             for sc in step.scheduled {
-                self.check_gpu(gpu, sc.new_block_ids.unwrap_or_default())?;
+                for t in sc.new_block_ids.unwrap_or_default() {
+                    self.check_gpu(gpu, t)?;
+                }
             }
             self.check_eager_step(step)?;
         }

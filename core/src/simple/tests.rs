@@ -67,7 +67,7 @@ fn store_all(s: &mut SimpleScheduler, g: &mut BlockPool<BlockKey>, req: u64, has
     s.update_state_after_alloc(g, req, &ids, 0).unwrap();
     let sc = [Scheduled {
         req,
-        new_block_ids: Some(&ids),
+        new_block_ids: Some(&[&ids]),
         full_table: true,
         num_scheduled_tokens: 1,
         progress: progress(hashes, u64::from(BS) * hashes.len() as u64),
@@ -196,7 +196,7 @@ fn cursor_scan_confirmed_blocks_and_final_flush() {
     let ids = alloc_cached(&mut g, &hashes);
     s.update_state_after_alloc(&mut g, 1, &ids, 0).unwrap();
     // 40 computed tokens: 2 blocks confirmed.
-    let sc = |new: Option<&'static [u32]>, computed| Scheduled {
+    let sc = |new: Option<Tables<'static>>, computed| Scheduled {
         req: 1,
         new_block_ids: new,
         full_table: false,
@@ -204,7 +204,7 @@ fn cursor_scan_confirmed_blocks_and_final_flush() {
         progress: progress(&hashes, computed),
     };
     let first = [Scheduled {
-        new_block_ids: Some(&ids),
+        new_block_ids: Some(&[&ids]),
         full_table: true,
         ..sc(None, 40)
     }];
@@ -225,7 +225,7 @@ fn cursor_scan_confirmed_blocks_and_final_flush() {
     // The finishing request's third confirmed block is flushed with the next step.
     let fin = Finished {
         req: 1,
-        block_ids: &ids,
+        block_ids: &[&ids],
         progress: progress(&hashes, 48),
     };
     s.request_finished_all_groups(&mut g, &fin).unwrap();

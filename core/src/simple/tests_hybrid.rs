@@ -15,8 +15,8 @@ fn gpu(n: u32) -> BlockPool<BlockKey> {
 
 fn hybrid(cpu_blocks: u32, gpu_blocks: u32, attention: u32, mamba: u32) -> SimpleScheduler {
     let mut c = SimpleConfig::with_cpu_blocks(BS, gpu_blocks, cpu_blocks);
-    c.attention_group = attention;
-    c.mamba_group = Some(mamba);
+    assert_eq!(attention + mamba, 1, "groups 0 and 1");
+    c.layout = Layout::hybrid_mamba(attention == 0);
     SimpleScheduler::new(c).unwrap()
 }
 
@@ -98,10 +98,7 @@ fn hit_ends_at_the_last_mamba_state_held() {
     // at the hit's last position.
     s.get_num_new_matched_tokens(&lookup(&hashes, 81), 0)
         .unwrap();
-    let tables = GroupTables {
-        attention: &[20, 21, 22],
-        mamba: &[0, 23, 24],
-    };
+    let tables: Tables<'_> = &[&[20, 21, 22], &[0, 23, 24]];
     s.update_state_after_alloc_groups(&mut g, 9, tables, 32)
         .unwrap();
     let plan = s
@@ -126,10 +123,7 @@ fn a_partial_take_leaves_the_mamba_state_and_group_order_decides_the_load_order(
         s.get_num_new_matched_tokens(&lookup(&hashes, 49), 0),
         Ok((32, true))
     );
-    let tables = GroupTables {
-        attention: &[20, 21, 22],
-        mamba: &[0, 23, 24],
-    };
+    let tables: Tables<'_> = &[&[0, 23, 24], &[20, 21, 22]];
     // One block taken: the attention block alone, the Mamba state at block 2 released.
     let mut t = s.clone();
     let mut tg = g.clone();
@@ -157,10 +151,7 @@ fn a_partial_take_leaves_the_mamba_state_and_group_order_decides_the_load_order(
     hand_off(&mut u, &mut ug, 1, &[a(1), a(2), m(2)]);
     u.get_num_new_matched_tokens(&lookup(&hashes, 49), 0)
         .unwrap();
-    let short = GroupTables {
-        attention: &[20, 21],
-        mamba: &[0],
-    };
+    let short: Tables<'_> = &[&[0], &[20, 21]];
     let before = u.cpu_pool().free_count();
     assert_eq!(
         u.update_state_after_alloc_groups(&mut ug, 9, short, 32),
@@ -191,11 +182,28 @@ fn mamba_states_are_classified_and_stored_under_their_own_group() {
 }
 
 #[test]
-fn hybrid_config_is_checked() {
-    let mut c = SimpleConfig::with_cpu_blocks(BS, 32, 8);
-    c.mamba_group = Some(0);
+fn layouts_are_checked() {
     assert_eq!(
-        SimpleScheduler::new(c).err(),
-        Some(NewError::Config(ConfigError::SameGroup { group: 0 }))
+        Layout::new(&[GroupKind::Mamba]),
+        Err(ConfigError::Layout {
+            why: "a layout needs a full-attention group"
+        })
     );
+    assert!(Layout::new(&[]).is_err());
+    assert!(Layout::new(&[GroupKind::FullAttention; MAX_GROUPS + 1]).is_err());
+    assert!(
+        Layout::new(&[
+            GroupKind::FullAttention,
+            GroupKind::SlidingWindow { window: 0 }
+        ])
+        .is_err()
+    );
+    let l = Layout::new(&[
+        GroupKind::Scratch,
+        GroupKind::Mamba,
+        GroupKind::FullAttention,
+    ])
+    .unwrap();
+    assert_eq!((l.attention_group(), l.mamba_group()), (2, Some(1)));
+    assert_eq!(l.cacheable().map(|(g, _)| g).collect::<Vec<_>>(), [1, 2]);
 }

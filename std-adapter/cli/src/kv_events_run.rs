@@ -130,9 +130,9 @@ impl EventStream {
     /// [`PublishError::Closed`] when the publisher has stopped.
     pub fn step_simple(&mut self, offloader: &mut SimpleScheduler) -> Result<(), PublishError> {
         let mut events: Vec<KvEvent> = Vec::new();
-        let mamba_group = offloader.config().mamba_group;
+        let layout = offloader.config().layout;
         for e in offloader.take_events() {
-            self.tier.push_simple(&e, mamba_group, &mut events);
+            self.tier.push_simple(&e, &layout, &mut events);
         }
         self.publish(events, offloader.dropped_events())
     }

@@ -29,7 +29,7 @@ use kvtier_core::stats::{Gauge, Payload, UpdateError};
 
 use kvtier::kv_events::{PublishError, Publisher, PublisherStats};
 
-use crate::engine::{Engine, EngineCounts, EngineError, MAMBA_GROUP};
+use crate::engine::{self, Engine, EngineCounts, EngineError};
 use crate::kv_events_run::EventStream;
 use crate::replay_run::{GpuFront, GpuReport, ReplayOptions, RunError, add_gpu_series};
 use crate::sizing::ReportError;
@@ -322,7 +322,7 @@ impl SimpleRun {
         let seqs = u32::try_from(front.engine.max_num_seqs).unwrap_or(u32::MAX);
         cfg.max_requests = seqs.saturating_mul(4).saturating_add(64);
         cfg.enable_events = stream.is_some();
-        cfg.mamba_group = front.engine.hybrid.then_some(MAMBA_GROUP);
+        cfg.layout = engine::layout(front.engine.hybrid);
         let s = SimpleScheduler::new(cfg).map_err(SimpleRunError::Config)?;
         let mut tier = SimpleTier::new(s, bt, front.engine.transfer_steps);
         if let Some(stream) = stream {

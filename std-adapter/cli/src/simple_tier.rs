@@ -14,11 +14,11 @@ use std::fmt;
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
 use kvtier_core::simple::{
-    AllocStateError, Finished, GroupTables, InputError, LookupRequest, OutputError, Progress,
-    Scheduled, SimpleScheduler, StepInput, WorkerOutput,
+    AllocStateError, Finished, InputError, LookupRequest, OutputError, Progress, Scheduled,
+    SimpleScheduler, StepInput, WorkerOutput,
 };
 
-use crate::engine::{Connector, FinishedRequest, LookupQuery, StepRecord};
+use crate::engine::{Connector, FinishedRequest, GroupTables, LookupQuery, StepRecord};
 use crate::kv_events_run::EventStream;
 
 /// A call the simple offloader refused.
@@ -215,9 +215,11 @@ impl Connector for SimpleTier {
         external_blocks: usize,
     ) -> Result<(), SimpleTierError> {
         let tokens = external_blocks as u64 * self.bt;
+        let per_group = tables.per_group();
+        let groups = self.s.config().layout.len().min(per_group.len());
         Ok(self
             .s
-            .update_state_after_alloc_groups(gpu, q.rid, tables, tokens)?)
+            .update_state_after_alloc_groups(gpu, q.rid, &per_group[..groups], tokens)?)
     }
 
     fn load_done(&mut self, rid: u64) -> Result<(), SimpleTierError> {
@@ -234,17 +236,26 @@ impl Connector for SimpleTier {
         gpu: &mut BlockPool<BlockKey>,
         step: &StepRecord<'_>,
     ) -> Result<(), SimpleTierError> {
-        let scheduled: Vec<Scheduled<'_>> = step
+        // The attention group's new blocks (the core does not read a Mamba table's).
+        let new: Vec<[&[u32]; 1]> = step
             .scheduled
             .iter()
-            .map(|r| Scheduled {
-                req: r.rid,
-                new_block_ids: Some(if r.full_table {
+            .map(|r| {
+                [if r.full_table {
                     r.block_ids
                 } else {
                     let from = r.block_ids.len().saturating_sub(r.num_new_blocks);
                     r.block_ids.get(from..).unwrap_or_default()
-                }),
+                }]
+            })
+            .collect();
+        let scheduled: Vec<Scheduled<'_>> = step
+            .scheduled
+            .iter()
+            .zip(&new)
+            .map(|(r, new)| Scheduled {
+                req: r.rid,
+                new_block_ids: Some(new),
                 full_table: r.full_table,
                 num_scheduled_tokens: r.num_scheduled_tokens,
                 progress: Progress {
@@ -273,9 +284,10 @@ impl Connector for SimpleTier {
         gpu: &mut BlockPool<BlockKey>,
         req: &FinishedRequest<'_>,
     ) -> Result<(), SimpleTierError> {
+        let tables = [req.block_ids];
         let done = Finished {
             req: req.rid,
-            block_ids: req.block_ids,
+            block_ids: &tables,
             progress: Progress {
                 num_computed_tokens: self.covered(req.num_computed_tokens, req.block_hashes),
                 num_output_placeholders: 0,

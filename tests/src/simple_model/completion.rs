@@ -123,7 +123,7 @@ impl SimpleModel {
             let p = f.progress;
             let (sel, meta, _) = self.select(
                 gpu,
-                f.block_ids,
+                f.block_ids.first().copied().unwrap_or_default(),
                 cursor,
                 p.num_computed_tokens,
                 p.num_output_placeholders,

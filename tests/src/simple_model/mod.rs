@@ -581,7 +581,7 @@ impl SimpleModel {
         if sc.full_table {
             st.block_ids.clear();
         }
-        if let Some(new) = sc.new_block_ids {
+        if let Some(&new) = sc.new_block_ids.and_then(<[_]>::first) {
             st.block_ids.extend_from_slice(new);
         }
         if sc.num_scheduled_tokens == 0 {

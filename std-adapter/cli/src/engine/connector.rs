@@ -15,7 +15,9 @@
 
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
-use kvtier_core::simple::{GroupTables, Handoff};
+use kvtier_core::simple::Handoff;
+
+use super::GroupTables;
 
 /// A request's lookup in the tier (vLLM's `get_num_new_matched_tokens` with the GPU's
 /// block-aligned hit as `num_computed_tokens`).

@@ -17,11 +17,41 @@
 
 use kvtier_core::BlockKey;
 
+use kvtier_core::simple::Layout;
+
 use super::EngineConfig;
 use super::gpu::{GpuCache, GpuError};
 
 /// The Mamba group's id in the engine model (the attention group is 0).
 pub const MAMBA_GROUP: u32 = 1;
+
+/// The engine model's KV-cache groups as the simple offloader's core sees them: one
+/// full-attention group, and with `hybrid` a Mamba group ([`MAMBA_GROUP`]).
+#[must_use]
+pub fn layout(hybrid: bool) -> Layout {
+    if hybrid {
+        Layout::hybrid_mamba(true)
+    } else {
+        Layout::dense()
+    }
+}
+
+/// A request's GPU block tables after allocation, in the engine model's groups.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct GroupTables<'a> {
+    /// The full-attention group's table.
+    pub attention: &'a [u32],
+    /// The Mamba group's table (empty in a dense model): null entries for skipped states.
+    pub mamba: &'a [u32],
+}
+
+impl<'a> GroupTables<'a> {
+    /// The tables in group order (a dense model's core reads the first alone).
+    #[must_use]
+    pub fn per_group(&self) -> [&'a [u32]; 2] {
+        [self.attention, self.mamba]
+    }
+}
 
 impl GpuCache {
     /// Of the first `attention_hit` blocks of `hashes`, the last whose Mamba state the GPU

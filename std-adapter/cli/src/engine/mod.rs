@@ -29,7 +29,7 @@ pub use connector::{
     Connector, FinishedRequest, LookupQuery, NoConnector, ScheduledRequest, StepRecord,
 };
 pub use gpu::{GpuCache, GpuError, Other};
-pub use mamba::MAMBA_GROUP;
+pub use mamba::{GroupTables, MAMBA_GROUP, layout};
 pub use sched::Engine;
 
 /// The engine model's parameters.

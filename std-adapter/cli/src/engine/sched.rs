@@ -4,7 +4,9 @@
 use std::collections::VecDeque;
 
 use kvtier_core::hashing::Map;
-use kvtier_core::simple::{GroupTables, Handoff};
+use kvtier_core::simple::Handoff;
+
+use super::GroupTables;
 
 use super::connector::{Connector, FinishedRequest, ScheduledRequest, StepRecord};
 use super::gpu::GpuCache;

@@ -7,9 +7,9 @@
 //! capped short of the last token) at the request's first admission, `S` when its prompt is
 //! computed, `C` when it finished and its stores completed.
 
+use crate::engine::GroupTables;
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
-use kvtier_core::simple::GroupTables;
 use kvtier_core::stats::{Gauge, Payload, UpdateError, catalogue};
 
 use super::RunError;

@@ -46,4 +46,7 @@ pub use event::{
 pub use publisher::{Overflow, PublishError, Publisher, PublisherConfig, PublisherStats};
 pub use replay::{END_SEQ, ReplayBuffer, end_marker, start_sequence};
 pub use subscriber::{Message, RecvError, Subscriber};
-pub use translate::{FULL_ATTENTION, LOCAL, MAMBA, TierEvents};
+pub use translate::{
+    CHUNKED_LOCAL_ATTENTION, FULL_ATTENTION, LOCAL, MAMBA, SLIDING_WINDOW, TierEvents, UNKNOWN,
+    spec_kind,
+};

@@ -9,7 +9,7 @@
 
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{EventKind, OffloadEvent};
-use kvtier_core::simple::{Medium, SimpleEvent};
+use kvtier_core::simple::{GroupKind, Layout, Medium, SimpleEvent};
 
 use super::event::{BlockRemoved, BlockStored, HashForm, KvEvent, MEDIUM_CPU, MEDIUM_STORAGE};
 
@@ -19,6 +19,27 @@ pub const FULL_ATTENTION: &str = "full_attention";
 
 /// vLLM's `KVCacheSpecKind.MAMBA`, the kind of a hybrid model's Mamba group.
 pub const MAMBA: &str = "mamba";
+
+/// vLLM's `KVCacheSpecKind.SLIDING_WINDOW`.
+pub const SLIDING_WINDOW: &str = "sliding_window";
+
+/// vLLM's `KVCacheSpecKind.CHUNKED_LOCAL_ATTENTION`.
+pub const CHUNKED_LOCAL_ATTENTION: &str = "chunked_local_attention";
+
+/// vLLM's `KVCacheSpecKind.UNKNOWN`.
+pub const UNKNOWN: &str = "unknown";
+
+/// A group kind's `kv_cache_spec_kind` and `kv_cache_spec_sliding_window`, as vLLM names them.
+#[must_use]
+pub fn spec_kind(kind: GroupKind) -> (&'static str, Option<i64>) {
+    match kind {
+        GroupKind::FullAttention => (FULL_ATTENTION, None),
+        GroupKind::SlidingWindow { window } => (SLIDING_WINDOW, Some(i64::from(window))),
+        GroupKind::ChunkedLocal { .. } => (CHUNKED_LOCAL_ATTENTION, None),
+        GroupKind::Mamba => (MAMBA, None),
+        GroupKind::Scratch => (UNKNOWN, None),
+    }
+}
 
 /// The `locality` of every simple-offloader event.
 pub const LOCAL: &str = "LOCAL";
@@ -86,17 +107,12 @@ impl TierEvents {
     }
 
     /// Appends the stream's event for one of the simple offloader's events to `out`: a
-    /// `BlockStored` of the one block (its key's group, full attention or, for
-    /// `mamba_group`, Mamba; `LOCAL`, the parent hash when the store knew it; no token ids,
+    /// `BlockStored` of the one block (its key's group and that group's kind in `layout`, see
+    /// [`spec_kind`]; `LOCAL`, the parent hash when the store knew it; no token ids,
     /// which a trace does not carry), a `BlockRemoved` of the one hash (its group, `LOCAL`),
     /// or `AllBlocksCleared`. The medium is the event's own (this tier's `medium` is not
     /// used).
-    pub fn push_simple(
-        &self,
-        event: &SimpleEvent,
-        mamba_group: Option<u32>,
-        out: &mut Vec<KvEvent>,
-    ) {
+    pub fn push_simple(&self, event: &SimpleEvent, layout: &Layout, out: &mut Vec<KvEvent>) {
         let medium = |m: Medium| {
             Some(match m {
                 Medium::Cpu => MEDIUM_CPU.to_owned(),
@@ -119,12 +135,10 @@ impl TierEvents {
                     .and_then(|m| m.parent_hash)
                     .map(|h| self.hash_form.hash(h));
                 s.group_idx = Some(i64::from(key.group));
-                let kind = if mamba_group == Some(key.group) {
-                    MAMBA
-                } else {
-                    FULL_ATTENTION
-                };
+                let (kind, window) =
+                    spec_kind(layout.kind(key.group).unwrap_or(GroupKind::Scratch));
                 s.kv_cache_spec_kind = Some(kind.to_owned());
+                s.kv_cache_spec_sliding_window = window;
                 s.locality = Some(LOCAL.to_owned());
                 KvEvent::Stored(Box::new(s))
             }
@@ -145,7 +159,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_stored_state_of_the_mamba_group_names_its_kind() {
+    fn a_stored_block_names_its_group_kind() {
         let form = TierEvents::cpu(16, HashForm::Int);
         let stored = |group| SimpleEvent::Stored {
             key: BlockKey::new(7, group),
@@ -154,22 +168,38 @@ mod tests {
             medium: Medium::Cpu,
         };
         let mut out = Vec::new();
-        form.push_simple(&stored(1), Some(1), &mut out);
-        form.push_simple(&stored(0), Some(1), &mut out);
-        form.push_simple(&stored(1), None, &mut out);
-        let kinds: Vec<(Option<i64>, Option<&str>)> = out
+        let hybrid = Layout::hybrid_mamba(true);
+        let gemma = Layout::new(&[
+            GroupKind::FullAttention,
+            GroupKind::SlidingWindow { window: 512 },
+            GroupKind::ChunkedLocal { chunk: 64 },
+        ])
+        .unwrap();
+        form.push_simple(&stored(1), &hybrid, &mut out);
+        form.push_simple(&stored(0), &hybrid, &mut out);
+        form.push_simple(&stored(1), &Layout::dense(), &mut out);
+        form.push_simple(&stored(1), &gemma, &mut out);
+        form.push_simple(&stored(2), &gemma, &mut out);
+        let kinds: Vec<(Option<i64>, Option<&str>, Option<i64>)> = out
             .iter()
             .map(|e| match e {
-                KvEvent::Stored(s) => (s.group_idx, s.kv_cache_spec_kind.as_deref()),
-                _ => (None, None),
+                KvEvent::Stored(s) => (
+                    s.group_idx,
+                    s.kv_cache_spec_kind.as_deref(),
+                    s.kv_cache_spec_sliding_window,
+                ),
+                _ => (None, None, None),
             })
             .collect();
         assert_eq!(
             kinds,
             [
-                (Some(1), Some(MAMBA)),
-                (Some(0), Some(FULL_ATTENTION)),
-                (Some(1), Some(FULL_ATTENTION)),
+                (Some(1), Some(MAMBA), None),
+                (Some(0), Some(FULL_ATTENTION), None),
+                // A group the layout does not have.
+                (Some(1), Some(UNKNOWN), None),
+                (Some(1), Some(SLIDING_WINDOW), Some(512)),
+                (Some(2), Some(CHUNKED_LOCAL_ATTENTION), None),
             ]
         );
     }

@@ -19,7 +19,7 @@ use std::cell::RefCell;
 use std::collections::HashSet;
 
 use kvtier_core::simple::{
-    Finished, GroupTables, Handoff, LookupRequest, NewError, PoolSize, PoolSizing, Progress,
+    Finished, GroupKind, Handoff, Layout, LookupRequest, NewError, PoolSize, PoolSizing, Progress,
     Scheduled, SimpleConfig, SimpleEvent, SimpleScheduler as Core, StepInput, WorkerOutput,
 };
 use kvtier_core::stats::Value;
@@ -34,12 +34,12 @@ use gpu::PyGpu;
 use hashes::{ABSENT, HashKeys};
 use ids::{ReqIds, UNKNOWN};
 
-/// One scheduled request as `kvtier.simple` passes it: `(req_id, new_block_ids or None,
-/// is_full_table, num_scheduled_tokens, num_computed_tokens, num_output_placeholders,
+/// One scheduled request as `kvtier.simple` passes it: `(req_id, new_block_ids per group or
+/// None, is_full_table, num_scheduled_tokens, num_computed_tokens, num_output_placeholders,
 /// block_hashes or None)`.
 type ScheduledArg<'py> = (
     Bound<'py, PyAny>,
-    Option<Vec<u32>>,
+    Option<Vec<Vec<u32>>>,
     bool,
     u64,
     u64,
@@ -62,6 +62,30 @@ type PlanTuple<'py> = (
 
 fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
+}
+
+/// The layout of `groups`, each `(kind, tokens)`: `"full_attention"`, `"sliding_window"`
+/// (tokens: the window), `"chunked_local"` (tokens: the chunk), `"mamba"` or `"scratch"`.
+fn layout(groups: &[(String, u32)]) -> PyResult<Layout> {
+    let kinds = groups
+        .iter()
+        .map(|(kind, tokens)| match kind.as_str() {
+            "full_attention" => Ok(GroupKind::FullAttention),
+            "sliding_window" => Ok(GroupKind::SlidingWindow { window: *tokens }),
+            "chunked_local" => Ok(GroupKind::ChunkedLocal { chunk: *tokens }),
+            "mamba" => Ok(GroupKind::Mamba),
+            "scratch" => Ok(GroupKind::Scratch),
+            other => Err(value_error(format!(
+                "unknown KV-cache group kind {other:?}"
+            ))),
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    Layout::new(&kinds).map_err(value_error)
+}
+
+/// Borrows per-group lists as the core's tables.
+fn tables(lists: &[Vec<u32>]) -> Vec<&[u32]> {
+    lists.iter().map(Vec::as_slice).collect()
 }
 
 fn event_or_minus_one(e: Option<u64>) -> i64 {
@@ -100,7 +124,7 @@ impl SimpleScheduler {
         block_size, num_gpu_blocks, capacity_bytes, gpu_total_bytes, num_cpu_blocks,
         aligned_num_cpu_blocks, lazy_offload, max_num_batched_tokens, world_size,
         num_prefill_lookahead_tokens, disk, page_cache, max_requests, max_blocks_per_request,
-        enable_events, event_capacity, attention_group = 0, mamba_group = None
+        enable_events, event_capacity, groups = vec![("full_attention".to_owned(), 0)]
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -120,8 +144,7 @@ impl SimpleScheduler {
         max_blocks_per_request: u32,
         enable_events: bool,
         event_capacity: u32,
-        attention_group: u32,
-        mamba_group: Option<u32>,
+        groups: Vec<(String, u32)>,
     ) -> PyResult<Self> {
         let size = match (num_cpu_blocks, aligned_num_cpu_blocks) {
             (Some(n), _) => PoolSize::Explicit(n),
@@ -144,8 +167,7 @@ impl SimpleScheduler {
         c.max_blocks_per_request = max_blocks_per_request;
         c.enable_events = enable_events;
         c.event_capacity = event_capacity;
-        c.attention_group = attention_group;
-        c.mamba_group = mamba_group;
+        c.layout = layout(&groups)?;
         let s = Core::new(c).map_err(|e| match e {
             NewError::Config(c) => value_error(c),
             NewError::AllocFailed => PyMemoryError::new_err(e.to_string()),
@@ -240,34 +262,23 @@ impl SimpleScheduler {
         r.map_err(input_error)
     }
 
-    /// `update_state_after_alloc` with the request's block ids: the attention group's, and
-    /// in a hybrid model the Mamba group's (`None` in a dense model).
-    #[pyo3(signature = (req_id, block_ids, num_external_tokens, mamba_block_ids = None))]
+    /// `update_state_after_alloc` with the request's block ids, one list per group.
     fn update_state_after_alloc(
         &mut self,
         py: Python<'_>,
         req_id: &Bound<'_, PyAny>,
-        block_ids: Vec<u32>,
+        block_ids: Vec<Vec<u32>>,
         num_external_tokens: u64,
-        mamba_block_ids: Option<Vec<u32>>,
     ) -> PyResult<()> {
         let pool = self.pool(py)?;
         let req = self.ids.get_or_insert(req_id)?;
         let mut view = PyGpu::new(&pool, &self.keys, &[], 0)?;
-        let r = match &mamba_block_ids {
-            Some(mamba) => {
-                let tables = GroupTables {
-                    attention: &block_ids,
-                    mamba,
-                };
-                self.s
-                    .update_state_after_alloc_groups(&mut view, req, tables, num_external_tokens)
-            }
-            None => {
-                self.s
-                    .update_state_after_alloc(&mut view, req, &block_ids, num_external_tokens)
-            }
-        };
+        let r = self.s.update_state_after_alloc_groups(
+            &mut view,
+            req,
+            &tables(&block_ids),
+            num_external_tokens,
+        );
         let py_err = view.finish();
         self.ids.forget_if_untracked(&self.s, req);
         py_err?;
@@ -310,13 +321,18 @@ impl SimpleScheduler {
             .zip(&handoff_ids)
             .map(|((_, g), &req)| Handoff { req, gpu_blocks: g })
             .collect();
+        let new: Vec<Option<Vec<&[u32]>>> = scheduled
+            .iter()
+            .map(|sc| sc.1.as_deref().map(tables))
+            .collect();
         let sched_list: Vec<Scheduled<'_>> = scheduled
             .iter()
             .zip(&sched_ids)
             .zip(&ranges)
-            .map(|((sc, &req), &(a, b))| Scheduled {
+            .zip(&new)
+            .map(|(((sc, &req), &(a, b)), new)| Scheduled {
                 req,
-                new_block_ids: sc.1.as_deref(),
+                new_block_ids: new.as_deref(),
                 full_table: sc.2,
                 num_scheduled_tokens: sc.3,
                 progress: Progress {
@@ -420,13 +436,13 @@ impl SimpleScheduler {
         py_err
     }
 
-    /// `request_finished_all_groups` with the request's attention-group block ids and progress;
+    /// `request_finished_all_groups` with the request's block ids (one list per group) and progress;
     /// returns the list number its event payloads name (see [`stored_meta`](Self::stored_meta)).
     fn request_finished_all_groups(
         &mut self,
         py: Python<'_>,
         req_id: &Bound<'_, PyAny>,
-        block_ids: Vec<u32>,
+        block_ids: Vec<Vec<u32>>,
         num_computed_tokens: u64,
         num_output_placeholders: u64,
         block_hashes: &Bound<'_, PyAny>,
@@ -440,9 +456,10 @@ impl SimpleScheduler {
         self.flush_serial = (self.flush_serial + 1) % FLUSH_LISTS;
         self.positions.clear();
         let (a, b) = self.push_positions(list, Some(block_hashes))?;
+        let block_tables = tables(&block_ids);
         let fin = Finished {
             req,
-            block_ids: &block_ids,
+            block_ids: &block_tables,
             progress: Progress {
                 num_computed_tokens,
                 num_output_placeholders,

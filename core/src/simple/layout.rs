@@ -1,0 +1,214 @@
+//! The model's KV-cache groups as the simple scheduler sees them: one [`GroupKind`] per group,
+//! in vLLM's group order ([`Layout`]).
+
+use super::error::ConfigError;
+
+/// The most KV-cache groups a [`Layout`] holds.
+pub const MAX_GROUPS: usize = 8;
+
+/// One KV-cache group's kind, as vLLM's spec class decides how the group is looked up and
+/// stored. Every prefix-cacheable group's block size is the scheduler's
+/// ([`SimpleConfig::block_size`](super::SimpleConfig::block_size)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum GroupKind {
+    /// Full attention (`FullAttentionSpec`): a hit is the leading run of held blocks; the
+    /// eager scan stores every confirmed block.
+    FullAttention,
+    /// Sliding-window attention (`SlidingWindowSpec`): a hit needs the last
+    /// `cdiv(window − 1, block_size)` blocks before it (or every block from the start); the
+    /// blocks before that run are not loaded. Table entries that left the window may be the
+    /// null block: the eager scan stores them from the GPU's prefix cache while it holds them.
+    SlidingWindow {
+        /// The window in tokens (> 0).
+        window: u32,
+    },
+    /// Chunked local attention (`ChunkedLocalAttentionSpec`): a hit needs the blocks of its
+    /// last, partial chunk only; a lookup after computed tokens that are not chunk-aligned
+    /// finds nothing.
+    ChunkedLocal {
+        /// The chunk in tokens (> 0).
+        chunk: u32,
+    },
+    /// Mamba in vLLM's `align` mode (`MambaSpec`): a hit ends at a block whose state the pool
+    /// holds; states reach the pool only as boundary hand-offs
+    /// ([`StepInput::handoffs`](super::StepInput)) or lazily.
+    Mamba,
+    /// Not prefix-cacheable (a scratch or ring group): never looked up, stored or loaded; its
+    /// presence makes the model a hybrid one (vLLM's `HybridKVCacheCoordinator`).
+    Scratch,
+}
+
+impl GroupKind {
+    /// Whether the group takes part in lookups, loads and stores (vLLM's `prefix_cacheable`).
+    #[must_use]
+    pub const fn is_cacheable(self) -> bool {
+        !matches!(self, GroupKind::Scratch)
+    }
+
+    /// Whether the eager scan follows the group's table by position (vLLM's
+    /// `has_positionally_stable_blocks`; `align`-mode Mamba tables are not).
+    #[must_use]
+    pub const fn is_positional(self) -> bool {
+        matches!(
+            self,
+            GroupKind::FullAttention
+                | GroupKind::SlidingWindow { .. }
+                | GroupKind::ChunkedLocal { .. }
+        )
+    }
+}
+
+/// The model's KV-cache groups, in vLLM's group order: group `i` has kind `kinds()[i]`, and
+/// its blocks are keyed `BlockKey::new(hash, i)`.
+///
+/// A valid layout has 1 to [`MAX_GROUPS`] groups, at least one of them
+/// [`GroupKind::FullAttention`] (vLLM's scheduler needs its `fa_gidx`), and no window or chunk
+/// of 0. One full-attention group alone is a dense model (vLLM's `UnitaryKVCacheCoordinator`);
+/// anything else runs as vLLM's `HybridKVCacheCoordinator` with fine-grained hits off.
+///
+/// ```
+/// use kvtier_core::simple::{GroupKind, Layout};
+/// let gemma = Layout::new(&[
+///     GroupKind::FullAttention,
+///     GroupKind::SlidingWindow { window: 1024 },
+/// ])?;
+/// assert_eq!(gemma.attention_group(), 0);
+/// assert!(gemma.is_hybrid());
+/// # Ok::<(), kvtier_core::simple::ConfigError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Layout {
+    kinds: [GroupKind; MAX_GROUPS],
+    len: u8,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Self::dense()
+    }
+}
+
+impl Layout {
+    /// One full-attention group: a dense model.
+    #[must_use]
+    pub const fn dense() -> Self {
+        Layout {
+            kinds: [GroupKind::Scratch; MAX_GROUPS],
+            len: 1,
+        }
+        .with(0, GroupKind::FullAttention)
+    }
+
+    /// A full-attention group and a Mamba group, in either order (`attention` must be 0 or 1,
+    /// the Mamba group the other).
+    #[must_use]
+    pub const fn hybrid_mamba(attention_first: bool) -> Self {
+        let (a, m) = if attention_first {
+            (GroupKind::FullAttention, GroupKind::Mamba)
+        } else {
+            (GroupKind::Mamba, GroupKind::FullAttention)
+        };
+        Layout {
+            kinds: [GroupKind::Scratch; MAX_GROUPS],
+            len: 2,
+        }
+        .with(0, a)
+        .with(1, m)
+    }
+
+    const fn with(mut self, i: usize, kind: GroupKind) -> Self {
+        self.kinds[i] = kind;
+        self
+    }
+
+    /// The layout of `kinds`, checked.
+    ///
+    /// # Errors
+    /// [`ConfigError::Layout`] when `kinds` is empty or longer than [`MAX_GROUPS`], has no
+    /// full-attention group, or a window or chunk of 0.
+    pub fn new(kinds: &[GroupKind]) -> Result<Self, ConfigError> {
+        if kinds.is_empty() || kinds.len() > MAX_GROUPS {
+            return Err(ConfigError::Layout {
+                why: "a layout has 1 to 8 groups",
+            });
+        }
+        if !kinds.contains(&GroupKind::FullAttention) {
+            return Err(ConfigError::Layout {
+                why: "a layout needs a full-attention group",
+            });
+        }
+        if kinds.iter().any(|k| {
+            matches!(
+                k,
+                GroupKind::SlidingWindow { window: 0 } | GroupKind::ChunkedLocal { chunk: 0 }
+            )
+        }) {
+            return Err(ConfigError::Layout {
+                why: "a sliding window or attention chunk must be > 0 tokens",
+            });
+        }
+        let mut l = Layout {
+            kinds: [GroupKind::Scratch; MAX_GROUPS],
+            len: kinds.len() as u8,
+        };
+        l.kinds[..kinds.len()].copy_from_slice(kinds);
+        Ok(l)
+    }
+
+    /// The groups' kinds, in group order.
+    #[must_use]
+    pub fn kinds(&self) -> &[GroupKind] {
+        &self.kinds[..usize::from(self.len)]
+    }
+
+    /// The number of groups.
+    #[must_use]
+    pub fn len(&self) -> usize {
+        usize::from(self.len)
+    }
+
+    /// Never true for a valid layout (kept for the `len` convention).
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The kind of group `group`, if the layout has it.
+    #[must_use]
+    pub fn kind(&self, group: u32) -> Option<GroupKind> {
+        self.kinds().get(group as usize).copied()
+    }
+
+    /// The first full-attention group (vLLM's `fa_gidx`).
+    #[must_use]
+    pub fn attention_group(&self) -> u32 {
+        let i = self
+            .kinds()
+            .iter()
+            .position(|&k| k == GroupKind::FullAttention)
+            .unwrap_or(0);
+        i as u32
+    }
+
+    /// The first Mamba group, if any.
+    #[must_use]
+    pub fn mamba_group(&self) -> Option<u32> {
+        let i = self.kinds().iter().position(|&k| k == GroupKind::Mamba)?;
+        Some(i as u32)
+    }
+
+    /// More than one group (vLLM's hybrid coordinator): no re-prefillable tail is held back.
+    #[must_use]
+    pub fn is_hybrid(&self) -> bool {
+        self.len > 1
+    }
+
+    /// The prefix-cacheable groups, with their ids, in group order.
+    pub fn cacheable(&self) -> impl Iterator<Item = (u32, GroupKind)> + '_ {
+        self.kinds()
+            .iter()
+            .enumerate()
+            .filter(|(_, k)| k.is_cacheable())
+            .map(|(i, &k)| (i as u32, k))
+    }
+}
