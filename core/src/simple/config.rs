@@ -170,8 +170,9 @@ pub struct SimpleConfig {
     pub lazy_offload: bool,
     /// `max_num_batched_tokens` (default 2048), for lazy mode's `target_free`.
     pub max_num_batched_tokens: u32,
-    /// Lazy mode's `target_free` when the model has more groups than the one modelled here
-    /// (see [`lazy_target_blocks`]); `None` (default): computed for the one full-attention group.
+    /// Lazy mode's `target_free` given outright, e.g. for DCP-sharded groups (see
+    /// [`lazy_target_blocks`]); `None` (default): computed from [`layout`](Self::layout) at
+    /// `block_size` (a chunked-local group counting as full attention, as in vLLM).
     pub lazy_target_free: Option<u32>,
     /// Workers that must report a store before it completes (vLLM's `world_size`, default 1).
     pub world_size: u32,

@@ -194,7 +194,7 @@ impl SimpleScheduler {
             let cursor = st.cursors[g];
             let owned = core::mem::take(&mut st.tables[g]);
             let ids = given.map_or(&owned[..], |t| t[g]);
-            let advanced = self.select(gpu, g as u32, ids, cursor, p, num_free);
+            let advanced = self.select(gpu, len32(g), ids, cursor, p, num_free);
             let st = &mut self.reqs.slots[s as usize].store;
             st.tables[g] = owned;
             if given.is_none() {

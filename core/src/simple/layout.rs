@@ -99,8 +99,7 @@ impl Layout {
         .with(0, GroupKind::FullAttention)
     }
 
-    /// A full-attention group and a Mamba group, in either order (`attention` must be 0 or 1,
-    /// the Mamba group the other).
+    /// A full-attention group and a Mamba group: attention first (groups 0, 1) or second.
     #[must_use]
     pub const fn hybrid_mamba(attention_first: bool) -> Self {
         let (a, m) = if attention_first {
@@ -149,7 +148,7 @@ impl Layout {
         }
         let mut l = Layout {
             kinds: [GroupKind::Scratch; MAX_GROUPS],
-            len: kinds.len() as u8,
+            len: u8::try_from(kinds.len()).unwrap_or(u8::MAX), // at most MAX_GROUPS
         };
         l.kinds[..kinds.len()].copy_from_slice(kinds);
         Ok(l)
@@ -187,14 +186,14 @@ impl Layout {
             .iter()
             .position(|&k| k == GroupKind::FullAttention)
             .unwrap_or(0);
-        i as u32
+        super::len32(i)
     }
 
     /// The first Mamba group, if any.
     #[must_use]
     pub fn mamba_group(&self) -> Option<u32> {
         let i = self.kinds().iter().position(|&k| k == GroupKind::Mamba)?;
-        Some(i as u32)
+        Some(super::len32(i))
     }
 
     /// More than one group (vLLM's hybrid coordinator): no re-prefillable tail is held back.
@@ -209,6 +208,6 @@ impl Layout {
             .iter()
             .enumerate()
             .filter(|(_, k)| k.is_cacheable())
-            .map(|(i, &k)| (i as u32, k))
+            .map(|(i, &k)| (super::len32(i), k))
     }
 }

@@ -79,9 +79,10 @@ impl SimpleScheduler {
         let remaining = req.block_hashes.get(skipped..).unwrap_or_default();
         let slot = &mut self.reqs.slots[s as usize];
         slot.hit.clear();
+        let idx = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         for (g, kind) in self.config.layout.cacheable() {
-            let from = held_from(kind, blocks, bs) as usize;
-            for &h in remaining.get(from..blocks as usize).unwrap_or_default() {
+            let from = idx(held_from(kind, blocks, bs));
+            for &h in remaining.get(from..idx(blocks)).unwrap_or_default() {
                 // Held: the search checked every one of these keys.
                 if let Some(b) = self.cpu.get_one_block(&BlockKey::new(h, g)) {
                     slot.hit.push(b);
@@ -93,7 +94,8 @@ impl SimpleScheduler {
         let r = self.cpu.touch(&slot.hit);
         debug_assert!(r.is_ok());
         slot.has_hit = true;
-        slot.hit_blocks = blocks as u32;
+        // At most max_blocks_per_request: checked above.
+        slot.hit_blocks = u32::try_from(blocks).unwrap_or(u32::MAX);
         slot.hit_computed = num_computed_tokens;
         self.reqs.hit_order.push(s);
         Ok((blocks * bs, true))
@@ -134,8 +136,9 @@ impl SimpleScheduler {
             return 0;
         };
         let held = |i: u64, g: u32| {
-            remaining
-                .get(i as usize)
+            usize::try_from(i)
+                .ok()
+                .and_then(|i| remaining.get(i))
                 .is_some_and(|&h| self.cpu.get_one_block(&BlockKey::new(h, g)).is_some())
         };
         let cap = (max_hit_len / bs).min(remaining.len() as u64);
@@ -298,7 +301,8 @@ impl SimpleScheduler {
                 let Some(&c) = pins.next() else { break };
                 if i < take {
                     // Within the table: checked above.
-                    slot.load.gpu.push(table[(start + i) as usize]);
+                    let at = usize::try_from(start + i).unwrap_or(usize::MAX);
+                    slot.load.gpu.push(table.get(at).copied().unwrap_or(0));
                     slot.load.cpu.push(c);
                 }
             }

@@ -87,6 +87,8 @@ mod step;
 mod tests;
 #[cfg(test)]
 mod tests_hybrid;
+#[cfg(test)]
+mod tests_layout;
 mod transfers;
 
 use alloc::collections::VecDeque;

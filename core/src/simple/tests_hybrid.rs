@@ -7,9 +7,9 @@ use alloc::vec::Vec;
 use super::*;
 use crate::stats::catalogue::SIMPLE_SAVE_OUTCOMES;
 
-const BS: u32 = 16;
+pub(super) const BS: u32 = 16;
 
-fn gpu(n: u32) -> BlockPool<BlockKey> {
+pub(super) fn gpu(n: u32) -> BlockPool<BlockKey> {
     BlockPool::new(BlockPoolConfig::new(n, true)).unwrap()
 }
 
@@ -21,7 +21,7 @@ fn hybrid(cpu_blocks: u32, gpu_blocks: u32, attention: u32, mamba: u32) -> Simpl
 }
 
 /// GPU blocks cached under `keys`, one each.
-fn cached(g: &mut BlockPool<BlockKey>, keys: &[BlockKey]) -> Vec<u32> {
+pub(super) fn cached(g: &mut BlockPool<BlockKey>, keys: &[BlockKey]) -> Vec<u32> {
     let mut ids = Vec::new();
     for k in keys {
         g.get_new_blocks(1, |b| ids.push(b)).unwrap();
@@ -33,7 +33,12 @@ fn cached(g: &mut BlockPool<BlockKey>, keys: &[BlockKey]) -> Vec<u32> {
 
 /// Offers the blocks cached under `keys` as one request's hand-offs and completes the store
 /// (if any); frees the GPU blocks.
-fn hand_off(s: &mut SimpleScheduler, g: &mut BlockPool<BlockKey>, req: u64, keys: &[BlockKey]) {
+pub(super) fn hand_off(
+    s: &mut SimpleScheduler,
+    g: &mut BlockPool<BlockKey>,
+    req: u64,
+    keys: &[BlockKey],
+) {
     let ids = cached(g, keys);
     s.update_state_after_alloc(g, req, &[], 0).unwrap();
     let h = [Handoff {
@@ -55,7 +60,7 @@ fn hand_off(s: &mut SimpleScheduler, g: &mut BlockPool<BlockKey>, req: u64, keys
     g.free_blocks(&ids).unwrap();
 }
 
-fn lookup(hashes: &[u64], num_tokens: u64) -> LookupRequest<'_> {
+pub(super) fn lookup(hashes: &[u64], num_tokens: u64) -> LookupRequest<'_> {
     LookupRequest {
         req: 9,
         block_hashes: hashes,
