@@ -53,9 +53,10 @@ impl SimpleScheduler {
             }
             slot.stamp = self.step;
             let reset = sc.full_table || step.preempted.contains(&sc.req);
+            let kinds = self.config.layout.kinds();
             for (g, table) in slot.store.tables.iter().enumerate() {
-                if table.capacity() == 0 {
-                    continue; // not positional: never read
+                if !kinds.get(g).is_some_and(|k| k.is_positional()) {
+                    continue; // never read, so never kept
                 }
                 let base = if reset { 0 } else { table.len() };
                 let add = sc
@@ -138,9 +139,10 @@ impl SimpleScheduler {
                 st.tables.iter_mut().for_each(alloc::vec::Vec::clear);
             }
             if let Some(new) = sc.new_block_ids {
-                for (table, new) in st.tables.iter_mut().zip(new) {
-                    if table.capacity() > 0 {
-                        table.extend_from_slice(new); // within capacity: checked
+                let kinds = self.config.layout.kinds();
+                for ((table, new), kind) in st.tables.iter_mut().zip(new).zip(kinds) {
+                    if kind.is_positional() {
+                        table.extend_from_slice(new); // within the reserve: checked
                     }
                 }
             }

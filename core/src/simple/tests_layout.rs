@@ -235,7 +235,8 @@ fn the_final_flush_stores_every_group_and_recovers_a_nulled_window_tail() {
 fn the_eager_scan_follows_each_positional_group_and_skips_scratch_and_mamba() {
     let hashes = [1, 2, 3];
     let kinds = [FA, GroupKind::Scratch, SW, GroupKind::Mamba];
-    let (mut s, mut g) = (sched(16, 32, &kinds), gpu(32));
+    // A clone (its tables cloned empty, without their reserve) decides as the original.
+    let (mut s, mut g) = (sched(16, 32, &kinds).clone(), gpu(32));
     let fa = cached(&mut g, &keys(0, &hashes));
     let sw = cached(&mut g, &keys(2, &hashes));
     let m = cached(&mut g, &keys(3, &hashes));
