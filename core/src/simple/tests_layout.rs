@@ -160,6 +160,28 @@ fn a_chunked_local_group_needs_only_its_last_chunk() {
     assert_eq!(plan.load_gpu_blocks, &[10, 11, 12, 13]);
 }
 
+/// Request 1 with `tables` and 64 computed tokens of `hashes` finishes; the next step's store.
+fn flush(
+    s: &mut SimpleScheduler,
+    g: &mut BlockPool<BlockKey>,
+    tables: Tables<'_>,
+    hashes: &[u64],
+) -> (Option<u64>, Vec<u32>) {
+    s.update_state_after_alloc_groups(g, 1, tables, 0).unwrap();
+    let fin = Finished {
+        req: 1,
+        block_ids: tables,
+        progress: Progress {
+            num_computed_tokens: 64,
+            num_output_placeholders: 0,
+            block_hashes: hashes,
+        },
+    };
+    s.request_finished_all_groups(g, &fin).unwrap();
+    let plan = s.build_connector_meta(g, &StepInput::default()).unwrap();
+    (plan.store_event, plan.store_gpu_blocks.to_vec())
+}
+
 #[test]
 fn the_final_flush_stores_every_group_and_recovers_a_nulled_window_tail() {
     // vLLM's test_finished_eager_store_recovers_nulled_window_tail: 4 blocks, the window
@@ -171,25 +193,11 @@ fn the_final_flush_stores_every_group_and_recovers_a_nulled_window_tail() {
     g.free_blocks(&sw[..2]).unwrap();
     let sw_table = [0, 0, sw[2], sw[3]];
     let tables: [&[u32]; 2] = [&fa, &sw_table];
-    s.update_state_after_alloc_groups(&mut g, 1, &tables, 0)
-        .unwrap();
-    let fin = Finished {
-        req: 1,
-        block_ids: &tables,
-        progress: Progress {
-            num_computed_tokens: 64,
-            num_output_placeholders: 0,
-            block_hashes: &hashes,
-        },
-    };
-    s.request_finished_all_groups(&mut g, &fin).unwrap();
-    let plan = s
-        .build_connector_meta(&mut g, &StepInput::default())
-        .unwrap();
+    let plan = flush(&mut s, &mut g, &tables, &hashes);
     let mut want = fa.clone();
     want.extend(&sw);
-    assert_eq!(plan.store_gpu_blocks, &want[..]);
-    let e = plan.store_event.unwrap();
+    assert_eq!(plan.1, want);
+    let e = plan.0.unwrap();
     let out = WorkerOutput {
         finished_recving: &[],
         completed_stores: &[(e, 1)],
@@ -212,23 +220,9 @@ fn the_final_flush_stores_every_group_and_recovers_a_nulled_window_tail() {
     g.get_new_blocks(g.free_count(), |b| taken.push(b)).unwrap();
     let sw_table = [0, sw[1], sw[2], sw[3]];
     let tables: [&[u32]; 2] = [&fa, &sw_table];
-    s.update_state_after_alloc_groups(&mut g, 1, &tables, 0)
-        .unwrap();
-    let fin = Finished {
-        req: 1,
-        block_ids: &tables,
-        progress: Progress {
-            num_computed_tokens: 64,
-            num_output_placeholders: 0,
-            block_hashes: &hashes,
-        },
-    };
-    s.request_finished_all_groups(&mut g, &fin).unwrap();
-    let plan = s
-        .build_connector_meta(&mut g, &StepInput::default())
-        .unwrap();
+    let plan = flush(&mut s, &mut g, &tables, &hashes);
     // 5 free CPU blocks: attention's 4, then the window's first stored page.
-    assert_eq!(plan.store_gpu_blocks, &[fa[0], fa[1], fa[2], fa[3], sw[1]]);
+    assert_eq!(plan.1, [fa[0], fa[1], fa[2], fa[3], sw[1]]);
 }
 
 #[test]
