@@ -4,33 +4,8 @@
 use super::SimpleScheduler;
 use super::error::{AllocStateError, InputError};
 use super::gpu::{GpuBlocks, LookupRequest, Tables};
-use super::layout::GroupKind;
 use super::requests::Requests;
 use crate::BlockKey;
-
-/// Where group kind `kind`'s hit list of `len` blocks holds blocks: the entries before
-/// `start` are null (vLLM's `null_block` padding), those from `start` to `len` are held.
-pub(super) fn held_from(kind: GroupKind, len: u64, block_size: u64) -> u64 {
-    match kind {
-        GroupKind::FullAttention | GroupKind::Scratch => 0,
-        GroupKind::SlidingWindow { window } => {
-            len.saturating_sub(window_blocks(window, block_size).max(1))
-        }
-        GroupKind::ChunkedLocal { chunk } => chunk_start(len, block_size, chunk),
-        GroupKind::Mamba => len.saturating_sub(1),
-    }
-}
-
-/// `cdiv(window − 1, block_size)`: the contiguous blocks a sliding-window hit needs.
-fn window_blocks(window: u32, block_size: u64) -> u64 {
-    u64::from(window).saturating_sub(1).div_ceil(block_size)
-}
-
-/// The first block of the chunk holding token `len · block_size`.
-fn chunk_start(len: u64, block_size: u64, chunk: u32) -> u64 {
-    let chunk = u64::from(chunk);
-    len.saturating_mul(block_size) / chunk * chunk / block_size
-}
 
 impl SimpleScheduler {
     /// vLLM's `get_num_new_matched_tokens`: the tokens the CPU pool can add after the
@@ -41,8 +16,8 @@ impl SimpleScheduler {
     /// the prefix cache, `num_computed_tokens` is not block-aligned, or not aligned to a
     /// chunked-local group's chunk, finds the longest hit among the request's remaining
     /// hashes of at most `(num_tokens − 1 − num_computed_tokens) / block_size` blocks (the
-    /// last token is always recomputed) that every prefix-cacheable group accepts (vLLM's
-    /// coordinators; see [`GroupKind`] for what each kind needs). A hit pins its blocks
+    /// last token is always recomputed) as vLLM's coordinators do over the groups (see
+    /// [`GroupKind`] for what each kind needs). A hit pins its held blocks
     /// until [`update_state_after_alloc`](Self::update_state_after_alloc),
     /// [`request_finished`](Self::request_finished) or [`reset`](Self::reset).
     ///
@@ -56,7 +31,8 @@ impl SimpleScheduler {
         num_computed_tokens: u64,
     ) -> Result<(u64, bool), InputError> {
         let bs = u64::from(self.config.block_size);
-        let blocks = self.longest_hit(req, num_computed_tokens);
+        let hit = self.longest_hit(req, num_computed_tokens);
+        let blocks = hit.blocks;
         if blocks > u64::from(self.config.max_blocks_per_request) {
             return Err(InputError::TooManyBlocks { req: req.req });
         }
@@ -80,9 +56,11 @@ impl SimpleScheduler {
         let slot = &mut self.reqs.slots[s as usize];
         slot.hit.clear();
         let idx = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
-        for (g, kind) in self.config.layout.cacheable() {
-            let from = idx(held_from(kind, blocks, bs));
-            for &h in remaining.get(from..idx(blocks)).unwrap_or_default() {
+        for (g, _) in self.config.layout.cacheable() {
+            let from = hit.from[g as usize];
+            // At most `blocks`, itself below max_blocks_per_request: fits u32.
+            slot.hit_from[g as usize] = u32::try_from(from).unwrap_or(u32::MAX);
+            for &h in remaining.get(idx(from)..idx(blocks)).unwrap_or_default() {
                 // Held: the search checked every one of these keys.
                 if let Some(b) = self.cpu.get_one_block(&BlockKey::new(h, g)) {
                     slot.hit.push(b);
@@ -99,88 +77,6 @@ impl SimpleScheduler {
         slot.hit_computed = num_computed_tokens;
         self.reqs.hit_order.push(s);
         Ok((blocks * bs, true))
-    }
-
-    /// The hit's length in blocks: vLLM's fixed point over the groups. The full-attention
-    /// groups give the leading run every one of them holds (within vLLM's cap); then each other
-    /// group in turn cuts the length to the longest it accepts, until no group cuts it. Each
-    /// kind's answer is the longest length it accepts at or below the candidate, so the result
-    /// is the longest length every group accepts whatever the order (and whether vLLM looks
-    /// groups of one spec up together or apart).
-    fn longest_hit(&self, req: &LookupRequest<'_>, num_computed_tokens: u64) -> u64 {
-        let bs = u64::from(self.config.block_size);
-        let layout = self.config.layout;
-        if req.skip_reading_prefix_cache || !num_computed_tokens.is_multiple_of(bs) {
-            return 0;
-        }
-        // Suffix-relative chunk boundaries must be the absolute ones.
-        if layout.kinds().iter().any(|k| match k {
-            GroupKind::ChunkedLocal { chunk } => {
-                !num_computed_tokens.is_multiple_of(u64::from(*chunk))
-            }
-            _ => false,
-        }) {
-            return 0;
-        }
-        let skipped = usize::try_from(num_computed_tokens / bs).unwrap_or(usize::MAX);
-        let remaining = req.block_hashes.get(skipped..).unwrap_or_default();
-        if remaining.is_empty() {
-            return 0;
-        }
-        let Some(max_hit_len) = req
-            .num_tokens
-            .checked_sub(1)
-            .and_then(|t| t.checked_sub(num_computed_tokens))
-            .filter(|&m| m > 0)
-        else {
-            return 0;
-        };
-        let held = |i: u64, g: u32| {
-            usize::try_from(i)
-                .ok()
-                .and_then(|i| remaining.get(i))
-                .is_some_and(|&h| self.cpu.get_one_block(&BlockKey::new(h, g)).is_some())
-        };
-        let cap = (max_hit_len / bs).min(remaining.len() as u64);
-        let mut len = cap;
-        for (g, kind) in layout.cacheable() {
-            if kind == GroupKind::FullAttention {
-                len = (0..len).find(|&i| !held(i, g)).unwrap_or(len);
-            }
-        }
-        loop {
-            let before = len;
-            for (g, kind) in layout.cacheable() {
-                len = match kind {
-                    GroupKind::FullAttention | GroupKind::Scratch => len,
-                    GroupKind::SlidingWindow { window } => {
-                        let need = window_blocks(window, bs);
-                        let mut run = 0;
-                        let mut found = None;
-                        for i in (0..len).rev() {
-                            if !held(i, g) {
-                                run = 0;
-                                continue;
-                            }
-                            run += 1;
-                            if run >= need {
-                                found = Some(i + run);
-                                break;
-                            }
-                        }
-                        found.unwrap_or(run)
-                    }
-                    GroupKind::ChunkedLocal { chunk } => {
-                        let from = chunk_start(len, bs, chunk);
-                        (from..len).find(|&i| !held(i, g)).unwrap_or(len)
-                    }
-                    GroupKind::Mamba => (0..len).rev().find(|&i| held(i, g)).map_or(0, |i| i + 1),
-                };
-            }
-            if len == before {
-                return len;
-            }
-        }
     }
 
     /// Releases slot `s`'s pending hit, if any (`_free_pending_cpu_hit`: the blocks in group
@@ -260,8 +156,8 @@ impl SimpleScheduler {
             let slot = &self.reqs.slots[s as usize];
             take = (num_external_tokens / bs).min(u64::from(slot.hit_blocks));
             start = slot.hit_computed / bs;
-            for (g, kind) in self.config.layout.cacheable() {
-                let held = held_from(kind, u64::from(slot.hit_blocks), bs);
+            for (g, _) in self.config.layout.cacheable() {
+                let held = u64::from(slot.hit_from[g as usize]);
                 let table = tables.get(g as usize).copied().unwrap_or_default();
                 if take > held && (table.len() as u64) < start.saturating_add(take) {
                     return Err(AllocStateError::TableTooShort { req });
@@ -295,9 +191,9 @@ impl SimpleScheduler {
         slot.load.cpu.clear();
         let len = u64::from(slot.hit_blocks);
         let mut pins = slot.hit.iter();
-        for (g, kind) in self.config.layout.cacheable() {
+        for (g, _) in self.config.layout.cacheable() {
             let table = tables.get(g as usize).copied().unwrap_or_default();
-            for i in held_from(kind, len, bs)..len {
+            for i in u64::from(slot.hit_from[g as usize])..len {
                 let Some(&c) = pins.next() else { break };
                 if i < take {
                     // Within the table: checked above.

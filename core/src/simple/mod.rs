@@ -6,6 +6,7 @@
 //! | `config` | [`SimpleConfig`], the CPU pool's size ([`PoolSizing`]), lazy mode's [`lazy_target_blocks`] |
 //! | `layout` | the model's KV-cache groups ([`Layout`], [`GroupKind`]) |
 //! | `gpu` | [`GpuBlocks`] (the GPU pool as the scheduler sees it) and the per-call inputs |
+//! | `hit` | the hit search: vLLM's coordinator loop over the layout's spec groups |
 //! | `lookup` | `get_num_new_matched_tokens` and `update_state_after_alloc`: hits, pins, loads |
 //! | `eager` | eager stores: boundary hand-offs and their seven outcomes, the cursor scan, the final flush |
 //! | `step` | `build_connector_meta`: one store event and one load event per step |
@@ -78,6 +79,7 @@ mod config;
 mod eager;
 mod error;
 mod gpu;
+mod hit;
 mod layout;
 mod lazy;
 mod lookup;

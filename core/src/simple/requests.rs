@@ -52,6 +52,8 @@ pub(super) struct Slot {
     pub(super) hit: Vec<u32>,
     /// The hit's length in blocks (every group's hit list has this many entries).
     pub(super) hit_blocks: u32,
+    /// Per group: the first held entry of its hit list (those before are null padding).
+    pub(super) hit_from: [u32; MAX_GROUPS],
     pub(super) hit_computed: u64,
     pub(super) load: Load,
     pub(super) abandoned: Load,
@@ -124,6 +126,7 @@ impl Requests {
                 has_hit: false,
                 hit: with_capacity(hit_b)?,
                 hit_blocks: 0,
+                hit_from: [0; MAX_GROUPS],
                 hit_computed: 0,
                 load: load()?,
                 abandoned: load()?,
