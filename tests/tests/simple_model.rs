@@ -185,6 +185,13 @@ proptest! {
         run(cpu, 16, true, world, events, DENSE, &ops)?;
     }
 
+}
+
+proptest! {
+    // Cases shared out over the layouts: the whole file runs in about the time the dense
+    // and Mamba tests alone took.
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
     #[test]
     fn layouts_eager_agree_with_the_model(layout in 0..LAYOUTS.len(), cpu in 2u32..16, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
         let kinds = LAYOUTS[layout].1;
@@ -196,10 +203,6 @@ proptest! {
         let kinds = LAYOUTS[layout].1;
         run(cpu, gpu_for(kinds), false, 1, true, kinds, &ops)?;
     }
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(128))]
 
     #[test]
     fn layouts_lazy_agree_with_the_model(layout in 0..LAYOUTS.len(), cpu in 2u32..16, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
