@@ -181,6 +181,12 @@ proptest! {
     }
 
     #[test]
+    fn layouts_hits_agree_with_the_model(layout in 0..LAYOUTS.len(), cpu in 4u32..20, ops in hybrid_hit()) {
+        let kinds = LAYOUTS[layout].1;
+        run(cpu, gpu_for(kinds), false, 1, true, kinds, &ops)?;
+    }
+
+    #[test]
     fn lazy_agrees_with_the_model(cpu in 2u32..10, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
         run(cpu, 16, true, world, events, DENSE, &ops)?;
     }
@@ -196,12 +202,6 @@ proptest! {
     fn layouts_eager_agree_with_the_model(layout in 0..LAYOUTS.len(), cpu in 2u32..16, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
         let kinds = LAYOUTS[layout].1;
         run(cpu, gpu_for(kinds), false, world, events, kinds, &ops)?;
-    }
-
-    #[test]
-    fn layouts_hits_agree_with_the_model(layout in 0..LAYOUTS.len(), cpu in 4u32..20, ops in hybrid_hit()) {
-        let kinds = LAYOUTS[layout].1;
-        run(cpu, gpu_for(kinds), false, 1, true, kinds, &ops)?;
     }
 
     #[test]
