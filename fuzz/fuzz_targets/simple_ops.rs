@@ -1,6 +1,8 @@
 //! `simple_ops`: arbitrary call sequences on the simple offloader's scheduler side.
 //!
-//! * Modelled mode (a dense or a hybrid model): the shared `kvtier_tests::simple_ops::SimpleOp` sequences, run on the
+//! * Modelled mode (a layout of `kvtier_tests::simple_ops::LAYOUTS`, picked by the input:
+//!   dense, attention with Mamba in either order, sliding windows, chunked local attention,
+//!   merged specs, a scratch group): the shared `SimpleOp` sequences, run on the
 //!   module and on the reference model (vLLM 0.33.0's `manager.py` restated) over twin GPU
 //!   pools; every answer, plan, drain, event and pool state must agree, the invariants hold
 //!   after every op, and nothing is pending once every transfer has completed.
@@ -17,7 +19,7 @@ use kvtier_core::simple::{
     Finished, Handoff, Layout, LookupRequest, Progress, Scheduled, SimpleConfig, SimpleScheduler,
     StepInput, WorkerOutput,
 };
-use kvtier_tests::simple_ops::{SimpleOp, World};
+use kvtier_tests::simple_ops::{LAYOUTS, SimpleOp, World};
 use libfuzzer_sys::fuzz_target;
 
 const GPU_BLOCKS: u32 = 12;
@@ -80,7 +82,7 @@ struct Input {
     raw: bool,
     cpu_blocks: u8,
     lazy: bool,
-    hybrid: bool,
+    layout: u8,
     world: bool,
     events: bool,
     small_tables: bool,
@@ -270,16 +272,12 @@ fn raw(s: &mut SimpleScheduler, g: &mut Gpu, op: &RawOp) -> bool {
 fuzz_target!(|input: Input| {
     let cpu = u32::from(input.cpu_blocks % 10) + 1;
     let world = if input.world { 2 } else { 1 };
+    let kinds = LAYOUTS[usize::from(input.layout) % LAYOUTS.len()].1;
     if !input.raw {
-        let gpu = if input.hybrid { 40 } else { 24 };
-        let Some(mut w) = World::with_layout(
-            cpu.max(2),
-            gpu,
-            input.lazy,
-            world,
-            input.events,
-            input.hybrid,
-        ) else {
+        let gpu = 12 * kinds.len() as u32 + 12;
+        let Some(mut w) =
+            World::with_kinds(cpu.max(2), gpu, input.lazy, world, input.events, kinds)
+        else {
             return;
         };
         for (i, op) in input.ops.iter().enumerate() {
@@ -294,11 +292,10 @@ fuzz_target!(|input: Input| {
     }
     let mut c = SimpleConfig::with_cpu_blocks(4, GPU_BLOCKS, cpu);
     c.lazy_offload = input.lazy;
-    c.layout = if input.hybrid {
-        Layout::hybrid_mamba(true)
-    } else {
-        Layout::dense()
+    let Ok(layout) = Layout::new(kinds) else {
+        return;
     };
+    c.layout = layout;
     c.max_num_batched_tokens = 8;
     c.world_size = world;
     c.enable_events = input.events;

@@ -15,8 +15,8 @@
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::{BlockPool, BlockPoolConfig};
 use kvtier_core::simple::{
-    Finished, Handoff, Layout, LookupRequest, Progress, Scheduled, SimpleConfig, SimpleScheduler,
-    StepInput, WorkerOutput,
+    Finished, GroupKind, Handoff, Layout, LookupRequest, Progress, Scheduled, SimpleConfig,
+    SimpleScheduler, StepInput, WorkerOutput,
 };
 use kvtier_core::stats::Gauge;
 use kvtier_core::stats::catalogue::{
@@ -30,6 +30,38 @@ use crate::simple_model::{Gpu, ModelPlan, ModelStats, SimpleModel};
 pub const BS: u32 = 4;
 /// Requests alive at once.
 const MAX_ALIVE: usize = 6;
+
+const FA: GroupKind = GroupKind::FullAttention;
+const MAMBA: GroupKind = GroupKind::Mamba;
+/// A window of 2 blocks and a token (`cdiv(window − 1, BS)` = 2 blocks needed).
+const SW9: GroupKind = GroupKind::SlidingWindow { window: 2 * BS + 1 };
+/// A window of 3 blocks (3 blocks needed).
+const SW12: GroupKind = GroupKind::SlidingWindow { window: 3 * BS };
+/// A chunk of 2 blocks.
+const CL8: GroupKind = GroupKind::ChunkedLocal { chunk: 2 * BS };
+/// A chunk of a block and a half.
+const CL6: GroupKind = GroupKind::ChunkedLocal { chunk: BS + BS / 2 };
+
+/// Layouts on which the core is known to answer a lookup differently from vLLM 0.33.0 (see
+/// `tests/simple_model.rs`, `chunk_not_a_multiple_of_the_block`): a chunk not a multiple
+/// of the block, where vLLM's one pass of a simple hybrid keeps a chunked group's answer
+/// that the core's fixed point cuts further.
+pub const DIVERGENT_LAYOUTS: &[(&str, &[GroupKind])] = &[("fa+chunked(1.5 blocks)", &[FA, CL6])];
+
+/// The layouts the proptests and the fuzz target run, by name, in vLLM's group order.
+pub const LAYOUTS: &[(&str, &[GroupKind])] = &[
+    ("dense", &[FA]),
+    ("fa+mamba", &[FA, MAMBA]),
+    ("mamba+fa", &[MAMBA, FA]),
+    ("fa+sw(2 blocks+1)", &[FA, SW9]),
+    ("fa+sw(3 blocks)", &[FA, SW12]),
+    ("fa+chunked(2 blocks)", &[FA, CL8]),
+    ("fa+sw+mamba", &[FA, SW9, MAMBA]),
+    ("fa+sw+sw (one spec)", &[FA, SW9, SW9]),
+    ("fa+scratch", &[FA, GroupKind::Scratch]),
+    ("sw+fa", &[SW12, FA]),
+    ("sw+mamba+fa+sw", &[SW9, MAMBA, FA, SW9]),
+];
 
 /// One call (or scheduler action) of a sequence.
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
@@ -100,6 +132,12 @@ pub enum SimpleOp {
         /// Request index.
         req: u8,
     },
+    /// GPU blocks taken from the free queue's front and freed again: cached blocks there
+    /// (a sliding window's dropped blocks among them) lose their hash.
+    Evict {
+        /// Blocks (`% 4 + 1`).
+        n: u8,
+    },
     /// `reset`.
     Reset,
     /// `get_stats`.
@@ -111,9 +149,12 @@ struct Req {
     id: u64,
     hashes: Vec<u64>,
     num_tokens: u64,
-    table: Vec<u32>,
-    /// A hybrid model's Mamba table (group 1): a state at odd positions and the last.
-    states: Vec<u32>,
+    /// The block table per group: a positional group's has a block per position (0 once
+    /// dropped), a Mamba group's a state at odd positions and the last, a scratch group's
+    /// one block.
+    tables: Vec<Vec<u32>>,
+    /// Leading positions cached on the GPU.
+    cached: u32,
     computed: u64,
     hit: u64,
     lookup_computed: u64,
@@ -134,7 +175,7 @@ pub struct World {
     reqs: Vec<Req>,
     outstanding: Vec<u64>,
     world_size: u32,
-    hybrid: bool,
+    kinds: Vec<GroupKind>,
 }
 
 fn pool(n: u32) -> Gpu {
@@ -159,7 +200,8 @@ pub fn stats_of(p: &kvtier_core::stats::Payload) -> ModelStats {
 }
 
 impl World {
-    /// Both sides over a GPU pool of `gpu_blocks` and a CPU pool of `cpu_blocks`.
+    /// Both sides over a GPU pool of `gpu_blocks` and a CPU pool of `cpu_blocks`, for a
+    /// dense model.
     pub fn new(
         cpu_blocks: u32,
         gpu_blocks: u32,
@@ -167,25 +209,21 @@ impl World {
         world_size: u32,
         events: bool,
     ) -> Option<Self> {
-        Self::with_layout(cpu_blocks, gpu_blocks, lazy, world_size, events, false)
+        Self::with_kinds(cpu_blocks, gpu_blocks, lazy, world_size, events, &[FA])
     }
 
-    /// [`World::new`], for a hybrid model when `hybrid` (group 0 attention, group 1 Mamba in
-    /// align mode: requests hold a state table too, and hand-offs name its blocks).
-    pub fn with_layout(
+    /// [`World::new`] for the layout `kinds` (group `g` keyed `BlockKey::new(hash, g)`; a
+    /// Mamba group's hand-offs name its states).
+    pub fn with_kinds(
         cpu_blocks: u32,
         gpu_blocks: u32,
         lazy: bool,
         world_size: u32,
         events: bool,
-        hybrid: bool,
+        kinds: &[GroupKind],
     ) -> Option<Self> {
         let mut c = SimpleConfig::with_cpu_blocks(BS, gpu_blocks, cpu_blocks);
-        c.layout = if hybrid {
-            Layout::hybrid_mamba(true)
-        } else {
-            Layout::dense()
-        };
+        c.layout = Layout::new(kinds).ok()?;
         c.lazy_offload = lazy;
         c.max_num_batched_tokens = 8;
         c.world_size = world_size;
@@ -200,7 +238,7 @@ impl World {
             world_size,
             events,
         );
-        model.mamba = hybrid;
+        model.kinds = kinds.to_vec();
         Some(World {
             module,
             model,
@@ -209,7 +247,7 @@ impl World {
             reqs: Vec::new(),
             outstanding: Vec::new(),
             world_size,
-            hybrid,
+            kinds: kinds.to_vec(),
         })
     }
 
@@ -237,64 +275,107 @@ impl World {
         Ok(())
     }
 
-    /// Request `i`'s allocation (its tables, the first `hashed` blocks cached) and
-    /// `update_state_after_alloc` with `take` of its hit's blocks, on both sides.
+    /// Request `i`'s allocation (its tables, the first `hashed` positions cached, what left
+    /// a window dropped) and `update_state_after_alloc` with `take` of its hit's blocks, on
+    /// both sides.
     fn alloc(&mut self, i: usize, hashed: u8, take: u8) -> Result<(), String> {
         let n = self.reqs[i].hashes.len() as u32 + 1;
-        // A hybrid table keeps a state at odd positions and the last.
         let kept = |p: u32| p % 2 == 1 || p + 1 == n;
-        let m = if self.hybrid {
-            (0..n).filter(|&p| kept(p)).count() as u32
-        } else {
-            0
-        };
-        if self.gpu_a.free_count() < n + m {
+        let counts: Vec<u32> = self
+            .kinds
+            .iter()
+            .map(|k| match k {
+                GroupKind::Mamba => (0..n).filter(|&p| kept(p)).count() as u32,
+                GroupKind::Scratch => 1,
+                _ => n,
+            })
+            .collect();
+        if self.gpu_a.free_count() < counts.iter().sum() {
             return Ok(());
         }
-        let ta = self.both_new(n)?;
-        let sm = self.both_new(m)?;
-        let mut sa = Vec::new();
-        if self.hybrid {
-            let mut fresh = sm.iter();
-            sa = (0..n)
-                .map(|p| {
-                    if kept(p) {
-                        *fresh.next().unwrap_or(&0)
-                    } else {
-                        0
-                    }
-                })
-                .collect();
+        let mut tables = Vec::new();
+        for (g, &k) in self.kinds.clone().iter().enumerate() {
+            let fresh = self.both_new(counts[g])?;
+            tables.push(if k == GroupKind::Mamba {
+                let mut f = fresh.iter();
+                (0..n)
+                    .map(|p| if kept(p) { *f.next().unwrap_or(&0) } else { 0 })
+                    .collect()
+            } else {
+                fresh
+            });
         }
+        self.reqs[i].tables = tables;
+        self.reqs[i].cached = 0;
+        self.cache(i, u32::from(hashed) % n)?;
+        // A hybrid hit's state is loaded only when the whole hit is taken: take it
+        // whole more often there.
+        let take = u64::from(take % if self.kinds.len() > 1 { 8 } else { 4 });
         let r = &self.reqs[i];
-        let h = u32::from(hashed) % n;
-        let keys: Vec<BlockKey> = r.hashes.iter().map(|&x| BlockKey::new(x, 0)).collect();
-        let state_keys: Vec<BlockKey> = r.hashes.iter().map(|&x| BlockKey::new(x, 1)).collect();
-        for g in [&mut self.gpu_a, &mut self.gpu_b] {
-            g.cache_full_blocks(&ta, &keys, 0, h, BS, None)
-                .map_err(|e| e.to_string())?;
-            if !sa.is_empty() {
-                g.cache_full_blocks(&sa, &state_keys, 0, h, BS, None)
+        let ext = (r.hit / u64::from(BS)).min(take) * u64::from(BS);
+        let (id, lc) = (r.id, r.lookup_computed);
+        // The allocation drops what already left a window before the connector sees it.
+        self.remove_skipped(i, lc + ext)?;
+        let tables: Vec<&[u32]> = self.reqs[i].tables.iter().map(Vec::as_slice).collect();
+        self.module
+            .update_state_after_alloc_groups(&mut self.gpu_a, id, &tables, ext)
+            .map_err(|e| e.to_string())?;
+        self.model.after_alloc(&mut self.gpu_b, id, &tables, ext);
+        let r = &mut self.reqs[i];
+        (r.allocated, r.computed) = (true, lc + ext);
+        Ok(())
+    }
+
+    /// Caches request `i`'s positions up to `upto` on both GPU pools, each prefix-cacheable
+    /// group under its own key (dropped entries and a Mamba table's gaps are skipped).
+    fn cache(&mut self, i: usize, upto: u32) -> Result<(), String> {
+        let r = &self.reqs[i];
+        let (from, upto) = (r.cached, upto.min(r.hashes.len() as u32));
+        if upto <= from {
+            return Ok(());
+        }
+        for (g, k) in self.kinds.iter().enumerate() {
+            if !k.is_cacheable() {
+                continue;
+            }
+            let keys: Vec<BlockKey> = r
+                .hashes
+                .iter()
+                .map(|&x| BlockKey::new(x, g as u32))
+                .collect();
+            for p in [&mut self.gpu_a, &mut self.gpu_b] {
+                p.cache_full_blocks(&r.tables[g], &keys, from, upto, BS, None)
                     .map_err(|e| e.to_string())?;
             }
         }
-        // A hybrid hit's state is loaded only when the whole hit is taken: take it
-        // whole more often there.
-        let take = u64::from(take % if self.hybrid { 8 } else { 4 });
-        let ext = (r.hit / u64::from(BS)).min(take) * u64::from(BS);
-        let (id, lc) = (r.id, r.lookup_computed);
-        let model_tables: Vec<&[u32]> = if self.hybrid {
-            vec![&ta, &sa]
-        } else {
-            vec![&ta]
-        };
-        self.module
-            .update_state_after_alloc_groups(&mut self.gpu_a, id, &model_tables, ext)
-            .map_err(|e| e.to_string())?;
-        self.model
-            .after_alloc(&mut self.gpu_b, id, &model_tables, ext);
-        let r = &mut self.reqs[i];
-        (r.table, r.states, r.allocated, r.computed) = (ta, sa, true, lc + ext);
+        self.reqs[i].cached = upto;
+        Ok(())
+    }
+
+    /// vLLM's `remove_skipped_blocks` after `computed` tokens: a sliding-window or chunked
+    /// group's blocks wholly before what the next token attends to are freed (back to the
+    /// end of the free queue, still cached) and become the null block, from the last one
+    /// back to the first already dropped.
+    fn remove_skipped(&mut self, i: usize, computed: u64) -> Result<(), String> {
+        for (g, k) in self.kinds.iter().enumerate() {
+            let skipped = match *k {
+                GroupKind::SlidingWindow { window } => (computed + 1).saturating_sub(window.into()),
+                GroupKind::ChunkedLocal { chunk } => computed / u64::from(chunk) * u64::from(chunk),
+                _ => 0,
+            };
+            let table = &mut self.reqs[i].tables[g];
+            let last = ((skipped / u64::from(BS)) as usize).min(table.len());
+            let mut freed = Vec::new();
+            for b in table[..last].iter_mut().rev() {
+                if *b == 0 {
+                    break;
+                }
+                freed.push(std::mem::take(b));
+            }
+            for p in [&mut self.gpu_a, &mut self.gpu_b] {
+                p.free_blocks(&freed).map_err(|e| e.to_string())?;
+            }
+        }
         Ok(())
     }
 
@@ -331,8 +412,8 @@ impl World {
                     id: self.reqs.len() as u64 + 100,
                     hashes: (0..n).map(|i| t * 1000 + i + 1).collect(),
                     num_tokens: n * u64::from(BS) + 1,
-                    table: Vec::new(),
-                    states: Vec::new(),
+                    tables: Vec::new(),
+                    cached: 0,
                     computed: 0,
                     hit: 0,
                     lookup_computed: 0,
@@ -411,9 +492,10 @@ impl World {
                     return Ok(());
                 };
                 let r = &self.reqs[i];
+                let tables: Vec<&[u32]> = r.tables.iter().map(Vec::as_slice).collect();
                 let f = Finished {
                     req: r.id,
-                    block_ids: &[&r.table],
+                    block_ids: &tables,
                     progress: Progress {
                         num_computed_tokens: r.computed,
                         num_output_placeholders: 0,
@@ -424,13 +506,22 @@ impl World {
                     .request_finished_all_groups(&mut self.gpu_a, &f)
                     .map_err(|e| e.to_string())?;
                 self.model.finished_all(&mut self.gpu_b, &f);
-                let rev: Vec<u32> = r.table.iter().rev().copied().collect();
-                let states: Vec<u32> = r.states.iter().rev().copied().collect();
-                for g in [&mut self.gpu_a, &mut self.gpu_b] {
-                    g.free_blocks(&rev).map_err(|e| e.to_string())?;
-                    g.free_blocks(&states).map_err(|e| e.to_string())?;
+                for t in &r.tables {
+                    let rev: Vec<u32> = t.iter().rev().copied().collect();
+                    for g in [&mut self.gpu_a, &mut self.gpu_b] {
+                        g.free_blocks(&rev).map_err(|e| e.to_string())?;
+                    }
                 }
                 self.reqs[i].alive = false;
+            }
+            SimpleOp::Evict { n } => {
+                let n = u32::from(n % 4) + 1;
+                if self.gpu_a.free_count() >= n {
+                    let got = self.both_new(n)?;
+                    for g in [&mut self.gpu_a, &mut self.gpu_b] {
+                        g.free_blocks(&got).map_err(|e| e.to_string())?;
+                    }
+                }
             }
             SimpleOp::Reset => {
                 let (a, b) = (
@@ -472,13 +563,27 @@ impl World {
             .filter(|&j| bit(finish, j))
             .map(|j| self.reqs[j].id)
             .collect();
+        // What the scheduler does before the connector sees the step: blocks that left a
+        // window dropped, the blocks this step computes cached.
+        for &j in &picked {
+            let computed = self.reqs[j].computed;
+            let upto = ((computed + adv) / u64::from(BS)) as u32;
+            self.remove_skipped(j, computed)?;
+            self.cache(j, upto)?;
+        }
+        // A model with a Mamba group hands off its states; any other its attention blocks,
+        // to test the rules.
+        let handed = self
+            .kinds
+            .iter()
+            .position(|&k| k == GroupKind::Mamba)
+            .unwrap_or_else(|| self.kinds.iter().position(|&k| k == FA).unwrap_or(0));
         let blocks: Vec<(u64, Vec<u32>)> = handoffs
             .iter()
             .filter(|_| !self.reqs.is_empty())
             .map(|&(r, p)| {
                 let r = &self.reqs[r as usize % self.reqs.len()];
-                // A hybrid model hands off its states; a dense one anything, to test the rules.
-                let table = if self.hybrid { &r.states } else { &r.table };
+                let table = r.tables.get(handed).map_or(&[][..], Vec::as_slice);
                 let g = if p == 255 || table.is_empty() {
                     0
                 } else {
@@ -494,7 +599,10 @@ impl World {
                 gpu_blocks: g,
             })
             .collect();
-        let tables: Vec<[&[u32]; 1]> = picked.iter().map(|&j| [&self.reqs[j].table[..]]).collect();
+        let tables: Vec<Vec<&[u32]>> = picked
+            .iter()
+            .map(|&j| self.reqs[j].tables.iter().map(Vec::as_slice).collect())
+            .collect();
         let sc: Vec<Scheduled<'_>> = picked
             .iter()
             .enumerate()

@@ -1,11 +1,14 @@
 //! Model-based proptests of the simple offloader: random call sequences on the module and on
-//! `kvtier_tests::simple_model` (a restatement of vLLM 0.33.0's `manager.py`), for a dense
-//! model and for a hybrid one (attention + Mamba in align mode), must agree on
-//! every answer, plan, drain, event and pool state; the invariants hold after every call
+//! `kvtier_tests::simple_model` (a restatement of vLLM 0.33.0's `manager.py` and its CPU
+//! coordinator's lookup), for a dense model, a hybrid one (attention + Mamba in align mode)
+//! and every layout of `simple_ops::LAYOUTS` (sliding windows, chunked local attention,
+//! merged specs, scratch groups, groups in either order), must agree on every answer, plan,
+//! drain, event and pool state; the invariants hold after every call
 //! (outcomes sum to the hand-offs published, used ≥ 1, no block both free and pinned), and
 //! nothing is pending once every transfer has completed.
 
-use kvtier_tests::simple_ops::{SimpleOp, World};
+use kvtier_core::simple::GroupKind;
+use kvtier_tests::simple_ops::{DIVERGENT_LAYOUTS, LAYOUTS, SimpleOp, World};
 use proptest::prelude::*;
 
 fn op() -> impl Strategy<Value = SimpleOp> {
@@ -26,6 +29,7 @@ fn op() -> impl Strategy<Value = SimpleOp> {
         3 => (any::<u8>(), any::<u8>()).prop_map(|(which, count)| SimpleOp::CompleteStore { which, count }),
         1 => any::<u8>().prop_map(|mask| SimpleOp::CompleteLoad { mask }),
         2 => any::<u8>().prop_map(|req| SimpleOp::Finish { req }),
+        1 => any::<u8>().prop_map(|n| SimpleOp::Evict { n }),
         1 => Just(SimpleOp::Reset),
         1 => Just(SimpleOp::Drain),
     ]
@@ -37,10 +41,10 @@ fn run(
     lazy: bool,
     world: u32,
     events: bool,
-    hybrid: bool,
+    kinds: &[GroupKind],
     ops: &[SimpleOp],
 ) -> Result<(), TestCaseError> {
-    let mut w = World::with_layout(cpu, gpu, lazy, world, events, hybrid).expect("a valid config");
+    let mut w = World::with_kinds(cpu, gpu, lazy, world, events, kinds).expect("a valid config");
     for (i, o) in ops.iter().enumerate() {
         w.apply(o)
             .map_err(|e| TestCaseError::fail(format!("op {i} {o:?}: {e}")))?;
@@ -49,74 +53,108 @@ fn run(
         .map_err(|e| TestCaseError::fail(format!("quiesce: {e}")))
 }
 
+const DENSE: &[GroupKind] = &[GroupKind::FullAttention];
+const HYBRID: &[GroupKind] = &[GroupKind::FullAttention, GroupKind::Mamba];
+
+/// A GPU pool for `kinds`: room for a few requests' tables.
+fn gpu_for(kinds: &[GroupKind]) -> u32 {
+    12 * u32::try_from(kinds.len()).unwrap_or(8) + 12
+}
+
+/// Steps of 8 tokens for the requests in `sched`, each followed by its store's completion.
+fn produce(sched: u8, steps: usize, handoffs: &[(u8, u8)], ops: &mut Vec<SimpleOp>) {
+    for k in 0..steps {
+        ops.push(SimpleOp::Step {
+            sched,
+            advance: 2,
+            handoffs: handoffs.get(k).map(|&h| vec![h]).unwrap_or_default(),
+            preempt: 0,
+            finish: 0,
+        });
+        ops.push(SimpleOp::CompleteStore { which: 0, count: 1 });
+    }
+}
+
 /// A producer whose prompt's blocks and some of its states reach the CPU, then a request of
-/// the same prompt family admitted with a hit taken (in part or whole), then random calls: the
-/// paths of a hybrid hit (its Mamba state found, pinned, loaded or released).
+/// the same prompt family admitted with a hit taken (in part or whole); then, when `refill`,
+/// a producer of another family whose stores evict the CPU's least recently used blocks
+/// (the first consumer's lookup refreshed those it pinned) and a second consumer of the
+/// first family admitted over what is left; then random calls. The paths of a hybrid hit:
+/// a Mamba state found, pinned, loaded or released; a window's or a chunk's blocks found
+/// after gaps, null padding skipped, dropped blocks stored from the GPU's cache.
 fn hybrid_hit() -> impl Strategy<Value = Vec<SimpleOp>> {
     (
-        0u8..6,
+        (0u8..6, 0u8..6),
         prop::collection::vec(any::<u8>(), 1..6),
-        any::<u8>(),
-        any::<u8>(),
-        any::<u8>(),
+        (any::<u8>(), any::<u8>(), any::<u8>()),
+        (any::<u8>(), any::<u8>(), any::<u8>()),
+        (any::<u8>(), any::<bool>(), 0usize..4),
         prop::collection::vec(op(), 0..30),
     )
-        .prop_map(|(blocks, states, computed, take, second, tail)| {
-            let n = blocks % 6 + 1;
-            let mut ops = vec![
-                SimpleOp::Arrive {
-                    template: 0,
-                    blocks,
-                },
-                // Every block of its table hashed on the GPU (`hashed % (n + 1) = n`).
-                SimpleOp::Alloc {
-                    req: 0,
-                    hashed: n,
-                    take: 0,
-                },
-            ];
-            // Steps of 8 tokens confirm its blocks; each hands off one of its states.
-            for &p in &states {
-                ops.push(SimpleOp::Step {
-                    sched: 1,
-                    advance: 2,
-                    handoffs: vec![(0, p)],
-                    preempt: 0,
-                    finish: 0,
-                });
+        .prop_map(
+            |((blocks, other), states, first, last, (second, refill, steps), tail)| {
+                let n = blocks % 6 + 1;
+                let mut ops = vec![
+                    SimpleOp::Arrive {
+                        template: 0,
+                        blocks,
+                    },
+                    // Every block of its table hashed on the GPU (`hashed % (n + 1) = n`).
+                    SimpleOp::Alloc {
+                        req: 0,
+                        hashed: n,
+                        take: 0,
+                    },
+                ];
+                // Steps of 8 tokens confirm its blocks; each hands off one of its states.
+                let handoffs: Vec<(u8, u8)> = states.iter().map(|&p| (0, p)).collect();
+                produce(1, states.len() + 1, &handoffs, &mut ops);
                 ops.push(SimpleOp::CompleteStore { which: 0, count: 1 });
-            }
-            ops.extend([
-                SimpleOp::Step {
-                    sched: 1,
-                    advance: 2,
-                    handoffs: Vec::new(),
-                    preempt: 0,
-                    finish: 0,
-                },
-                SimpleOp::CompleteStore { which: 0, count: 1 },
-                SimpleOp::CompleteStore { which: 0, count: 1 },
-                SimpleOp::Arrive {
-                    template: 0,
-                    blocks: second,
-                },
-                SimpleOp::Admit {
+                let admit = |(computed, take, hashed): (u8, u8, u8)| SimpleOp::Admit {
                     req: 0,
                     computed,
-                    hashed: 0,
+                    hashed: hashed % 2 * hashed,
                     take,
-                },
-                SimpleOp::Step {
+                };
+                ops.extend([
+                    SimpleOp::Arrive {
+                        template: 0,
+                        blocks: second,
+                    },
+                    admit(first),
+                ]);
+                if refill {
+                    ops.extend([
+                        SimpleOp::Arrive {
+                            template: 1,
+                            blocks: other,
+                        },
+                        SimpleOp::Alloc {
+                            req: 0,
+                            hashed: other % 6 + 1,
+                            take: 0,
+                        },
+                    ]);
+                    produce(4, steps, &[], &mut ops);
+                    ops.extend([
+                        SimpleOp::Arrive {
+                            template: 0,
+                            blocks: second,
+                        },
+                        admit(last),
+                    ]);
+                }
+                ops.push(SimpleOp::Step {
                     sched: 0,
                     advance: 0,
                     handoffs: Vec::new(),
                     preempt: 0,
                     finish: 0,
-                },
-            ]);
-            ops.extend(tail);
-            ops
-        })
+                });
+                ops.extend(tail);
+                ops
+            },
+        )
 }
 
 proptest! {
@@ -124,26 +162,99 @@ proptest! {
 
     #[test]
     fn eager_agrees_with_the_model(cpu in 2u32..10, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
-        run(cpu, 24, false, world, events, false, &ops)?;
+        run(cpu, 24, false, world, events, DENSE, &ops)?;
     }
 
     #[test]
     fn hybrid_eager_agrees_with_the_model(cpu in 2u32..12, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
-        run(cpu, 40, false, world, events, true, &ops)?;
+        run(cpu, 40, false, world, events, HYBRID, &ops)?;
     }
 
     #[test]
     fn hybrid_hits_agree_with_the_model(cpu in 6u32..16, ops in hybrid_hit()) {
-        run(cpu, 40, false, 1, true, true, &ops)?;
+        run(cpu, 40, false, 1, true, HYBRID, &ops)?;
     }
 
     #[test]
     fn hybrid_lazy_agrees_with_the_model(cpu in 2u32..12, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
-        run(cpu, 32, true, world, events, true, &ops)?;
+        run(cpu, 32, true, world, events, HYBRID, &ops)?;
+    }
+
+    #[test]
+    fn layouts_hits_agree_with_the_model(layout in 0..LAYOUTS.len(), cpu in 4u32..20, ops in hybrid_hit()) {
+        let kinds = LAYOUTS[layout].1;
+        run(cpu, gpu_for(kinds), false, 1, true, kinds, &ops)?;
     }
 
     #[test]
     fn lazy_agrees_with_the_model(cpu in 2u32..10, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
-        run(cpu, 16, true, world, events, false, &ops)?;
+        run(cpu, 16, true, world, events, DENSE, &ops)?;
+    }
+
+}
+
+proptest! {
+    // Cases shared out over the layouts: the whole file runs in about the time the dense
+    // and Mamba tests alone took.
+    #![proptest_config(ProptestConfig::with_cases(128))]
+
+    #[test]
+    fn layouts_eager_agree_with_the_model(layout in 0..LAYOUTS.len(), cpu in 2u32..16, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
+        let kinds = LAYOUTS[layout].1;
+        run(cpu, gpu_for(kinds), false, world, events, kinds, &ops)?;
+    }
+
+    #[test]
+    fn layouts_lazy_agree_with_the_model(layout in 0..LAYOUTS.len(), cpu in 2u32..16, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
+        let kinds = LAYOUTS[layout].1;
+        run(cpu, gpu_for(kinds), true, world, events, kinds, &ops)?;
+    }
+}
+
+/// Full attention and a chunk of a block and a half: a producer of two blocks whose two
+/// full-attention blocks reach a CPU pool of two free blocks and whose chunked blocks do not,
+/// then a lookup of the same prompt. vLLM 0.33.0 (`HybridKVCacheCoordinator`, a simple
+/// hybrid: one pass) takes full attention's 2 blocks, then the chunked manager at 8 tokens
+/// needs only block 1 (its chunk starts at token 6), misses it and answers 1 block of null
+/// padding: a hit of 4 tokens. The core cuts again at 4 tokens, where the chunk starts at
+/// token 0 and block 0 is missing: no hit.
+#[test]
+#[ignore = "the core disagrees with vLLM 0.33.0 here (a fixed point where vLLM stops after one pass)"]
+fn chunk_not_a_multiple_of_the_block() {
+    let kinds = DIVERGENT_LAYOUTS[0].1;
+    let mut w = World::with_kinds(3, 24, false, 1, false, kinds).expect("a valid config");
+    let step = |sched| SimpleOp::Step {
+        sched,
+        advance: 2,
+        handoffs: Vec::new(),
+        preempt: 0,
+        finish: 0,
+    };
+    let ops = [
+        SimpleOp::Arrive {
+            template: 0,
+            blocks: 1,
+        },
+        SimpleOp::Alloc {
+            req: 0,
+            hashed: 2,
+            take: 0,
+        },
+        step(1),
+        step(1),
+        SimpleOp::CompleteStore { which: 0, count: 1 },
+        SimpleOp::Arrive {
+            template: 0,
+            blocks: 1,
+        },
+        SimpleOp::Lookup {
+            req: 0,
+            computed: 0,
+        },
+    ];
+    for (i, o) in ops.iter().enumerate() {
+        if let Err(e) = w.apply(o) {
+            panic!("op {i} {o:?}: {e}");
+        }
     }
 }

@@ -119,16 +119,8 @@ impl SimpleModel {
     /// `request_finished_all_groups`.
     pub fn finished_all(&mut self, gpu: &mut Gpu, f: &Finished<'_>) {
         if let Some(st) = get(&mut self.reqs_to_store, f.req) {
-            let cursor = st.cursor;
-            let p = f.progress;
-            let (sel, meta, _) = self.select(
-                gpu,
-                f.block_ids.first().copied().unwrap_or_default(),
-                cursor,
-                p.num_computed_tokens,
-                p.num_output_placeholders,
-                p.block_hashes,
-            );
+            let stored = st.stored.clone();
+            let (sel, meta, _) = self.select(gpu, f.block_ids, &stored, &f.progress);
             if !sel.is_empty() {
                 let cpu = self.get_new(sel.len());
                 self.in_flight.extend(&sel);

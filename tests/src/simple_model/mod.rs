@@ -1,8 +1,10 @@
-//! A reference model of vLLM 0.33.0's `SimpleCPUOffloadScheduler` for one full-attention
-//! group (group 0), optionally with a Mamba group in align mode (group 1, [`SimpleModel::mamba`]),
-//! written as a direct restatement of `manager.py` and the hybrid coordinator's lookup: insertion-ordered `Vec`s for its
-//! dicts, `BTreeMap`/`BTreeSet` where order does not matter, and a naive CPU `BlockPool`
-//! (a `VecDeque` free list, a map from key to the blocks holding it in insertion order).
+//! A reference model of vLLM 0.33.0's `SimpleCPUOffloadScheduler` for any layout of
+//! KV-cache groups ([`SimpleModel::kinds`]: full attention, sliding window, chunked local,
+//! Mamba in align mode, scratch), written as a direct restatement of `manager.py` and of the
+//! CPU coordinator's lookup (`lookup.rs`: spec groups, per-group hit lists with null entries,
+//! the hybrid coordinator's loop): insertion-ordered `Vec`s for its dicts,
+//! `BTreeMap`/`BTreeSet` where order does not matter, and a naive CPU `BlockPool` (a
+//! `VecDeque` free list, a map from key to the blocks holding it in insertion order).
 //!
 //! It drives the same kind of GPU pool as the module (a kvtier `BlockPool`), so a harness can
 //! run both on twin GPU pools and compare every answer, plan, stats payload and event.
@@ -16,10 +18,14 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
-use kvtier_core::simple::{LookupRequest, Medium, Scheduled, SimpleEvent, StepInput, StoredMeta};
+use kvtier_core::simple::{
+    GroupKind, Medium, Progress, Scheduled, SimpleEvent, StepInput, StoredMeta,
+};
 
 mod completion;
+mod lookup;
 use kvtier_core::stats::simple_offload::SaveOutcome;
+pub use lookup::{Hit, SpecGroup, spec_groups};
 
 /// A hit's blocks per group, `None` for the null block (vLLM's tuple of block lists).
 pub type HitGroups = Vec<Vec<Option<u32>>>;
@@ -111,8 +117,10 @@ pub(crate) struct LoadSt {
 
 #[derive(Clone, Debug)]
 pub(crate) struct StoreSt {
-    pub(crate) block_ids: Vec<u32>,
-    pub(crate) cursor: usize,
+    /// The request's table per group, as the scheduler output gave it.
+    pub(crate) block_ids: Vec<Vec<u32>>,
+    /// `num_stored_blocks`: the scan's cursor per group.
+    pub(crate) stored: Vec<usize>,
     pub(crate) events: BTreeSet<u64>,
     pub(crate) finished: bool,
 }
@@ -158,8 +166,9 @@ pub struct SimpleModel {
     pub(crate) events_on: bool,
     /// The CPU pool.
     pub cpu: NaivePool,
-    /// A hybrid model: group 1 is a Mamba group (set after [`SimpleModel::new`]).
-    pub mamba: bool,
+    /// The KV-cache groups' kinds, in group order (one full-attention group unless set after
+    /// [`SimpleModel::new`]).
+    pub kinds: Vec<GroupKind>,
     /// `_pending_cpu_hits`: per request, the hit's blocks per group (`None`: the null block)
     /// and the computed tokens it was found after.
     pub(crate) pending_hits: Vec<(u64, HitGroups, u64)>,
@@ -218,7 +227,7 @@ impl SimpleModel {
             world,
             events_on,
             cpu: NaivePool::new(num_cpu),
-            mamba: false,
+            kinds: vec![GroupKind::FullAttention],
             pending_hits: Vec::new(),
             reqs_to_load: Vec::new(),
             abandoned_loads: Vec::new(),
@@ -257,109 +266,6 @@ impl SimpleModel {
         got
     }
 
-    /// `get_num_new_matched_tokens(request, num_computed_tokens)`.
-    pub fn lookup(&mut self, r: &LookupRequest<'_>, computed: u64) -> (u64, bool) {
-        let (req, hashes, num_tokens) = (r.req, r.block_hashes, r.num_tokens);
-        if let Some(p) = self.pending_hits.iter().position(|(i, _, _)| *i == req) {
-            let (_, groups, _) = self.pending_hits.remove(p);
-            self.cpu.free_blocks(&pins(&groups));
-        }
-        if r.skip_reading_prefix_cache {
-            return (0, false);
-        }
-        if !computed.is_multiple_of(self.bs) {
-            return (0, false);
-        }
-        let skipped = (computed / self.bs) as usize;
-        let remaining = hashes.get(skipped..).unwrap_or_default();
-        if remaining.is_empty() {
-            return (0, false);
-        }
-        let max_hit = num_tokens as i64 - 1 - computed as i64;
-        if max_hit <= 0 {
-            return (0, false);
-        }
-        let mut attention = Vec::new();
-        for &h in remaining.iter().take((max_hit as u64 / self.bs) as usize) {
-            match self.cpu.get_one(&BlockKey::new(h, 0)) {
-                Some(b) => attention.push(Some(b)),
-                None => break,
-            }
-        }
-        let mut groups = vec![attention];
-        if self.mamba {
-            // Mamba: right to left within the attention hit, the first state the pool holds,
-            // after null blocks; full attention is then cut to that length.
-            let mut state = Vec::new();
-            for i in (0..groups[0].len()).rev() {
-                if let Some(b) = self.cpu.get_one(&BlockKey::new(remaining[i], 1)) {
-                    state = vec![None; i];
-                    state.push(Some(b));
-                    break;
-                }
-            }
-            groups[0].truncate(state.len());
-            groups.push(state);
-        }
-        let n = groups[0].len() as u64;
-        if n == 0 {
-            return (0, false);
-        }
-        self.cpu.touch(&pins(&groups));
-        self.pending_hits.push((req, groups, computed));
-        (n * self.bs, true)
-    }
-
-    /// `update_state_after_alloc(request, blocks, num_external_tokens)`, `tables` the request's
-    /// table per group.
-    pub fn after_alloc(&mut self, gpu: &mut Gpu, req: u64, tables: &[&[u32]], ext: u64) {
-        if !self.lazy && get(&mut self.reqs_to_store, req).is_none() {
-            self.reqs_to_store.push((
-                req,
-                StoreSt {
-                    block_ids: Vec::new(),
-                    cursor: 0,
-                    events: BTreeSet::new(),
-                    finished: false,
-                },
-            ));
-        }
-        let pending = self
-            .pending_hits
-            .iter()
-            .position(|(i, _, _)| *i == req)
-            .map(|p| self.pending_hits.remove(p));
-        let Some((_, groups, computed)) = pending else {
-            return;
-        };
-        if ext == 0 {
-            self.cpu.free_blocks(&pins(&groups));
-            return;
-        }
-        let take = ext.div_ceil(self.bs) as usize;
-        let start = (computed / self.bs) as usize;
-        let (mut gpu_ids, mut cpu_ids) = (Vec::new(), Vec::new());
-        for (g, hit) in groups.iter().enumerate() {
-            for (i, b) in hit.iter().take(take).enumerate() {
-                if let Some(c) = b {
-                    gpu_ids.push(tables[g][start + i]);
-                    cpu_ids.push(*c);
-                }
-            }
-        }
-        self.cpu.touch(&cpu_ids);
-        self.cpu.free_blocks(&pins(&groups));
-        gpu.touch(&gpu_ids).expect("in range");
-        self.reqs_to_load.push((
-            req,
-            LoadSt {
-                event: None,
-                gpu: gpu_ids,
-                cpu: cpu_ids,
-            },
-        ));
-    }
-
     fn classify(&self, gpu: &Gpu, g: u32) -> Option<SaveOutcome> {
         if g == 0 {
             return Some(SaveOutcome::DroppedNullBlock);
@@ -376,51 +282,82 @@ impl SimpleModel {
         None
     }
 
+    /// `_select_eager_blocks_to_store`: the confirmed blocks of every positional
+    /// prefix-cacheable group, group after group from each group's cursor `stored[g]`, that
+    /// are ready to store while CPU blocks are free (a null entry is stored from the GPU's
+    /// prefix cache while a block is cached there under the group's key); with their event
+    /// metadata and each group's cursor advance.
     pub(crate) fn select(
         &self,
         gpu: &Gpu,
-        ids: &[u32],
-        cursor: usize,
-        computed: u64,
-        placeholders: u64,
-        hashes: &[u64],
-    ) -> (Vec<u32>, Vec<Option<StoredMeta>>, usize) {
-        let (mut sel, mut meta, mut adv) = (Vec::new(), Vec::new(), 0);
+        tables: &[&[u32]],
+        stored: &[usize],
+        p: &Progress<'_>,
+    ) -> (Vec<u32>, Vec<Option<StoredMeta>>, Vec<usize>) {
+        let (mut sel, mut meta) = (Vec::new(), Vec::new());
+        let mut adv = vec![0; self.kinds.len()];
         let num_free = self.cpu.free.len();
-        if num_free == 0 {
-            return (sel, meta, 0);
-        }
-        let confirmed = computed.saturating_sub(placeholders);
-        let ready = ids.len().min((confirmed / self.bs) as usize);
-        for i in cursor..ready {
-            let mut g = ids[i];
-            if g == 0 {
-                match hashes
-                    .get(i)
-                    .and_then(|&h| gpu.get_one_block(&BlockKey::new(h, 0)))
-                {
-                    Some(b) => g = b,
-                    None => {
-                        adv += 1;
-                        continue;
-                    }
-                }
-            }
-            if self.classify(gpu, g).is_some() {
-                adv += 1;
+        let confirmed = p
+            .num_computed_tokens
+            .saturating_sub(p.num_output_placeholders);
+        // `get_num_cacheable_tokens`: rounded down to the block for the hybrid coordinator,
+        // as is (no re-prefillable tail here) for the unitary one; only whole blocks count.
+        let cacheable = if self.kinds.len() > 1 {
+            confirmed / self.bs * self.bs
+        } else {
+            confirmed
+        };
+        for (g, ids) in tables.iter().enumerate() {
+            let Some(&kind) = self.kinds.get(g) else {
+                continue;
+            };
+            if !kind.is_cacheable() {
                 continue;
             }
             if sel.len() >= num_free {
                 break;
             }
-            sel.push(g);
-            adv += 1;
-            if self.events_on {
-                let parent_hash = if i == 0 { None } else { Some(hashes[i - 1]) };
-                meta.push(Some(StoredMeta {
-                    parent_hash,
-                    token_start: i as u64 * self.bs,
-                }));
+            // Align-mode Mamba tables are not positionally stable.
+            if kind == GroupKind::Mamba {
+                continue;
+            }
+            let ready = ids.len().min((cacheable / self.bs) as usize);
+            let start = stored.get(g).copied().unwrap_or(0);
+            for i in start..ready {
+                let mut b = ids[i];
+                if b == 0 {
+                    let cached = p
+                        .block_hashes
+                        .get(i)
+                        .and_then(|&h| gpu.get_one_block(&BlockKey::new(h, g as u32)));
+                    match cached {
+                        Some(c) => b = c,
+                        None => {
+                            adv[g] += 1;
+                            continue;
+                        }
+                    }
+                }
+                if self.classify(gpu, b).is_some() {
+                    adv[g] += 1;
+                    continue;
+                }
+                if sel.len() >= num_free {
+                    break;
+                }
+                sel.push(b);
+                adv[g] += 1;
+                if self.events_on {
+                    let parent_hash = if i == 0 {
+                        None
+                    } else {
+                        Some(p.block_hashes[i - 1])
+                    };
+                    meta.push(Some(StoredMeta {
+                        parent_hash,
+                        token_start: i as u64 * self.bs,
+                    }));
+                }
             }
         }
         (sel, meta, adv)
@@ -557,8 +494,8 @@ impl SimpleModel {
         }
         for &r in step.preempted {
             if let Some(st) = get(&mut self.reqs_to_store, r) {
-                st.block_ids.clear();
-                st.cursor = 0;
+                st.block_ids.iter_mut().for_each(Vec::clear);
+                st.stored.iter_mut().for_each(|s| *s = 0);
             }
         }
         for sc in step.scheduled {
@@ -579,24 +516,20 @@ impl SimpleModel {
             return;
         };
         if sc.full_table {
-            st.block_ids.clear();
+            st.block_ids.iter_mut().for_each(Vec::clear);
         }
-        if let Some(&new) = sc.new_block_ids.and_then(<[_]>::first) {
-            st.block_ids.extend_from_slice(new);
+        if let Some(new) = sc.new_block_ids {
+            for (table, new) in st.block_ids.iter_mut().zip(new) {
+                table.extend_from_slice(new);
+            }
         }
         if sc.num_scheduled_tokens == 0 {
             return;
         }
-        let (ids, cursor) = (st.block_ids.clone(), st.cursor);
-        let p = sc.progress;
-        let (sel, meta, adv) = self.select(
-            gpu,
-            &ids,
-            cursor,
-            p.num_computed_tokens,
-            p.num_output_placeholders,
-            p.block_hashes,
-        );
+        let ids = st.block_ids.clone();
+        let tables: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
+        let stored = st.stored.clone();
+        let (sel, meta, adv) = self.select(gpu, &tables, &stored, &sc.progress);
         if !sel.is_empty() {
             let cpu = self.get_new(sel.len());
             req_ids.push(sc.req);
@@ -611,7 +544,9 @@ impl SimpleModel {
             gpu.touch(&sel).expect("in range");
         }
         if let Some(st) = get(&mut self.reqs_to_store, sc.req) {
-            st.cursor += adv;
+            for (s, a) in st.stored.iter_mut().zip(adv) {
+                *s += a;
+            }
         }
     }
 }
