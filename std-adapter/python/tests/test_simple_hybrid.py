@@ -474,6 +474,6 @@ def test_layouts_vllm_builds_differently_are_refused():
         with pytest.raises(ValueError, match="prefix_cache_retention_interval"):
             cls(cfg, layout, 800, BS, BS)
     # No prefix-cacheable group at all.
-    with pytest.raises(ValueError, match="0 prefix-cacheable groups"):
+    with pytest.raises(ValueError, match="prefix-cacheable groups are none"):
         KvtierScheduler(cfg, _layout([_ring(), _ring()], 16), 800, BS, BS)
     assert t.sides[1][0].prefix_cacheable_group_ids == (0,)

@@ -26,6 +26,7 @@ from vllm.v1.core.block_pool import BlockPool
 from vllm.v1.core.kv_cache_manager import KVCacheBlocks
 from vllm.v1.core.kv_cache_utils import make_block_hash_with_group_id
 from vllm.v1.kv_cache_interface import (
+    CrossAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
@@ -384,19 +385,21 @@ def _two_groups(first, second, num_blocks: int = 16) -> KVCacheConfig:
 
 
 def test_unsupported_configurations_raise():
-    with pytest.raises(ValueError, match="one full-attention KV-cache group.*SlidingWindowSpec"):
-        KvtierScheduler(vllm_config(), kv_cache_config(16, groups=2), 800, BS, BS)
     attention = kv_cache_config(16).kv_cache_groups[0].kv_cache_spec
-    with pytest.raises(ValueError, match="MambaSpec, MambaSpec"):
+    cross = CrossAttentionSpec(block_size=BS, num_kv_heads=1, head_size=8, dtype="f16")
+    with pytest.raises(ValueError, match="group 1 is a prefix-cacheable CrossAttentionSpec"):
+        KvtierScheduler(vllm_config(), _two_groups(attention, cross), 800, BS, BS)
+    with pytest.raises(ValueError, match="groups are MambaSpec, MambaSpec"):
         KvtierScheduler(vllm_config(), _two_groups(_mamba(), _mamba()), 800, BS, BS)
-    with pytest.raises(ValueError, match="'align' cache mode only; this model's is 'all'"):
+    with pytest.raises(ValueError, match="'align' cache mode only; group 1's is 'all'"):
         KvtierScheduler(vllm_config(), _two_groups(attention, _mamba(mode="all")), 800, BS, BS)
-    with pytest.raises(ValueError, match="every group's block size.*got 4, 4 and 4 and 8"):
+    with pytest.raises(ValueError, match="cacheable group's block size.*got 4, 4 and 4 and 8"):
         KvtierScheduler(vllm_config(), _two_groups(attention, _mamba(2 * BS)), 800, BS, BS)
-    # Either order of the two groups is accepted.
+    # Either order of the two groups is accepted, and so is a sliding-window group.
     for groups in ((attention, _mamba()), (_mamba(), attention)):
         kv = KvtierScheduler(vllm_config(), _two_groups(*groups), 800, BS, BS)
         assert kv.fa_gidx == groups.index(attention)
+    assert KvtierScheduler(vllm_config(), kv_cache_config(16, groups=2), 800, BS, BS).fa_gidx == 0
     with pytest.raises(ValueError, match="block size"):
         KvtierScheduler(vllm_config(), kv_cache_config(16), 800, 2 * BS, BS)
     with pytest.raises(ValueError, match="local offload capacity 8"):

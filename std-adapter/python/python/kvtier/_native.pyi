@@ -79,8 +79,7 @@ class SimpleScheduler:
         max_blocks_per_request: int,
         enable_events: bool,
         event_capacity: int,
-        attention_group: int = 0,
-        mamba_group: int | None = None,
+        groups: list[tuple[str, int]] = ...,
     ) -> None: ...
     def num_cpu_blocks(self) -> int: ...
     def target_free(self) -> int: ...
@@ -98,9 +97,8 @@ class SimpleScheduler:
     def update_state_after_alloc(
         self,
         req_id: str,
-        block_ids: list[int],
+        block_ids: list[list[int]],
         num_external_tokens: int,
-        mamba_block_ids: list[int] | None = None,
     ) -> None: ...
     def build_connector_meta(
         self,
@@ -108,7 +106,9 @@ class SimpleScheduler:
         preempted: list[str],
         finished: list[str],
         scheduled: list[
-            tuple[str, list[int] | None, bool, int, int, int, Sequence[bytes] | None]
+            tuple[
+                str, list[list[int]] | None, bool, int, int, int, Sequence[bytes] | None
+            ]
         ],
     ) -> tuple[
         int, list[int], list[int], int, list[int], list[int], dict[int, list[str]], bool
@@ -120,7 +120,7 @@ class SimpleScheduler:
     def request_finished_all_groups(
         self,
         req_id: str,
-        block_ids: list[int],
+        block_ids: list[list[int]],
         num_computed_tokens: int,
         num_output_placeholders: int,
         block_hashes: Sequence[bytes],

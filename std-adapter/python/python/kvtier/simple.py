@@ -7,20 +7,28 @@ with vLLM's own types (``SimpleCPUOffloadMetadata``, ``SimpleCPUOffloadStats``,
 pool stays vLLM's ``BlockPool`` (the one ``bind_gpu_block_pool`` gives): kvtier reads it and
 pins or releases its blocks through its own ``touch`` and ``free_blocks``.
 
-Scope: one KV-cache group of full attention whose block size is the scheduler's and the hash
-block size (a dense model; vLLM's ``UnitaryKVCacheCoordinator``), or that group plus one Mamba
-group in ``align`` mode of the same block size, in either order (a hybrid model; vLLM's
-``HybridKVCacheCoordinator`` with one attention and one Mamba group, no fine-grained hits:
-the Mamba group's states are stored from the scheduler's boundary hand-offs; under DCP vLLM's
-eager coordinator turns its fine-grained flag on, which at equal block sizes finds only the
-block-aligned hits), without EAGLE's trailing block drop. Either layout may also hold any
-number of groups whose spec is not prefix-cacheable (a scratch or ring group such as
-``CircularBufferSpec``, of any block size dividing the scheduler's): vLLM's scheduler side
-never looks them up, stores, loads or reports them, so kvtier leaves their tables out. With
-such a group a dense model runs under vLLM's ``HybridKVCacheCoordinator``, whose eager scan
-holds no re-prefillable tail back (``num_prefill_lookahead_tokens``), and kvtier follows it.
-Any other configuration raises ``ValueError`` naming what is not supported, rather than
-running with different bookkeeping.
+Scope: the model's KV-cache groups, in vLLM's group order (at most eight), each of full
+attention (``FullAttentionSpec``, ``MLAAttentionSpec``), sliding-window attention
+(``SlidingWindowSpec``, ``SlidingWindowMLASpec``: vLLM's ``SlidingWindowManager`` for both),
+chunked local attention (``ChunkedLocalAttentionSpec``), Mamba in ``align`` mode
+(``MambaSpec``), or of a spec that is not prefix-cacheable (a scratch or ring group such as
+``CircularBufferSpec``, or a bounded-replay ``SlidingWindowMLASpec``, of any block size
+dividing the scheduler's: vLLM's scheduler side never looks them up, stores, loads or reports
+them, so kvtier passes their tables as empty). At least one prefix-cacheable group is of full
+attention, and the first group of a full-attention kind is one of them (vLLM's ``fa_gidx``).
+Every prefix-cacheable group's block size is the scheduler's and the hash block size (no
+fine-grained hits; under DCP only full-attention groups may be sharded, which vLLM's
+coordinator asserts), and there is no EAGLE trailing-block drop. One full-attention group
+alone is vLLM's ``UnitaryKVCacheCoordinator``; any other layout is its
+``HybridKVCacheCoordinator``, whose hit is the longest every group accepts and whose eager scan
+holds no re-prefillable tail back (``num_prefill_lookahead_tokens``); kvtier follows both. The
+eager scan and the finish-time flush follow every full-attention, sliding-window and
+chunked-local table, storing entries the GPU has nulled from its prefix cache while it holds
+them; Mamba states are stored from the scheduler's boundary hand-offs. Any other
+configuration (a prefix-cacheable spec of another kind, e.g. ``RSWASpec``,
+``SinkFullAttentionSpec``, ``CrossAttentionSpec``, a HiSparse group, Mamba outside ``align``
+mode) raises ``ValueError`` naming what is not supported, rather than running with different
+bookkeeping.
 
 Two optional ``kv_connector_extra_config`` keys bound kvtier's fixed tables:
 ``kvtier_max_requests`` (requests tracked at once; default ``4 · max_num_seqs + 64``) and
@@ -51,10 +59,12 @@ from vllm.v1.core.kv_cache_utils import (
     to_event_extra_keys,
 )
 from vllm.v1.kv_cache_interface import (
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheGroupRole,
     MambaSpec,
     MLAAttentionSpec,
+    SlidingWindowMLASpec,
     SlidingWindowSpec,
     get_kv_cache_spec_kind,
     get_kv_cache_spec_sliding_window,
@@ -74,7 +84,7 @@ from vllm.v1.simple_kv_offload.sizing import gpu_total_bytes
 from kvtier import _native
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Sequence
 
     from vllm.config import VllmConfig
     from vllm.v1.core.block_pool import BlockPool
@@ -99,7 +109,14 @@ _STATS_ORDER = {
     (MetricName.PENDING_STORE_BLOCKS, ()): 102,
 }
 
-_SUPPORTED_SPECS = (FullAttentionSpec, MLAAttentionSpec)
+# The spec classes kvtier models, each exactly (a subclass may change what vLLM's manager does):
+# full attention (vLLM's FullAttentionManager), sliding window (its SlidingWindowManager; the
+# MLA form differs only in its cache layout), chunked local attention.
+_FULL_ATTENTION_SPECS = (FullAttentionSpec, MLAAttentionSpec)
+_SLIDING_WINDOW_SPECS = (SlidingWindowSpec, SlidingWindowMLASpec)
+
+# The most KV-cache groups kvtier's layout holds (kvtier_core::simple::MAX_GROUPS).
+_MAX_GROUPS = 8
 
 # Event payload list numbers from here on name finish-time flushes (the native module's).
 _FLUSH_LISTS = 1 << 21
@@ -109,19 +126,50 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _group_kind(i: int, spec: Any) -> tuple[str, int]:
+    """Group ``i``'s kind as the native layout takes it, ``(kind, tokens)``; raises
+    ValueError for a spec kvtier does not model."""
+    if not spec.prefix_cacheable:
+        # vLLM's scheduler side never looks such a group up, stores, loads or reports it.
+        return ("scratch", 0)
+    kind = type(spec)
+    if kind in _FULL_ATTENTION_SPECS:
+        return ("full_attention", 0)
+    if kind in _SLIDING_WINDOW_SPECS:
+        return ("sliding_window", spec.sliding_window)
+    if kind is ChunkedLocalAttentionSpec:
+        return ("chunked_local", spec.attention_chunk_size)
+    if kind is MambaSpec:
+        mode = spec.mamba_cache_mode
+        if mode != "align":
+            raise ValueError(
+                "kvtier's SimpleCPUOffloadScheduler supports Mamba groups in 'align' cache "
+                f"mode only; group {i}'s is {mode!r}"
+            )
+        return ("mamba", 0)
+    raise ValueError(
+        "kvtier's SimpleCPUOffloadScheduler supports prefix-cacheable KV-cache groups of "
+        "full attention (FullAttentionSpec, MLAAttentionSpec), sliding-window attention "
+        "(SlidingWindowSpec, SlidingWindowMLASpec), chunked local attention "
+        "(ChunkedLocalAttentionSpec) and Mamba in 'align' mode (MambaSpec); group "
+        f"{i} is a prefix-cacheable {kind.__name__}, which is not supported"
+    )
+
+
 def _check_scope(
     vllm_config: VllmConfig,
     kv_cache_config: KVCacheConfig,
     scheduler_block_size: int,
     hash_block_size: int,
-) -> tuple[int, int | None]:
-    """The full-attention group's id and the Mamba group's (``None`` for a dense model);
-    raises ValueError for a configuration outside kvtier's simple offloader.
+) -> tuple[list[tuple[str, int]], int]:
+    """The native layout of the model's KV-cache groups (one ``(kind, tokens)`` per group,
+    in group order) and the full-attention group's id (vLLM's ``fa_gidx``); raises
+    ValueError for a configuration outside kvtier's simple offloader.
 
     Groups whose spec is not prefix-cacheable (a scratch or ring group such as
     ``CircularBufferSpec``) take no part in vLLM's scheduler side beyond the checks its
     coordinator makes when it is built; those checks are made here, and the groups are
-    otherwise left out."""
+    ``scratch`` in the layout."""
     groups = kv_cache_config.kv_cache_groups
     for i, g in enumerate(groups):
         if g.role != KVCacheGroupRole.DEFAULT or g.host_resident:
@@ -130,22 +178,19 @@ def _check_scope(
                 f"groups; group {i} has role {getattr(g.role, 'value', g.role)!r}"
                 + (" and is host-resident" if g.host_resident else "")
             )
-    cacheable = [i for i, g in enumerate(groups) if g.kv_cache_spec.prefix_cacheable]
-    if len(cacheable) not in (1, 2):
+    if not 1 <= len(groups) <= _MAX_GROUPS:
         raise ValueError(
-            "kvtier's SimpleCPUOffloadScheduler supports one full-attention KV-cache group, "
-            "or that group and one Mamba group (besides groups that are not "
-            f"prefix-cacheable); this model has {len(cacheable)} prefix-cacheable groups"
+            f"kvtier's SimpleCPUOffloadScheduler supports 1 to {_MAX_GROUPS} KV-cache "
+            f"groups; this model has {len(groups)}"
         )
-    kinds = {i: type(groups[i].kv_cache_spec) for i in cacheable}
-    attention = [i for i in cacheable if kinds[i] in _SUPPORTED_SPECS]
-    mamba = [i for i in cacheable if kinds[i] is MambaSpec]
-    if len(attention) != 1 or len(attention) + len(mamba) != len(cacheable):
-        names = ", ".join(k.__name__ for k in kinds.values())
+    layout = [_group_kind(i, g.kv_cache_spec) for i, g in enumerate(groups)]
+    cacheable = [i for i, (kind, _) in enumerate(layout) if kind != "scratch"]
+    attention = [i for i in cacheable if layout[i][0] == "full_attention"]
+    if not attention:
+        names = ", ".join(type(groups[i].kv_cache_spec).__name__ for i in cacheable)
         raise ValueError(
-            "kvtier's SimpleCPUOffloadScheduler supports one full-attention KV-cache group, "
-            "or that group and one Mamba group (besides groups that are not "
-            f"prefix-cacheable); this model's prefix-cacheable groups are {names}"
+            "kvtier's SimpleCPUOffloadScheduler needs a prefix-cacheable full-attention "
+            f"KV-cache group; this model's prefix-cacheable groups are {names or 'none'}"
         )
     for i in cacheable:
         # vLLM's prefix_cacheable_group_ids leaves out a group that is not transferable,
@@ -154,14 +199,6 @@ def _check_scope(
             raise ValueError(
                 "kvtier's SimpleCPUOffloadScheduler needs its prefix-cacheable groups to take "
                 f"part in KV transfer; group {i} has enable_kv_transfer=False"
-            )
-    mamba_group = mamba[0] if mamba else None
-    if mamba_group is not None:
-        mode = groups[mamba_group].kv_cache_spec.mamba_cache_mode
-        if mode != "align":
-            raise ValueError(
-                "kvtier's SimpleCPUOffloadScheduler supports Mamba groups in 'align' cache "
-                f"mode only; this model's is {mode!r}"
             )
     # vLLM's fa_gidx is the first group of a full-attention kind, prefix-cacheable or not.
     first_full = next(
@@ -179,8 +216,8 @@ def _check_scope(
         got = " and ".join(str(size) for size in sizes)
         raise ValueError(
             "kvtier's SimpleCPUOffloadScheduler needs the scheduler block size, the hash "
-            "block size and every group's block size to be equal (no fine-grained hits); "
-            f"got {scheduler_block_size}, {hash_block_size} and {got}"
+            "block size and every prefix-cacheable group's block size to be equal (no "
+            f"fine-grained hits); got {scheduler_block_size}, {hash_block_size} and {got}"
         )
     # What vLLM's CPU-side coordinator checks of every group when it is built.
     for i, g in enumerate(groups):
@@ -214,7 +251,7 @@ def _check_scope(
             "kvtier's SimpleCPUOffloadScheduler does not model EAGLE's trailing-block "
             "drop (use_eagle_block_drop is not supported)"
         )
-    return attention[0], mamba_group
+    return layout, attention[0]
 
 
 def _check_retention_interval(kv_cache_config: KVCacheConfig, scheduler_block_size: int) -> None:
@@ -344,7 +381,7 @@ class SimpleCPUOffloadScheduler:
         self.hash_block_size = hash_block_size
         assert self.block_size % self.hash_block_size == 0
         assert kv_cache_config is not None
-        self._attention_group, self._mamba_group = _check_scope(
+        self._layout, self._attention_group = _check_scope(
             vllm_config, kv_cache_config, scheduler_block_size, hash_block_size
         )
         groups = kv_cache_config.kv_cache_groups
@@ -416,8 +453,7 @@ class SimpleCPUOffloadScheduler:
             max_blocks,
             self.enable_kv_cache_events,
             event_capacity,
-            self._attention_group,
-            self._mamba_group,
+            self._layout,
         )
         self.num_cpu_blocks: int = self._native.num_cpu_blocks()
         self.cpu_block_pool = CpuBlockPool(self._native.cpu_pool())
@@ -443,6 +479,18 @@ class SimpleCPUOffloadScheduler:
         self._events: list[KVCacheEvent] = []
         self._store_payloads: dict[int, list[BlockStored]] = {}
         self._flush_requests: dict[int, Request] = {}
+
+    def _tables(self, block_ids: Sequence[Sequence[int] | None]) -> list[list[int]]:
+        """A request's block ids per group as the native module takes them: every
+        prefix-cacheable group's (a missing one empty), and an empty list for each scratch
+        group (vLLM's scheduler side never reads those tables)."""
+        return [
+            list(ids) if kind != "scratch" and ids is not None else []
+            for (kind, _), ids in zip(
+                self._layout,
+                (*block_ids, *([None] * (len(self._layout) - len(block_ids)))),
+            )
+        ]
 
     def _drop_forgotten(self) -> None:
         for req_id in self._native.take_forgotten():
@@ -549,20 +597,12 @@ class SimpleCPUOffloadScheduler:
     ) -> None:
         """Registers the request's store state (eager mode) and turns its pending hit into
         a load into ``blocks``."""
-        block_ids = blocks.get_block_ids()
         req_id = request.request_id
         if not self._lazy_mode and req_id not in self._requests:
             self._requests[req_id] = request
-        att = self._attention_group
-        attention = list(block_ids[att]) if len(block_ids) > att else []
-        if self._mamba_group is None:
-            self._native.update_state_after_alloc(req_id, attention, num_external_tokens)
-        else:
-            m = self._mamba_group
-            mamba = list(block_ids[m]) if len(block_ids) > m else []
-            self._native.update_state_after_alloc(
-                req_id, attention, num_external_tokens, mamba
-            )
+        self._native.update_state_after_alloc(
+            req_id, self._tables(blocks.get_block_ids()), num_external_tokens
+        )
         self._drop_forgotten()
 
     def build_connector_meta(
@@ -583,9 +623,8 @@ class SimpleCPUOffloadScheduler:
                     for req_id, entries in block_state.boundary_state_offloads.items()
                 ]
             num_scheduled = scheduler_output.num_scheduled_tokens
-            att = self._attention_group
             for req_id, groups, is_full_table in yield_req_data(scheduler_output):
-                new_ids = groups[att] if groups and len(groups) > att else None
+                new_ids = self._tables(groups) if groups else None
                 request = self._requests.get(req_id)
                 scheduled_requests.append(request)
                 if request is None:
@@ -670,10 +709,9 @@ class SimpleCPUOffloadScheduler:
         ``request_finished``."""
         req_id = request.request_id
         tracked = self._requests.get(req_id, request)
-        att = self._attention_group
         flush_list = self._native.request_finished_all_groups(
             req_id,
-            list(block_ids[att]) if len(block_ids) > att else [],
+            self._tables(block_ids),
             tracked.num_computed_tokens,
             tracked.num_output_placeholders,
             tracked.block_hashes,

@@ -16,9 +16,9 @@ vLLM's helper ``simulate_store_completion`` reads the private ``_expected_worker
 world size) to report a store done by every worker; kvtier's class keeps that attribute, so
 the tests using the helper are not counted as reading private state. Against kvtier, the
 tests listed in ``simple_not_applicable.txt`` (reading vLLM's private attributes, or a
-configuration outside kvtier's scope: one full-attention group, optionally one Mamba 'align'
-group, besides groups that are not prefix-cacheable) are marked xfail (not strict) with their
-reason and counted apart; every other test must pass. A listed
+configuration outside kvtier's scope: fine-grained hits or EAGLE's block drop, or filling the
+CPU pool through vLLM's BlockPool methods kvtier's pool does not offer) are marked xfail (not
+strict) with their reason and counted apart; every other test must pass. A listed
 test that is not collected is an error (the list is kept exact). The summary prints the counts:
 passed (and how many of them built a kvtier scheduler), failed, not applicable.
 """
