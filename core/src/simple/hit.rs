@@ -70,7 +70,11 @@ impl SimpleScheduler {
         let fa_first = layout
             .cacheable()
             .filter(|(_, k)| *k == GroupKind::FullAttention)
-            .chain(layout.cacheable().filter(|(_, k)| *k != GroupKind::FullAttention));
+            .chain(
+                layout
+                    .cacheable()
+                    .filter(|(_, k)| *k != GroupKind::FullAttention),
+            );
         for (_, kind) in fa_first {
             if !specs[..n].contains(&kind) {
                 specs[n] = kind;
@@ -92,9 +96,12 @@ impl SimpleScheduler {
         let find = |kind: GroupKind, max: u64| -> (u64, u64) {
             let max_blocks = (max / bs).min(remaining.len() as u64);
             match kind {
-                GroupKind::FullAttention | GroupKind::Scratch => {
-                    ((0..max_blocks).find(|&i| !held(i, kind)).unwrap_or(max_blocks), 0)
-                }
+                GroupKind::FullAttention | GroupKind::Scratch => (
+                    (0..max_blocks)
+                        .find(|&i| !held(i, kind))
+                        .unwrap_or(max_blocks),
+                    0,
+                ),
                 GroupKind::SlidingWindow { window } => {
                     let need = window_blocks(window, bs);
                     let mut run = 0;
@@ -114,7 +121,9 @@ impl SimpleScheduler {
                 GroupKind::ChunkedLocal { chunk } => {
                     let chunk = u64::from(chunk);
                     let from = (max / chunk * chunk / bs).min(max_blocks);
-                    let len = (from..max_blocks).find(|&i| !held(i, kind)).unwrap_or(max_blocks);
+                    let len = (from..max_blocks)
+                        .find(|&i| !held(i, kind))
+                        .unwrap_or(max_blocks);
                     (len, from)
                 }
                 GroupKind::Mamba => (0..max_blocks)

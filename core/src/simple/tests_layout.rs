@@ -259,3 +259,40 @@ fn the_eager_scan_follows_each_positional_group_and_skips_scratch_and_mamba() {
     // A hybrid layout holds no re-prefillable tail back.
     assert_eq!(s.config().validate().map(|v| v.reprefillable), Ok(0));
 }
+
+#[test]
+fn a_chunk_not_a_multiple_of_the_block_is_asked_once_as_vllm_asks_it() {
+    // A 24-token chunk (a block and a half); attention holds 2 blocks, the chunked group
+    // none. vLLM's single pass (two spec groups): attention 32 tokens, then the chunked
+    // group from its chunk's start (token 24: block 1), which misses: 1 block of null
+    // padding, a hit of 16 tokens. Asked again at 16 tokens, the chunk would start at block 0
+    // and miss: vLLM does not ask again.
+    let chunk = GroupKind::ChunkedLocal { chunk: 24 };
+    let hashes = [1, 2, 3];
+    let (mut s, mut g) = (sched(16, 32, &[FA, chunk]), gpu(32));
+    hand_off(&mut s, &mut g, 1, &keys(0, &hashes[..2]));
+    assert_eq!(
+        s.get_num_new_matched_tokens(&lookup(&hashes, 33), 0),
+        Ok((16, true))
+    );
+    let fa = cpu_blocks(&s, 0, &hashes[..2]);
+    assert_eq!(s.cpu_pool().ref_count(fa[0]), Some(1));
+    assert_eq!(s.cpu_pool().ref_count(fa[1]), Some(0));
+    let tables: [&[u32]; 2] = [&[10, 11], &[20, 21]];
+    s.update_state_after_alloc_groups(&mut g, 9, &tables, 16)
+        .unwrap();
+    let plan = s
+        .build_connector_meta(&mut g, &StepInput::default())
+        .unwrap();
+    assert_eq!(plan.load_gpu_blocks, &[10]);
+    // With a third spec group vLLM loops until a pass cuts nothing: the chunked group is
+    // asked again at 16 tokens, misses block 0, and there is no hit.
+    let (mut s, mut g) = (sched(16, 32, &[FA, chunk, GroupKind::Mamba]), gpu(32));
+    let mut k = keys(0, &hashes[..2]);
+    k.extend(keys(2, &hashes[..2]));
+    hand_off(&mut s, &mut g, 1, &k);
+    assert_eq!(
+        s.get_num_new_matched_tokens(&lookup(&hashes, 33), 0),
+        Ok((0, false))
+    );
+}
