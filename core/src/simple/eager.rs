@@ -196,7 +196,7 @@ impl SimpleScheduler {
             let cursor = st.cursors[g];
             let owned = core::mem::take(&mut st.tables[g]);
             let ids = given.map_or(&owned[..], |t| t[g]);
-            let advanced = self.select(gpu, len32(g), ids, cursor, p, num_free);
+            let advanced = self.select(gpu, s, len32(g), ids, cursor, p, num_free);
             let st = &mut self.reqs.slots[s as usize].store;
             st.tables[g] = owned;
             if given.is_none() {
@@ -206,12 +206,14 @@ impl SimpleScheduler {
         }
     }
 
-    /// One group's part of [`select_request`](Self::select_request): appends group `group`'s
-    /// ready blocks from `ids[cursor..]` while fewer than `num_free` are selected; returns how
+    /// One group's part of [`select_request`](Self::select_request) for slot `s`: appends
+    /// group `group`'s ready blocks from `ids[cursor..]` while fewer than `num_free` are selected; returns how
     /// far the group's cursor advances.
+    #[allow(clippy::too_many_arguments)]
     fn select(
         &mut self,
         gpu: &impl GpuBlocks,
+        s: u32,
         group: u32,
         ids: &[u32],
         cursor: u32,
@@ -259,6 +261,7 @@ impl SimpleScheduler {
                     .checked_sub(1)
                     .and_then(|j| p.block_hashes.get(j).copied());
                 self.sel_meta.push(Some(StoredMeta {
+                    req: self.reqs.slots[s as usize].id,
                     parent_hash,
                     token_start: i as u64 * bs,
                 }));

@@ -347,6 +347,7 @@ fn events_name_the_medium() {
         key: BlockKey::new(1, 0),
         block_size: BS,
         meta: Some(StoredMeta {
+            req: 1,
             parent_hash: None,
             token_start: 0,
         }),

@@ -14,6 +14,9 @@ use crate::reserve::{AllocError, filled, table, with_capacity};
 /// What a `BlockStored` event of a positional store carries besides the hash.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct StoredMeta {
+    /// The request whose block table named the block (vLLM's payload reads this request's
+    /// tokens, even when the GPU block has since been freed and hashed by another).
+    pub req: u64,
     /// The request's previous block hash (`None` for its first block).
     pub parent_hash: Option<u64>,
     /// The first token of the block in the request (its token ids are

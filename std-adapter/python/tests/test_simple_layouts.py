@@ -5,9 +5,8 @@ key and GPU pool state compared call by call.
 
 First vLLM's six chunked-local lookups (its ``test_chunked_local_cpu_lookup_requires_chunk_
 aligned_prefix``, at this suite's block of 4 tokens), with the CPU pool filled by real stores.
-Then one known divergence, kept as a strict xfail: the event payload of a request's first
-block when the eager scan reads a stale table entry whose block another request reused. Then
-random runs (``LayoutDriver``): a small scheduler admits requests with local prefixes and CPU
+Then the event payload of a request's first block when the eager scan reads a stale table
+entry whose block another request reused. Then random runs (``LayoutDriver``): a small scheduler admits requests with local prefixes and CPU
 hits (taking all or part of them, or failing the allocation), prefills in chunks, decodes,
 drops blocks that left a sliding window or a chunk as vLLM's managers do (the block is freed,
 still hashed, and its table entry becomes the null block), hands off Mamba states, preempts,
@@ -74,14 +73,6 @@ def test_chunked_local_lookup_needs_a_chunk_aligned_prefix_as_in_vllm(
     assert kv.cpu_block_pool.get_num_free_blocks() == free
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="kvtier's core names a stored block's request for its event payload only through "
-    "the block's parent hash (StoredMeta.parent_hash); for a request's first block the "
-    "adapter finds the request by the GPU block's current hash, which after the block was "
-    "freed from a window and reused is another request's",
-)
 def test_first_block_stored_from_a_reused_table_entry():
     """vLLM's connector keeps the block ids the scheduler output gave it: a sliding-window
     block freed (``remove_skipped_blocks``) before the scan reached it, then reused and hashed
@@ -208,16 +199,11 @@ class LayoutDriver:
         return added
 
     def drop_skipped(self, r: Req):
-        """vLLM's ``remove_skipped_blocks``: frees what left a window, chunk or Mamba state.
-        A block the eager scan has not passed yet is kept until it has: vLLM's scan would
-        read its stale id in the connector's table, and once another request reuses and
-        hashes the block kvtier's event payload diverges (see
-        ``test_first_block_stored_from_a_reused_table_entry``)."""
-        state = self.t.sides[0][0]._reqs_to_store.get(r.request_id)
+        """vLLM's ``remove_skipped_blocks``: frees what left a window, chunk or Mamba state,
+        whether or not the eager scan has passed it (the scan then reads the stale id in the
+        connector's table, a block another request may have reused and hashed)."""
         for g, spec in enumerate(self.specs):
             skip = _skipped_blocks(spec, r.num_computed_tokens) if spec.prefix_cacheable else 0
-            if state is not None and not isinstance(spec, MambaSpec):
-                skip = min(skip, state.num_stored_blocks[g])
             gone = [b for b in r.tables[g][:skip] if b]
             if gone:
                 self.free(gone[::-1])

@@ -120,7 +120,7 @@ impl SimpleModel {
     pub fn finished_all(&mut self, gpu: &mut Gpu, f: &Finished<'_>) {
         if let Some(st) = get(&mut self.reqs_to_store, f.req) {
             let stored = st.stored.clone();
-            let (sel, meta, _) = self.select(gpu, f.block_ids, &stored, &f.progress);
+            let (sel, meta, _) = self.select(gpu, f.req, f.block_ids, &stored, &f.progress);
             if !sel.is_empty() {
                 let cpu = self.get_new(sel.len());
                 self.in_flight.extend(&sel);

@@ -290,6 +290,7 @@ impl SimpleModel {
     pub(crate) fn select(
         &self,
         gpu: &Gpu,
+        req: u64,
         tables: &[&[u32]],
         stored: &[usize],
         p: &Progress<'_>,
@@ -354,6 +355,7 @@ impl SimpleModel {
                         Some(p.block_hashes[i - 1])
                     };
                     meta.push(Some(StoredMeta {
+                        req,
                         parent_hash,
                         token_start: i as u64 * self.bs,
                     }));
@@ -529,7 +531,7 @@ impl SimpleModel {
         let ids = st.block_ids.clone();
         let tables: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
         let stored = st.stored.clone();
-        let (sel, meta, adv) = self.select(gpu, &tables, &stored, &sc.progress);
+        let (sel, meta, adv) = self.select(gpu, sc.req, &tables, &stored, &sc.progress);
         if !sel.is_empty() {
             let cpu = self.get_new(sel.len());
             req_ids.push(sc.req);

@@ -509,16 +509,23 @@ class SimpleCPUOffloadScheduler:
                 else:
                     self._events.append(AllBlocksCleared())
 
-    def _payload_request(self, lst, i, key, scheduled):
-        """The request a positional store's payload reads: named by its parent hash's
-        list, or (a first block) the first candidate whose first hash is the block's."""
+    def _payload_request(self, lst, req_id, key, scheduled):
+        """The request a positional store's payload reads: named by its parent hash's list,
+        or (a first block) the request whose table named it. A first block may have been
+        freed and hashed by another request since (the scan reads the ids the connector
+        was given), so the hash does not tell; a finishing request's id may be released
+        before its flush is issued, but its flush reads the table given at finish, whose
+        blocks still hold its own hashes."""
         if lst is not None:
             return scheduled[lst] if lst < _FLUSH_LISTS else self._flush_requests[lst]
-        raw = get_block_hash(key)
         for r in (*scheduled, *self._flush_requests.values()):
-            if r is not None and r.block_hashes and r.block_hashes[0] == raw:
+            if r is not None and req_id is not None and r.request_id == req_id:
                 return r
-        raise AssertionError("a stored block's request is unknown")
+        raw = get_block_hash(key)
+        for r in self._flush_requests.values():
+            if r.block_hashes and r.block_hashes[0] == raw:
+                return r
+        raise AssertionError(f"the request {req_id!r} of a stored block is unknown")
 
     def _stored_event(self, gpu_block: int, cpu_block: int, scheduled) -> BlockStored:
         """vLLM's BlockStored for one block of a store event, captured when it is issued."""
@@ -530,9 +537,9 @@ class SimpleCPUOffloadScheduler:
         token_ids: list[int] = []
         parent = lora_id = lora_name = extra = None
         if meta is not None:
-            lst, _, start = meta
+            lst, _, start, req_id = meta
             i = start // self.block_size
-            request = self._payload_request(lst, i, key, scheduled)
+            request = self._payload_request(lst, req_id, key, scheduled)
             end = start + self.block_size
             token_ids = list(request.all_token_ids[start:end])
             if len(token_ids) == self.block_size:

@@ -26,7 +26,7 @@ use kvtier_core::stats::Value;
 use kvtier_core::stats::simple_offload::{Backend, SaveOutcome};
 use pyo3::exceptions::{PyMemoryError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 pub(crate) use cpu::CpuBlockPool;
 use errors::{alloc_error, input_error};
@@ -557,13 +557,24 @@ impl SimpleScheduler {
     }
 
     /// The event payload of CPU block `cpu_block` of the store just issued:
-    /// `(list, index, token_start)` naming the parent hash `block_hashes[index]` of the
-    /// call's `list`-th request (`list` and `index` `None` for a request's first block),
-    /// or `None` for a store without a payload.
-    fn stored_meta(&self, cpu_block: u32) -> Option<(Option<usize>, Option<usize>, u64)> {
+    /// `(list, index, token_start, req_id)` naming the parent hash `block_hashes[index]` of
+    /// the call's `list`-th request (`list` and `index` `None` for a request's first block)
+    /// and the request whose table named the block, or `None` for a store without a payload.
+    #[allow(clippy::type_complexity)]
+    fn stored_meta(
+        &self,
+        py: Python<'_>,
+        cpu_block: u32,
+    ) -> Option<(Option<usize>, Option<usize>, u64, Option<Py<PyString>>)> {
         let m = self.s.stored_meta(cpu_block)?;
         let parent = m.parent_hash.and_then(hashes::decode_position);
-        Some((parent.map(|p| p.0), parent.map(|p| p.1), m.token_start))
+        let name = self.ids.name(m.req).map(|n| n.clone_ref(py));
+        Some((
+            parent.map(|p| p.0),
+            parent.map(|p| p.1),
+            m.token_start,
+            name,
+        ))
     }
 
     /// `Some(abandoned)` while store event `event` is issued and not completed.
