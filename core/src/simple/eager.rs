@@ -239,7 +239,7 @@ impl SimpleScheduler {
                     .block_hashes
                     .get(i)
                     .and_then(|&h| gpu.cached_block(BlockKey::new(h, group)))
-                    .filter(|&b| b < self.config.num_gpu_blocks);
+                    .filter(|&b| b < gpu.num_blocks());
                 let Some(b) = recovered else {
                     advanced += 1;
                     continue;

@@ -93,7 +93,7 @@ impl core::error::Error for NewError {}
 /// operations below).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum InputError {
-    /// A GPU block id not below `num_gpu_blocks`.
+    /// A GPU block id not in the GPU view.
     GpuBlockOutOfRange {
         /// The id.
         block: u32,
@@ -118,7 +118,7 @@ pub enum InputError {
     /// The loads registered since the last step name more GPU blocks than the GPU pool has
     /// (each load targets blocks of its own request's table).
     TooManyLoadBlocks,
-    /// The GPU view's block count differs from `num_gpu_blocks`.
+    /// The GPU view has more blocks than `num_gpu_blocks`.
     GpuPoolSize {
         /// The GPU view's count.
         num_blocks: u32,
@@ -153,7 +153,7 @@ impl fmt::Display for InputError {
             InputError::GpuPoolSize { num_blocks } => {
                 write!(
                     f,
-                    "the GPU view has {num_blocks} blocks, not the configured count"
+                    "the GPU view has {num_blocks} blocks, more than the configured count"
                 )
             }
         }

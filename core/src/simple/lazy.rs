@@ -26,7 +26,7 @@ impl SimpleScheduler {
                 break;
             }
             last = Some(node);
-            if node == 0 || node >= self.config.num_gpu_blocks {
+            if node == 0 || node >= gpu.num_blocks() {
                 continue;
             }
             if let Some(h) = gpu.block_hash(node)

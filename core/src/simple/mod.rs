@@ -47,7 +47,8 @@
 //! Requests are `u64` ids (the caller maps vLLM's string ids); per-call inputs are the
 //! structs of the `gpu` file ([`StepInput`], [`LookupRequest`], [`Finished`], [`WorkerOutput`]),
 //! each field named after the vLLM attribute it carries. The GPU pool must have
-//! [`SimpleConfig::num_gpu_blocks`] blocks; block 0 is the null block.
+//! at most [`SimpleConfig::num_gpu_blocks`] blocks (vLLM's KV-cache config's count; a smaller
+//! pool is read as it is); block 0 is the null block.
 //!
 //! # Bounds
 //!
@@ -340,6 +341,47 @@ impl SimpleScheduler {
         self.cpu.free_blocks(blocks)
     }
 
+    /// Takes `n` blocks from the front of the CPU pool's free queue (vLLM's
+    /// `cpu_block_pool.get_new_blocks`, public in vLLM's scheduler): each block's hash is
+    /// removed (a `Removed` event when events are on) and it holds one reference, passed to
+    /// `sink` in order. Like [`cpu_touch`](Self::cpu_touch), this is the caller's own pin:
+    /// [`cpu_free_blocks`](Self::cpu_free_blocks) gives the blocks back.
+    ///
+    /// # Errors
+    /// The pool's [`GetBlocksError`](crate::block_pool::GetBlocksError) when fewer than `n`
+    /// blocks are free; nothing changes then.
+    pub fn cpu_get_new_blocks(
+        &mut self,
+        n: u32,
+        sink: impl FnMut(u32),
+    ) -> Result<(), crate::block_pool::GetBlocksError> {
+        self.cpu.get_new_blocks(n, sink)?;
+        self.pull_pool_events();
+        Ok(())
+    }
+
+    /// Caches CPU blocks the caller holds (vLLM's `cpu_block_pool.cache_full_blocks`, at the
+    /// scheduler's block size): `blocks[i]` under `keys[i]` for `i` in
+    /// `num_cached_blocks..num_full_blocks`, as [`BlockPool::cache_full_blocks`] does; a later
+    /// lookup finds them. A `Stored` event per block when events are on (no payload).
+    ///
+    /// # Errors
+    /// The pool's [`CacheError`](crate::block_pool::CacheError) (lists too short, a block out
+    /// of range, one already hashed over as many tokens); nothing changes then.
+    pub fn cpu_cache_full_blocks(
+        &mut self,
+        blocks: &[u32],
+        keys: &[BlockKey],
+        num_cached_blocks: u32,
+        num_full_blocks: u32,
+    ) -> Result<(), crate::block_pool::CacheError> {
+        let bs = self.config.block_size;
+        self.cpu
+            .cache_full_blocks(blocks, keys, num_cached_blocks, num_full_blocks, bs, None)?;
+        self.pull_pool_events();
+        Ok(())
+    }
+
     /// The cumulative count of one outcome since construction or the last reset (vLLM's
     /// `get_boundary_store_stats()` field).
     #[must_use]
@@ -517,14 +559,14 @@ impl SimpleScheduler {
         self.pull_pool_events();
     }
 
-    /// Checks a GPU view's size and that each id is in range.
+    /// Checks a GPU view's size (at most the configured count) and that each id is in it.
     fn check_gpu(&self, gpu: &impl GpuBlocks, ids: &[u32]) -> Result<(), InputError> {
-        if gpu.num_blocks() != self.config.num_gpu_blocks {
+        if gpu.num_blocks() > self.config.num_gpu_blocks {
             return Err(InputError::GpuPoolSize {
                 num_blocks: gpu.num_blocks(),
             });
         }
-        match ids.iter().find(|&&b| b >= self.config.num_gpu_blocks) {
+        match ids.iter().find(|&&b| b >= gpu.num_blocks()) {
             Some(&block) => Err(InputError::GpuBlockOutOfRange { block }),
             None => Ok(()),
         }

@@ -389,9 +389,9 @@ fn errors_change_nothing() {
         Err(InputError::GpuBlockOutOfRange { block: 99 })
     );
     assert_eq!(s.published(), 0);
-    let mut small = gpu(4);
+    let mut large = gpu(64);
     assert!(
-        s.build_connector_meta(&mut small, &StepInput::default())
+        s.build_connector_meta(&mut large, &StepInput::default())
             .is_err()
     );
     store_all(&mut s, &mut g, 1, &[1, 2]);
@@ -446,4 +446,52 @@ fn tables_never_grow_under_churn() {
         assert_eq!(s.heap_bytes(), bytes, "request {r}");
     }
     assert_eq!(s.pending_store_blocks(), 0);
+}
+
+#[test]
+fn the_cpu_pool_can_be_seeded_as_vllm_tests_seed_it() {
+    // vLLM's scheduler exposes its CPU pool raw; its tests allocate, cache and free blocks
+    // there to seed hits. The same through cpu_get_new_blocks, cpu_cache_full_blocks and
+    // cpu_free_blocks.
+    let mut c = SimpleConfig::with_cpu_blocks(BS, 32, 8);
+    c.enable_events = true;
+    let mut s = SimpleScheduler::new(c).unwrap();
+    let mut got = Vec::new();
+    s.cpu_get_new_blocks(3, |b| got.push(b)).unwrap();
+    assert_eq!(got, [1, 2, 3]);
+    assert!(s.cpu_get_new_blocks(5, |_| {}).is_err(), "4 free");
+    let keys: Vec<BlockKey> = [7, 8, 9].iter().map(|&h| BlockKey::new(h, 0)).collect();
+    s.cpu_cache_full_blocks(&got, &keys, 0, 2).unwrap();
+    s.cpu_free_blocks(&got).unwrap();
+    assert_eq!(s.cpu_pool().free_count(), 7);
+    let stored: Vec<SimpleEvent> = s.take_events().collect();
+    assert_eq!(stored.len(), 2);
+    // Blocks 0 and 1 cached: a request of these hashes hits 2 blocks.
+    let lookup = LookupRequest {
+        req: 1,
+        block_hashes: &[7, 8, 9],
+        num_tokens: 3 * u64::from(BS) + 1,
+        skip_reading_prefix_cache: false,
+    };
+    assert_eq!(
+        s.get_num_new_matched_tokens(&lookup, 0),
+        Ok((2 * u64::from(BS), true))
+    );
+    // A GPU pool smaller than configured is read as it is; a larger one is refused.
+    let (mut small, mut large) = (gpu(16), gpu(33));
+    assert!(
+        s.build_connector_meta(&mut small, &StepInput::default())
+            .is_ok()
+    );
+    assert_eq!(
+        s.build_connector_meta(&mut large, &StepInput::default())
+            .err(),
+        Some(InputError::GpuPoolSize { num_blocks: 33 })
+    );
+    assert_eq!(
+        s.update_state_after_alloc(&mut small, 1, &[16], 0),
+        Err(AllocStateError::Input(InputError::GpuBlockOutOfRange {
+            block: 16
+        }))
+    );
 }

@@ -54,6 +54,7 @@ from vllm.v1.core.kv_cache_utils import (
     generate_block_hash_extra_keys,
     get_block_hash,
     get_group_id,
+    make_block_hash_with_group_id,
     maybe_convert_block_hash,
     resolve_dcp_kv_block_size,
     to_event_extra_keys,
@@ -334,12 +335,14 @@ class _CachedBlocks:
 
 class CpuBlockPool:
     """vLLM's ``cpu_block_pool`` over kvtier's CPU pool: what vLLM's tests and connector
-    read (free count, blocks, lookup by hash) and pin with (``touch``, ``free_blocks``,
-    checked: a bad block raises ``ValueError`` and changes nothing). Releasing a reference
-    the scheduler's own loads or stores hold corrupts its transfers, as it does in vLLM."""
+    read (free count, blocks, lookup by hash), pin with (``touch``, ``free_blocks``) and seed
+    hits with (``get_new_blocks``, ``cache_full_blocks``), each checked: a bad call raises
+    ``ValueError`` and changes nothing. Releasing a reference the scheduler's own loads or
+    stores hold corrupts its transfers, as it does in vLLM."""
 
-    def __init__(self, native: _native.CpuBlockPool) -> None:
+    def __init__(self, native: _native.CpuBlockPool, block_size: int) -> None:
         self._native = native
+        self._block_size = block_size
         self.blocks: tuple[CpuBlock, ...] = tuple(
             CpuBlock(native, i) for i in range(native.num_blocks())
         )
@@ -353,6 +356,35 @@ class CpuBlockPool:
 
     def free_blocks(self, ordered_blocks: Iterable[CpuBlock]) -> None:
         self._native.free_blocks([b.block_id for b in ordered_blocks])
+
+    def get_new_blocks(self, num_blocks: int) -> list[CpuBlock]:
+        """``num_blocks`` blocks from the front of the free queue, each with one reference
+        (the caller's, given back with ``free_blocks``); ``ValueError`` when fewer are free."""
+        return [self.blocks[b] for b in self._native.get_new_blocks(num_blocks)]
+
+    def cache_full_blocks(
+        self,
+        request: Request,
+        blocks: list[CpuBlock],
+        num_cached_blocks: int,
+        num_full_blocks: int,
+        block_size: int,
+        kv_cache_group_id: int,
+    ) -> None:
+        """Caches ``blocks[num_cached_blocks:num_full_blocks]`` under the request's block
+        hashes in group ``kv_cache_group_id``, as vLLM's ``BlockPool.cache_full_blocks`` does
+        (at the scheduler's block size only)."""
+        if block_size != self._block_size:
+            raise ValueError(
+                f"kvtier's CPU pool caches blocks of {self._block_size} tokens, not {block_size}"
+            )
+        keys = [
+            make_block_hash_with_group_id(h, kv_cache_group_id)
+            for h in request.block_hashes[:num_full_blocks]
+        ]
+        self._native.cache_full_blocks(
+            [b.block_id for b in blocks], keys, num_cached_blocks, num_full_blocks
+        )
 
 
 class SimpleCPUOffloadScheduler:
@@ -456,7 +488,7 @@ class SimpleCPUOffloadScheduler:
             self._layout,
         )
         self.num_cpu_blocks: int = self._native.num_cpu_blocks()
-        self.cpu_block_pool = CpuBlockPool(self._native.cpu_pool())
+        self.cpu_block_pool = CpuBlockPool(self._native.cpu_pool(), scheduler_block_size)
         self.kv_event_medium = MEDIUM_STORAGE if disk_capacity_bytes > 0 else MEDIUM_CPU
         self._lazy_mode = bool(lazy_offload)
         self._expected_worker_count: int = vllm_config.parallel_config.world_size

@@ -1,6 +1,7 @@
 //! `kvtier._native.CpuBlockPool`: the scheduler's CPU [`BlockPool`](kvtier_core::block_pool)
 //! as `kvtier.simple` exposes it (vLLM's `cpu_block_pool`): free count, live ref counts and
-//! key objects, lookup by key, and the checked `touch` / `free_blocks`.
+//! key objects, lookup by key, and the checked `touch` / `free_blocks` / `get_new_blocks` /
+//! `cache_full_blocks`.
 //!
 //! Keys come back as the GPU block key objects the interner holds (vLLM's
 //! `BlockHashWithGroupId` bytes), and a lookup takes the same bytes, so what a block answers
@@ -92,6 +93,46 @@ impl CpuBlockPool {
     fn touch(&self, py: Python<'_>, blocks: Vec<u32>) -> PyResult<()> {
         let mut s = self.sched.borrow_mut(py);
         s.s.cpu_touch(&blocks)
+            .map_err(|e| PyValueError::new_err(e.to_string()))
+    }
+
+    /// `get_new_blocks`: `n` blocks from the front of the free queue, each with one
+    /// reference (their hashes removed).
+    ///
+    /// # Errors
+    /// `ValueError` when fewer than `n` blocks are free; nothing changes then.
+    fn get_new_blocks(&self, py: Python<'_>, n: u32) -> PyResult<Vec<u32>> {
+        let mut s = self.sched.borrow_mut(py);
+        let mut got = Vec::new();
+        s.s.cpu_get_new_blocks(n, |b| got.push(b))
+            .map_err(|e| PyValueError::new_err(e.to_string()))?;
+        Ok(got)
+    }
+
+    /// `cache_full_blocks` at the scheduler's block size: `blocks[i]` under the key object
+    /// `keys[i]` (vLLM's `BlockHashWithGroupId` bytes) for `i` in `num_cached..num_full`.
+    ///
+    /// # Errors
+    /// `ValueError` for a key of fewer than 4 bytes or what the pool refuses (lists too short,
+    /// a block out of range, one already hashed); nothing changes then.
+    fn cache_full_blocks(
+        &self,
+        py: Python<'_>,
+        blocks: Vec<u32>,
+        keys: Vec<Bound<'_, PyBytes>>,
+        num_cached: u32,
+        num_full: u32,
+    ) -> PyResult<()> {
+        let mut s = self.sched.borrow_mut(py);
+        let mut interned = Vec::with_capacity(keys.len());
+        {
+            let mut k = s.keys.borrow_mut();
+            for key in &keys {
+                let (id, group) = k.intern_key(key)?;
+                interned.push(BlockKey::new(u64::from(id), group));
+            }
+        }
+        s.s.cpu_cache_full_blocks(&blocks, &interned, num_cached, num_full)
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 
