@@ -410,6 +410,10 @@ _LAYOUTS = {
     # Full attention, a window and a chunk together.
     "attention-window12-chunk8": (lambda: [_attention(), _window(3 * BS), _chunked(2 * BS)],
                                   False),
+    # A chunk of a block and a half: asked again at its own answer it may answer less, so
+    # vLLM's single pass (two spec groups) and its loop (three) decide.
+    "attention-chunk6": (lambda: [_attention(), _chunked(6)], False),
+    "attention-window8-chunk6": (lambda: [_attention(), _window(2 * BS), _chunked(6)], False),
 }
 
 
@@ -435,3 +439,19 @@ def test_layouts_with_window_and_chunk_groups_are_accepted_with_vllms_names():
             i for i, s in enumerate(t.specs) if isinstance(s, FullAttentionSpec)
         )
         assert kv.group_block_sizes == ref.group_block_sizes
+
+
+def test_one_kind_of_two_specs_beside_an_unaligned_chunk_is_refused():
+    """kvtier looks groups of one kind and window up together; vLLM only groups of one spec.
+    The two agree but beside a chunked group whose chunk is not a multiple of the block."""
+    other_heads = SlidingWindowSpec(
+        block_size=BS, num_kv_heads=2, head_size=8, dtype="f16", sliding_window=2 * BS
+    )
+    with pytest.raises(ValueError, match="groups 1 and 2 are of one kind with different specs"):
+        GroupsTwin([_attention(), _window(2 * BS), other_heads, _chunked(6)],
+                   cpu_bytes=100 * 32, num_cpu_blocks=8)
+    # Beside a chunk of whole blocks, or with equal specs, the layout is taken.
+    GroupsTwin([_attention(), _window(2 * BS), other_heads, _chunked(2 * BS)],
+               cpu_bytes=100 * 32, num_cpu_blocks=8)
+    GroupsTwin([_attention(), _window(2 * BS), _window(2 * BS), _chunked(6)],
+               cpu_bytes=100 * 32, num_cpu_blocks=8)

@@ -186,6 +186,22 @@ def _check_scope(
         )
     layout = [_group_kind(i, g.kv_cache_spec) for i, g in enumerate(groups)]
     cacheable = [i for i, (kind, _) in enumerate(layout) if kind != "scratch"]
+    # kvtier looks groups of one kind and window or chunk up together, vLLM only groups of
+    # one whole spec; the answers differ only beside a chunked group whose chunk is not a
+    # multiple of the scheduler block (its lookup is not stable, so vLLM's passes decide).
+    if any(k == "chunked_local" and t % scheduler_block_size for k, t in layout):
+        for a in cacheable:
+            for b in cacheable:
+                if a < b and layout[a] == layout[b] and (
+                    groups[a].kv_cache_spec != groups[b].kv_cache_spec
+                ):
+                    raise ValueError(
+                        "kvtier's SimpleCPUOffloadScheduler looks up groups of one kind "
+                        f"together; groups {a} and {b} are of one kind with different specs "
+                        "beside a chunked local group whose chunk is not a multiple of the "
+                        f"scheduler block ({scheduler_block_size}), where vLLM's lookup "
+                        "would differ"
+                    )
     attention = [i for i in cacheable if layout[i][0] == "full_attention"]
     if not attention:
         names = ", ".join(type(groups[i].kv_cache_spec).__name__ for i in cacheable)
