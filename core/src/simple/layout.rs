@@ -66,6 +66,12 @@ impl GroupKind {
 /// of 0. One full-attention group alone is a dense model (vLLM's `UnitaryKVCacheCoordinator`);
 /// anything else runs as vLLM's `HybridKVCacheCoordinator` with fine-grained hits off.
 ///
+/// Groups of one kind (and window, or chunk) are looked up together, as one of vLLM's spec
+/// groups. vLLM joins only groups whose whole spec is equal (heads and dtype too, which a
+/// layout does not know); the hit is the same either way except beside a chunked-local group
+/// whose chunk is not a multiple of the block, where a caller with such groups of one kind and
+/// different specs must not use a layout (`kvtier.simple` refuses it).
+///
 /// ```
 /// use kvtier_core::simple::{GroupKind, Layout};
 /// let gemma = Layout::new(&[
