@@ -17,7 +17,7 @@ impl SimpleScheduler {
     /// chunked-local group's chunk, finds the longest hit among the request's remaining
     /// hashes of at most `(num_tokens − 1 − num_computed_tokens) / block_size` blocks (the
     /// last token is always recomputed) as vLLM's coordinators do over the groups (see
-    /// [`GroupKind`] for what each kind needs). A hit pins its held blocks
+    /// [`GroupKind`](super::GroupKind) for what each kind needs). A hit pins its held blocks
     /// until [`update_state_after_alloc`](Self::update_state_after_alloc),
     /// [`request_finished`](Self::request_finished) or [`reset`](Self::reset).
     ///
