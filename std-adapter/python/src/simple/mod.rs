@@ -13,14 +13,15 @@ mod errors;
 mod gpu;
 mod hashes;
 mod ids;
+mod layout;
 mod view;
 
 use std::cell::RefCell;
 use std::collections::HashSet;
 
 use kvtier_core::simple::{
-    Finished, GroupKind, Handoff, Layout, LookupRequest, NewError, PoolSize, PoolSizing, Progress,
-    Scheduled, SimpleConfig, SimpleEvent, SimpleScheduler as Core, StepInput, WorkerOutput,
+    Finished, Handoff, LookupRequest, NewError, PoolSize, PoolSizing, Progress, Scheduled,
+    SimpleConfig, SimpleEvent, SimpleScheduler as Core, StepInput, WorkerOutput,
 };
 use kvtier_core::stats::Value;
 use kvtier_core::stats::simple_offload::{Backend, SaveOutcome};
@@ -33,6 +34,7 @@ use errors::{alloc_error, input_error};
 use gpu::PyGpu;
 use hashes::{ABSENT, HashKeys};
 use ids::{ReqIds, UNKNOWN};
+use layout::{layout, tables};
 
 /// One scheduled request as `kvtier.simple` passes it: `(req_id, new_block_ids per group or
 /// None, is_full_table, num_scheduled_tokens, num_computed_tokens, num_output_placeholders,
@@ -62,30 +64,6 @@ type PlanTuple<'py> = (
 
 fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
-}
-
-/// The layout of `groups`, each `(kind, tokens)`: `"full_attention"`, `"sliding_window"`
-/// (tokens: the window), `"chunked_local"` (tokens: the chunk), `"mamba"` or `"scratch"`.
-fn layout(groups: &[(String, u32)]) -> PyResult<Layout> {
-    let kinds = groups
-        .iter()
-        .map(|(kind, tokens)| match kind.as_str() {
-            "full_attention" => Ok(GroupKind::FullAttention),
-            "sliding_window" => Ok(GroupKind::SlidingWindow { window: *tokens }),
-            "chunked_local" => Ok(GroupKind::ChunkedLocal { chunk: *tokens }),
-            "mamba" => Ok(GroupKind::Mamba),
-            "scratch" => Ok(GroupKind::Scratch),
-            other => Err(value_error(format!(
-                "unknown KV-cache group kind {other:?}"
-            ))),
-        })
-        .collect::<PyResult<Vec<_>>>()?;
-    Layout::new(&kinds).map_err(value_error)
-}
-
-/// Borrows per-group lists as the core's tables.
-fn tables(lists: &[Vec<u32>]) -> Vec<&[u32]> {
-    lists.iter().map(Vec::as_slice).collect()
 }
 
 fn event_or_minus_one(e: Option<u64>) -> i64 {
