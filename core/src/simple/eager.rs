@@ -207,8 +207,8 @@ impl SimpleScheduler {
     }
 
     /// One group's part of [`select_request`](Self::select_request) for slot `s`: appends
-    /// group `group`'s ready blocks from `ids[cursor..]` while fewer than `num_free` are selected; returns how
-    /// far the group's cursor advances.
+    /// group `group`'s ready blocks from `ids[cursor..]` while fewer than `num_free` are
+    /// selected; returns how far the group's cursor advances.
     #[allow(clippy::too_many_arguments)]
     fn select(
         &mut self,
@@ -250,7 +250,8 @@ impl SimpleScheduler {
                 advanced += 1;
                 continue;
             }
-            // At most `num_free ≤ num_cpu_blocks` are selected: within the reserve.
+            // At most `num_free` and the tables' blocks (each within max_blocks_per_request,
+            // checked) are selected: within the reserve.
             if self.sel_gpu.len() >= num_free {
                 break;
             }
