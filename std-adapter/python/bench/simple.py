@@ -1,7 +1,8 @@
 """The simple offloader's scheduler side: vLLM 0.33.0's SimpleCPUOffloadScheduler against
 kvtier's, on the same engine steps.
 
-    python bench/simple.py [--requests 400] [--runs 5] [--trace small-a|mooncake] [--hybrid]
+    python bench/simple.py [--requests 400] [--runs 5] [--trace small-a|mooncake]
+                           [--layout dense|hybrid|window|chunked]
 
 Both run the differential test's step loop (tests/simple_driver.py: vLLM's KVCacheManager as
 the GPU side, the same admissions, chunks, decode tokens and worker reports); only the calls
@@ -11,8 +12,10 @@ into the scheduler are timed (``get_num_new_matched_tokens``, ``update_state_aft
 side's and the driver's own time is left out. Runs alternate between the two schedulers;
 the medians over ``--runs`` runs and their ratio are printed per configuration (eager and
 lazy, two CPU capacities, a preemption every 13 steps, KV events on: the differential
-test's shapes; ``--hybrid``: its hybrid model, a Mamba group in ``align`` mode beside the
-attention group). The step records of both are compared too: a run whose results differ is
+test's shapes; ``--layout``: its models, ``dense`` one full-attention group, ``hybrid`` a
+Mamba group in ``align`` mode beside it (``--hybrid`` says the same), ``window`` a
+sliding-window group of a 49-token window beside it, ``chunked`` a chunked-local group of
+64-token chunks beside it, the last two on the test's larger GPU pool). The step records of both are compared too: a run whose results differ is
 reported as such, not timed as if it were the same work.
 Importing vLLM's modules needs the test suite's import hook (tests/vllm_stubs.py).
 """
@@ -43,6 +46,14 @@ _METHODS = (
     "get_stats",
     "take_events",
 )
+
+# The layouts' engine shapes (test_simple_differential.py's).
+LAYOUTS = {
+    "dense": {},
+    "hybrid": {"hybrid": True},
+    "window": {"sliding_window": 49, "gpu_blocks": 256},
+    "chunked": {"attention_chunk": 64, "gpu_blocks": 256},
+}
 
 
 def timed(cls, clock: list[int]):
@@ -83,8 +94,15 @@ def main() -> None:
     )
     ap.add_argument("--requests", type=int, default=400)
     ap.add_argument("--runs", type=int, default=5)
-    ap.add_argument("--hybrid", action="store_true", help="a full-attention and a Mamba group")
+    ap.add_argument(
+        "--layout", choices=tuple(LAYOUTS), default="dense", help="the model's KV-cache groups"
+    )
+    ap.add_argument("--hybrid", action="store_true", help="the same as --layout hybrid")
     args = ap.parse_args()
+    if args.hybrid:
+        if args.layout not in ("dense", "hybrid"):
+            ap.error("--hybrid is --layout hybrid")
+        args.layout = "hybrid"
     try:
         from kvtier.simple import SimpleCPUOffloadScheduler as KvtierScheduler
     except ImportError as e:
@@ -98,7 +116,7 @@ def main() -> None:
             os.path.join(args.traces, "mooncake-synthetic.jsonl"), args.requests
         )
     print(
-        f"{args.trace}{' (hybrid)' if args.hybrid else ''}: {len(reqs)} requests, "
+        f"{args.trace} ({args.layout}): {len(reqs)} requests, "
         f"{sum(map(len, reqs))} request-blocks, "
         f"{args.runs} runs each, scheduler-call time (median)"
     )
@@ -106,7 +124,11 @@ def main() -> None:
     for lazy in (False, True):
         for cpu in (48, 512):
             shape = driver.Shape(
-                lazy=lazy, cpu_blocks=cpu, preempt_every=13, kv_events=True, hybrid=args.hybrid
+                lazy=lazy,
+                cpu_blocks=cpu,
+                preempt_every=13,
+                kv_events=True,
+                **LAYOUTS[args.layout],
             )
             tv, tk = [], []
             same = True

@@ -23,6 +23,16 @@ step's ``kv_connector_block_state`` as vLLM's scheduler does); prefill chunks en
 boundaries and at the prompt's last cacheable boundary, as vLLM's scheduler splits them in
 ``align`` mode, so that those states exist.
 
+With ``Shape.sliding_window`` = w (or ``Shape.attention_chunk`` = c) the model has a
+full-attention group and a sliding-window group of a w-token window (a chunked-local group of
+c-token chunks) beside it, both of 16-token blocks: the manager itself nulls the blocks that
+left the window (chunk) and frees them (``remove_skipped_blocks`` from ``allocate_slots``), and
+its hits carry null blocks there. vLLM's engine scheduler cuts no chunk differently for these
+groups (its block-aligned split is for Mamba ``align`` mode only), so neither does the driver.
+Admission counts the blocks of both groups: a request is admitted only when the free blocks
+hold its whole length in each of them (the local group's frees are not counted on), so no
+running request ever waits for blocks another running request holds.
+
 Requests come from a trace (kvtrace or Mooncake JSONL): each block id of a request becomes 16
 tokens derived from the id alone, so that requests sharing trace blocks share prompt prefixes
 and vLLM's chained block hashes. Everything the offloader returns is recorded per step
@@ -73,11 +83,13 @@ from vllm.v1.core.single_type_kv_cache_manager import (  # noqa: E402
     register_all_kvcache_specs,
 )
 from vllm.v1.kv_cache_interface import (  # noqa: E402
+    ChunkedLocalAttentionSpec,
     FullAttentionSpec,
     KVCacheConfig,
     KVCacheGroupSpec,
     KVCacheTensor,
     MambaSpec,
+    SlidingWindowSpec,
     get_mamba_prefill_checkpoint_position,
 )
 from vllm.v1.outputs import KVConnectorOutput  # noqa: E402
@@ -115,6 +127,10 @@ class Shape:
     kv_events: bool = False
     hybrid: bool = False
     mamba_first: bool = False
+    # A sliding-window group of this many tokens beside the full-attention one (0: none).
+    sliding_window: int = 0
+    # A chunked-local-attention group of chunks of this many tokens beside it (0: none).
+    attention_chunk: int = 0
 
 
 # A hybrid model's Mamba blocks each reserve this many more GPU blocks per request: the
@@ -123,10 +139,18 @@ MAMBA_RESERVE = 3
 
 
 def kv_cache_config(
-    gpu_blocks: int, hybrid: bool = False, mamba_first: bool = False
+    gpu_blocks: int,
+    hybrid: bool = False,
+    mamba_first: bool = False,
+    sliding_window: int = 0,
+    attention_chunk: int = 0,
 ) -> KVCacheConfig:
     """One full-attention group of one layer, float16, ``gpu_blocks`` blocks; with ``hybrid``,
-    a Mamba group (``align`` mode, one float32 state of one element a block) beside it."""
+    a Mamba group (``align`` mode, one float32 state of one element a block) beside it; with
+    ``sliding_window`` (``attention_chunk``), a second attention layer of that window (chunk)
+    in a group after it, the same per-block bytes, in its own tensor."""
+    if hybrid + bool(sliding_window) + bool(attention_chunk) > 1:
+        raise ValueError("one layout at a time: hybrid, sliding window or chunked local")
     spec = FullAttentionSpec(
         block_size=BLOCK, num_kv_heads=HEADS, head_size=HEAD_SIZE, dtype=torch.float16
     )
@@ -153,6 +177,21 @@ def kv_cache_config(
         )
         group = KVCacheGroupSpec(["mamba_0"], mamba)
         groups = [group, *groups] if mamba_first else [*groups, group]
+    if sliding_window or attention_chunk:
+        common = dict(
+            block_size=BLOCK, num_kv_heads=HEADS, head_size=HEAD_SIZE, dtype=torch.float16
+        )
+        local = (
+            SlidingWindowSpec(**common, sliding_window=sliding_window)
+            if sliding_window
+            else ChunkedLocalAttentionSpec(**common, attention_chunk_size=attention_chunk)
+        )
+        tensors.append(
+            KVCacheTensor(
+                size=size, layers=["layer_1"], layer_stride=size, block_stride=BYTES_PER_BLOCK
+            )
+        )
+        groups.append(KVCacheGroupSpec(["layer_1"], local))
     return KVCacheConfig(num_blocks=gpu_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)
 
 
@@ -286,9 +325,17 @@ def run(
 ) -> Iterator[Record]:
     """Runs the requests to completion, yielding one ``Record`` per step."""
     cfg = vllm_config(shape)
-    kcfg = kv_cache_config(shape.gpu_blocks, shape.hybrid, shape.mamba_first)
-    # The attention group's id (a request's GPU blocks are counted in it).
-    att = 1 if shape.hybrid and shape.mamba_first else 0
+    kcfg = kv_cache_config(
+        shape.gpu_blocks,
+        shape.hybrid,
+        shape.mamba_first,
+        shape.sliding_window,
+        shape.attention_chunk,
+    )
+    # The groups a request's GPU blocks are counted in: the attention group (a Mamba group's
+    # blocks are a fixed reserve), or both attention groups of a local layout.
+    local = bool(shape.sliding_window or shape.attention_chunk)
+    counted = (0, 1) if local else (1,) if shape.hybrid and shape.mamba_first else (0,)
     reserve = MAMBA_RESERVE if shape.hybrid else 0
     sched = scheduler_cls(
         vllm_config=cfg,
@@ -313,7 +360,7 @@ def run(
     )
     for r in waiting:
         # A request whose whole length does not fit the GPU pool would never be admitted.
-        need = -(-(r.req.num_tokens + r.decode_left) // BLOCK) + reserve
+        need = len(counted) * -(-(r.req.num_tokens + r.decode_left) // BLOCK) + reserve
         if need > shape.gpu_blocks - 1:
             raise ValueError(
                 f"request {r.req.request_id} needs {need} GPU blocks; the pool has "
@@ -406,12 +453,13 @@ def run(
         while waiting and budget > 0 and len(running) + len(loading) < shape.max_seqs:
             r = waiting[0]
             req = r.req
-            need = -(-(req.num_tokens + r.decode_left) // BLOCK) + reserve
-            # Blocks the admitted requests will still allocate stay reserved for them.
-            reserved = sum(
-                o.need - len(kvm.get_block_ids(o.req.request_id)[att])
-                for o in (*running, *loading.values())
-            )
+            need = len(counted) * -(-(req.num_tokens + r.decode_left) // BLOCK) + reserve
+            # Blocks the admitted requests will still allocate stay reserved for them (a
+            # local group's nulled entries count as allocated: their blocks were).
+            reserved = 0
+            for o in (*running, *loading.values()):
+                ids = kvm.get_block_ids(o.req.request_id)
+                reserved += o.need - sum(len(ids[g]) for g in counted)
             if kvm.block_pool.get_num_free_blocks() - reserved < need:
                 break
             r.need = need

@@ -11,7 +11,11 @@ requests of small-a.kvtrace and of mooncake-synthetic.jsonl, eager and lazy offl
 pool smaller than the GPU's and one larger, a preemption every 13 steps, KV-cache events on;
 each on a dense model (one full-attention group) and on a hybrid one (a full-attention group
 and a Mamba group in ``align`` mode, whose states reach the offloader as vLLM's manager hands
-them off), and the hybrid one with its groups in the other order too.
+them off), and the hybrid one with its groups in the other order too. Then local layouts: a
+full-attention group beside a sliding-window group of a 49-token window, or beside a
+chunked-local group of 64-token chunks, on fewer requests of both traces (vLLM's manager
+nulls and frees the blocks that left the window or chunk, and its hits carry null blocks
+there; KVTIER_SIMPLE_LOCAL_REQUESTS sets how many, 0 the whole trace).
 """
 
 from __future__ import annotations
@@ -42,22 +46,41 @@ PREFIX = {"small-a": _N, "mooncake": _N}
 PREEMPT_EVERY = 13
 
 
-def _requests(trace: str) -> list[list[int]]:
+def _requests(trace: str, model: str = "dense") -> list[list[int]]:
+    n = _N_LOCAL if model in LOCAL else PREFIX[trace]
     if trace == "small-a":
-        return driver.kvtrace_requests(os.path.join(TRACES, "small-a.kvtrace"), PREFIX[trace])
-    return driver.mooncake_requests(
-        os.path.join(TRACES, "mooncake-synthetic.jsonl"), PREFIX[trace]
-    )
+        return driver.kvtrace_requests(os.path.join(TRACES, "small-a.kvtrace"), n)
+    return driver.mooncake_requests(os.path.join(TRACES, "mooncake-synthetic.jsonl"), n)
+
+
+# Requests of each trace the local layouts run (some 10 s for all their cases; 0: the whole
+# traces, some 9 minutes).
+_N_LOCAL = int(os.environ.get("KVTIER_SIMPLE_LOCAL_REQUESTS", "80")) or 10**9
+# The local layouts' window and chunk, in tokens: a window of three blocks and a token (a
+# hit needs three contiguous blocks, and a block leaves the window one token after filling
+# the fourth), chunks of four blocks; the traces' prompts are longer than both.
+WINDOW = 49
+CHUNK = 64
+# A local layout's request is admitted for its whole length in both groups: a larger GPU
+# pool, so that small-a's longest request fits.
+LOCAL_GPU_BLOCKS = 256
 
 
 # The model: dense, hybrid (attention group 0, Mamba group 1), or hybrid with the Mamba group
 # first.
 MODELS = ("dense", "hybrid", "mamba-first")
+LOCAL = ("window", "chunked")
 
 CASES = [
     (trace, lazy, cpu, model)
     for model in MODELS
     for trace in (("small-a",) if model == "mamba-first" else ("small-a", "mooncake"))
+    for lazy in (False, True)
+    for cpu in (48, 512)
+] + [
+    (trace, lazy, cpu, model)
+    for model in LOCAL
+    for trace in ("small-a", "mooncake")
     for lazy in (False, True)
     for cpu in (48, 512)
 ]
@@ -75,13 +98,16 @@ def _shape(case) -> driver.Shape:
         cpu_blocks=cpu,
         preempt_every=PREEMPT_EVERY,
         kv_events=True,
-        hybrid=model != "dense",
+        hybrid=model in ("hybrid", "mamba-first"),
         mamba_first=model == "mamba-first",
+        sliding_window=WINDOW if model == "window" else 0,
+        attention_chunk=CHUNK if model == "chunked" else 0,
+        gpu_blocks=LOCAL_GPU_BLOCKS if model in LOCAL else driver.Shape().gpu_blocks,
     )
 
 
 def _records(cls, case):
-    return list(driver.run(cls, _requests(case[0]), _shape(case)))
+    return list(driver.run(cls, _requests(case[0], case[3]), _shape(case)))
 
 
 def _outcomes(records) -> dict[str, int]:
@@ -104,13 +130,13 @@ def test_driver_exercises_the_offloader(case):
     hits = sum(1 for r in recs for _, n, _ in r.hits if n)
     finished = sum(len(r.finished) for r in recs)
     flushes = sum(r.meta["need_flush"] for r in recs)
-    assert finished == len(_requests(case[0]))
+    assert finished == len(_requests(case[0], case[3]))
     events = sum(len(r.events) for r in recs)
     assert stored > 0 and flushes > 0 and events > 0
-    if case[2] > driver.Shape().gpu_blocks:
+    if case[2] > _shape(case).gpu_blocks:
         assert hits > 0 and loaded > 0
     outcomes = _outcomes(recs)
-    if case[3] == "dense" or case[1]:
+    if case[3] in ("dense", *LOCAL) or case[1]:
         # No Mamba group, or lazy offloading, which stores no hand-off.
         assert outcomes == {}
     else:
@@ -121,11 +147,33 @@ def test_driver_exercises_the_offloader(case):
             assert outcomes.get("skipped_already_cached", 0) > 0
 
 
+class _NullCounting(VllmScheduler):
+    """vLLM's scheduler, counting the null entries of the finished requests' local groups."""
+
+    nulls = 0
+
+    def request_finished_all_groups(self, request, block_ids):
+        type(self).nulls += sum(1 for b in block_ids[1] if b == 0)
+        return super().request_finished_all_groups(request, block_ids)
+
+
+@pytest.mark.parametrize("model", LOCAL)
+def test_local_layouts_null_blocks(model):
+    """In the local layouts vLLM's manager did null blocks (left the window or the chunk)
+    in the tables the offloader saw, and a CPU hit loaded blocks back."""
+    _NullCounting.nulls = 0
+    case = ("small-a", False, 512, model)
+    recs = _records(_NullCounting, case)
+    assert _NullCounting.nulls > 0
+    assert sum(len(r.meta["load_gpu_blocks"]) for r in recs) > 0
+
+
 @pytest.mark.skipif(KvtierScheduler is None, reason="kvtier.simple is not built in")
 @pytest.mark.parametrize("case", CASES, ids=_ids)
 def test_kvtier_matches_vllm_step_by_step(case):
-    want = driver.run(VllmScheduler, _requests(case[0]), _shape(case))
-    got = driver.run(KvtierScheduler, _requests(case[0]), _shape(case))
+    reqs = _requests(case[0], case[3])
+    want = driver.run(VllmScheduler, reqs, _shape(case))
+    got = driver.run(KvtierScheduler, reqs, _shape(case))
     n = 0
     for w, g in zip(want, got, strict=True):
         for what in (
