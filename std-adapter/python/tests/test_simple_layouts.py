@@ -21,7 +21,15 @@ from types import SimpleNamespace as NS
 import pytest
 
 from test_simple_hybrid import GroupsTwin, _attention, _ring
-from test_simple_scheduler import BS, Req, _mamba, block_hashes, step_output, worker_output
+from test_simple_scheduler import (
+    BS,
+    Req,
+    _mamba,
+    block_hashes,
+    step_output,
+    worker_output,
+    worker_round,
+)
 from vllm.v1.kv_cache_interface import (
     ChunkedLocalAttentionSpec,
     FullAttentionSpec,
@@ -361,16 +369,7 @@ class LayoutDriver:
             r = self.running[rid]
             r.num_computed_tokens += n
             self.drop_skipped(r)
-        reports = {e: 1 for e in self.stores if rng.random() < 0.6}
-        recving = []
-        for e in [e for e in self.loads if rng.random() < 0.5]:
-            recving += self.loads.pop(e)
-        for e in reports:
-            del self.stores[e]
-        t.call("update_connector_output", worker_output(recving, reports or None))
-        for rid in recving:
-            if rid in self.loading:
-                self.loading[rid].loaded = True
+        worker_round(t, rng, self.stores, self.loads, self.loading, 0.6)
         for r in list(self.running.values()):
             if r.num_computed_tokens >= r.target or rng.random() < 0.03:
                 self.finish(r)

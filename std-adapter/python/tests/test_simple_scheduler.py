@@ -151,6 +151,24 @@ def step_output(new=(), cached=(), num_scheduled=None, finished=(), preempted=()
     )
 
 
+def worker_round(t, rng, stores: dict, loads: dict, loading: dict, p_store: float) -> None:
+    """Workers report some stores, each with probability ``p_store`` (one worker's report at
+    a time: ``stores`` counts the reports an event still waits for), and some loads (half);
+    a request whose load is reported is marked loaded in ``loading``."""
+    reports = {e: 1 for e in stores if rng.random() < p_store}
+    recving = []
+    for e in [e for e in loads if rng.random() < 0.5]:
+        recving += loads.pop(e)
+    for e in reports:
+        stores[e] -= 1
+        if not stores[e]:
+            del stores[e]
+    t.call("update_connector_output", worker_output(recving, reports or None))
+    for rid in recving:
+        if rid in loading:
+            loading[rid].loaded = True
+
+
 def worker_output(recving=(), stores=None):
     # vLLM passes a set; an ordered one keeps a run the same from process to process (a set
     # of strings iterates in an order that varies with hash randomisation).
@@ -582,19 +600,7 @@ class Driver:
             self.loads[meta.load_event] = list(meta.load_event_to_reqs[meta.load_event])
         for rid, n in scheduled.items():
             self.running[rid].num_computed_tokens += n
-        # Workers report some stores (one worker's report at a time) and some loads.
-        reports = {e: 1 for e in self.stores if rng.random() < 0.5}
-        recving = []
-        for e in [e for e in self.loads if rng.random() < 0.5]:
-            recving += self.loads.pop(e)
-        for e in reports:
-            self.stores[e] -= 1
-            if not self.stores[e]:
-                del self.stores[e]
-        t.call("update_connector_output", worker_output(recving, reports or None))
-        for rid in recving:
-            if rid in self.loading:
-                self.loading[rid].loaded = True
+        worker_round(t, rng, self.stores, self.loads, self.loading, 0.5)
         # Finish, preempt, reset.
         for r in list(self.running.values()):
             if r.num_computed_tokens >= r.target or rng.random() < 0.03:
