@@ -142,7 +142,7 @@ impl SimpleScheduler {
                 if kind == GroupKind::FullAttention
                     && let Some(a) = attention
                 {
-                    curr = curr.min(a * bs);
+                    curr = curr.min(a.saturating_mul(bs));
                     continue;
                 }
                 let (len, first) = find(kind, curr);
@@ -150,7 +150,7 @@ impl SimpleScheduler {
                     attention = Some(len);
                 }
                 from[si] = first;
-                curr = len * bs;
+                curr = len.saturating_mul(bs);
             }
             if curr >= hit {
                 break;
