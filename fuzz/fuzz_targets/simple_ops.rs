@@ -249,6 +249,7 @@ fn raw(s: &mut SimpleScheduler, g: &mut Gpu, op: &RawOp) -> bool {
             let f = Finished {
                 req: u64::from(*req % 8),
                 block_ids: &[&t],
+                num_prompt_tokens: u64::from(*computed),
                 progress: progress(*computed, 0, &h),
             };
             s.request_finished_all_groups(g, &f).is_err()

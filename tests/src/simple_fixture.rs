@@ -183,6 +183,7 @@ impl Fix {
         let f = Finished {
             req: r.id,
             block_ids: &[ids],
+            num_prompt_tokens: r.num_tokens,
             progress: Progress {
                 num_computed_tokens: r.computed,
                 num_output_placeholders: 0,

@@ -494,6 +494,7 @@ impl World {
                 let f = Finished {
                     req: r.id,
                     block_ids: &tables,
+                    num_prompt_tokens: r.num_tokens,
                     progress: Progress {
                         num_computed_tokens: r.computed,
                         num_output_placeholders: 0,

@@ -218,6 +218,12 @@ pub enum InsertHashError {
         /// The block.
         block: u32,
     },
+    /// Every secondary hash the pool has room for is in use
+    /// ([`BlockPoolConfig::secondary_capacity`](super::BlockPoolConfig::secondary_capacity)).
+    NoSecondaryRoom {
+        /// The block.
+        block: u32,
+    },
 }
 
 impl fmt::Display for InsertHashError {
@@ -228,6 +234,10 @@ impl fmt::Display for InsertHashError {
             InsertHashError::AlreadyHashed { block } => {
                 write!(f, "block {block} already holds another hash")
             }
+            InsertHashError::NoSecondaryRoom { block } => write!(
+                f,
+                "no room for another secondary hash of block {block} (secondary_capacity)"
+            ),
         }
     }
 }

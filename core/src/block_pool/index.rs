@@ -49,18 +49,63 @@ pub(super) struct KeyIndex<K> {
     slots: Vec<Slot<K>>,
     buckets: Vec<u32>,
     keys: usize,
+    // Secondary hashes (vLLM's `cached_block_hashes_by_block`): nodes `n..n + cap` of
+    // `slots` (n = blocks), chained by key like the blocks' own slots. Per secondary node:
+    // its block (`owner`) and the next node of the same block or of the free list
+    // (`sec_next`); per block: its first secondary node (`sec_head`, empty when cap = 0).
+    blocks: u32,
+    owner: Vec<u32>,
+    sec_next: Vec<u32>,
+    sec_head: Vec<u32>,
+    sec_free: u32,
 }
 
 impl<K: Copy + Eq + Hash> KeyIndex<K> {
-    /// An empty index for `num_blocks` blocks; `None` when allocation fails.
-    pub(super) fn try_new(num_blocks: usize) -> Option<Self> {
+    /// An empty index for `num_blocks` blocks with room for `secondary` secondary hashes;
+    /// `None` when allocation fails or the node ids would not fit `u32`.
+    pub(super) fn try_new(num_blocks: usize, secondary: usize) -> Option<Self> {
+        let nodes = num_blocks.checked_add(secondary)?;
+        u32::try_from(nodes).ok().filter(|&n| n != NIL)?;
         let num_buckets = num_blocks.max(1).checked_next_power_of_two()?;
-        Some(KeyIndex {
+        let blocks = u32::try_from(num_blocks).ok()?;
+        let mut index = KeyIndex {
             hasher: FixedState::default(),
-            slots: crate::reserve::filled(num_blocks, Slot::EMPTY).ok()?,
+            slots: crate::reserve::filled(nodes, Slot::EMPTY).ok()?,
             buckets: crate::reserve::filled(num_buckets, NIL).ok()?,
             keys: 0,
-        })
+            blocks,
+            owner: crate::reserve::filled(secondary, NIL).ok()?,
+            sec_next: crate::reserve::filled(secondary, NIL).ok()?,
+            sec_head: crate::reserve::filled(if secondary > 0 { num_blocks } else { 0 }, NIL)
+                .ok()?,
+            sec_free: NIL,
+        };
+        index.reset_secondary();
+        Some(index)
+    }
+
+    /// Puts every secondary node on the free list.
+    fn reset_secondary(&mut self) {
+        let cap = self.sec_next.len();
+        // Node ids fit u32 (checked in `try_new`).
+        for (next, node) in self.sec_next.iter_mut().zip(self.blocks + 1..) {
+            *next = node;
+        }
+        if let Some(last) = self.sec_next.last_mut() {
+            *last = NIL;
+        }
+        self.sec_free = if cap > 0 { self.blocks } else { NIL };
+        self.sec_head.fill(NIL);
+        self.owner.fill(NIL);
+    }
+
+    /// The block a node belongs to.
+    fn block_of(&self, node: u32) -> u32 {
+        if node < self.blocks {
+            node
+        } else {
+            self.owner[(node - self.blocks) as usize]
+        }
     }
 
     /// The hash `block` holds (`None` also when out of range).
@@ -73,8 +118,13 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
         self.slots[block as usize].entry.is_some()
     }
 
-    /// The first inserted block still holding `key`.
+    /// The first inserted block still holding `key` (as its hash or a secondary one).
     pub(super) fn first(&self, key: &K) -> Option<u32> {
+        self.head(key).map(|n| self.block_of(n))
+    }
+
+    /// The head node of `key`'s chain.
+    fn head(&self, key: &K) -> Option<u32> {
         let mut b = self.buckets[self.bucket(key)];
         while b != NIL {
             let slot = &self.slots[b as usize];
@@ -86,15 +136,88 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
         None
     }
 
+    /// Whether `block` holds `key` (as its hash or a secondary one).
+    pub(super) fn contains(&self, key: &K, block: u32) -> bool {
+        let mut n = self.head(key).unwrap_or(NIL);
+        while n != NIL {
+            if self.block_of(n) == block {
+                return true;
+            }
+            n = self.slots[n as usize].next;
+        }
+        false
+    }
+
+    /// `block`'s secondary hashes, in insertion order.
+    pub(super) fn secondaries(&self, block: u32) -> impl Iterator<Item = K> + '_ {
+        let mut n = self.sec_head.get(block as usize).copied().unwrap_or(NIL);
+        core::iter::from_fn(move || {
+            if n == NIL {
+                return None;
+            }
+            let key = self.slots[n as usize].entry.map(|e| e.key);
+            n = self.sec_next[(n - self.blocks) as usize];
+            key
+        })
+    }
+
+    /// Adds `key` as a secondary hash of `block` (in range, holding a hash, not holding
+    /// `key`), at the end of the key's chain. False when no node is free.
+    pub(super) fn insert_secondary(&mut self, block: u32, key: K) -> bool {
+        let node = self.sec_free;
+        if node == NIL {
+            return false;
+        }
+        let i = (node - self.blocks) as usize;
+        self.sec_free = self.sec_next[i];
+        self.owner[i] = block;
+        // Appended to the block's list, so it iterates in insertion order.
+        self.sec_next[i] = NIL;
+        match self.sec_head[block as usize] {
+            NIL => self.sec_head[block as usize] = node,
+            mut at => loop {
+                let j = (at - self.blocks) as usize;
+                if self.sec_next[j] == NIL {
+                    self.sec_next[j] = node;
+                    break;
+                }
+                at = self.sec_next[j];
+            },
+        }
+        self.insert(node, BlockHash { key, num_tokens: 0 });
+        true
+    }
+
+    /// Takes `block`'s secondary hashes (`block` in range), passing each key to `f` in
+    /// insertion order.
+    pub(super) fn remove_secondaries(&mut self, block: u32, mut f: impl FnMut(K)) {
+        let Some(&head) = self.sec_head.get(block as usize) else {
+            return;
+        };
+        self.sec_head[block as usize] = NIL;
+        let mut n = head;
+        while n != NIL {
+            let i = (n - self.blocks) as usize;
+            let next = self.sec_next[i];
+            if let Some(e) = self.remove(n) {
+                f(e.key);
+            }
+            self.owner[i] = NIL;
+            self.sec_next[i] = self.sec_free;
+            self.sec_free = n;
+            n = next;
+        }
+    }
+
     /// The number of distinct keys.
     pub(super) fn len(&self) -> usize {
         self.keys
     }
 
-    /// Gives `block` (in range, holding no hash) the hash `entry`, at the end of its key's
-    /// chain.
+    /// Gives node `block` (in range, holding no hash) the hash `entry`, at the end of its
+    /// key's chain.
     pub(super) fn insert(&mut self, block: u32, entry: BlockHash<K>) {
-        let head = self.first(&entry.key);
+        let head = self.head(&entry.key);
         let slot = match head {
             None => {
                 let i = self.bucket(&entry.key);
@@ -123,7 +246,7 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
         self.slots[block as usize] = slot;
     }
 
-    /// Takes `block`'s hash (`block` in range), unlinking it; `None` when it held none.
+    /// Takes node `block`'s hash (`block` in range), unlinking it; `None` when it held none.
     pub(super) fn remove(&mut self, block: u32) -> Option<BlockHash<K>> {
         let Slot {
             entry,
@@ -149,7 +272,7 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
             self.slots[p as usize].next = n;
             if n == NIL {
                 // `block` was the tail: the head's `prev` must point at the new tail.
-                if let Some(head) = self.first(&entry.key) {
+                if let Some(head) = self.head(&entry.key) {
                     self.slots[head as usize].prev = p;
                 }
             } else {
@@ -165,11 +288,17 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
         self.slots.fill(Slot::EMPTY);
         self.buckets.fill(NIL);
         self.keys = 0;
+        self.reset_secondary();
     }
 
     /// Bytes of heap held.
     pub(super) fn heap_bytes(&self) -> usize {
-        self.slots.capacity() * size_of::<Slot<K>>() + self.buckets.capacity() * size_of::<u32>()
+        self.slots.capacity() * size_of::<Slot<K>>()
+            + (self.buckets.capacity()
+                + self.owner.capacity()
+                + self.sec_next.capacity()
+                + self.sec_head.capacity())
+                * size_of::<u32>()
     }
 
     #[expect(

@@ -106,7 +106,7 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
             config,
             queue,
             ref_cnt: filled(n, 0).map_err(|_| fail)?,
-            index: KeyIndex::try_new(n).ok_or(fail)?,
+            index: KeyIndex::try_new(n, config.secondary_capacity as usize).ok_or(fail)?,
             events,
             dropped_events: 0,
             to_front: with_capacity(n).map_err(|_| fail)?,
@@ -416,12 +416,7 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
         key: K,
         num_tokens: u64,
     ) -> Result<bool, InsertHashError> {
-        if block >= self.config.num_blocks {
-            return Err(InsertHashError::OutOfRange(self.out_of_range(block)));
-        }
-        if block == Self::NULL_BLOCK {
-            return Err(InsertHashError::NullBlock);
-        }
+        self.check_hashable(block)?;
         match self.index.get(block) {
             Some(h) if h.key == key => Ok(false),
             Some(_) => Err(InsertHashError::AlreadyHashed { block }),
@@ -430,6 +425,43 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
                 Ok(true)
             }
         }
+    }
+
+    /// Makes `block`, which holds a hash, also reachable under `key` (vLLM's
+    /// `_insert_block_hash` on a block that already has its `block_hash`: a fine-grained
+    /// prefix boundary inside the block). The key joins the end of its chain, so
+    /// [`get_one_block`](Self::get_one_block) still answers the first block inserted under it;
+    /// evicting the block removes every key it holds. A block without a hash takes `key` as its
+    /// hash (over `num_tokens`), as in vLLM. Returns false, changing nothing, when the block
+    /// already holds `key`.
+    ///
+    /// # Errors
+    /// [`InsertHashError`] for a block out of range, the null block, or no room left
+    /// ([`BlockPoolConfig::secondary_capacity`]); nothing changes then.
+    pub fn insert_secondary_hash(
+        &mut self,
+        block: u32,
+        key: K,
+        num_tokens: u64,
+    ) -> Result<bool, InsertHashError> {
+        self.check_hashable(block)?;
+        if self.index.get(block).is_none() {
+            self.index.insert(block, BlockHash { key, num_tokens });
+            return Ok(true);
+        }
+        if self.index.contains(&key, block) {
+            return Ok(false);
+        }
+        if self.index.insert_secondary(block, key) {
+            Ok(true)
+        } else {
+            Err(InsertHashError::NoSecondaryRoom { block })
+        }
+    }
+
+    /// The secondary hashes `block` holds, in insertion order (none when out of range).
+    pub fn secondary_hashes(&self, block: u32) -> impl Iterator<Item = K> + '_ {
+        self.index.secondaries(block)
     }
 
     /// Removes the hashes of the given blocks from the prefix cache, in the given order
@@ -477,6 +509,17 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
         }
     }
 
+    /// `block` can take a hash: in range and not the null block.
+    fn check_hashable(&self, block: u32) -> Result<(), InsertHashError> {
+        if block >= self.config.num_blocks {
+            return Err(InsertHashError::OutOfRange(self.out_of_range(block)));
+        }
+        if block == Self::NULL_BLOCK {
+            return Err(InsertHashError::NullBlock);
+        }
+        Ok(())
+    }
+
     fn check_range(&self, blocks: &[u32]) -> Result<(), OutOfRange> {
         match blocks.iter().find(|&&b| b >= self.config.num_blocks) {
             Some(&b) => Err(self.out_of_range(b)),
@@ -499,10 +542,24 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
         }
     }
 
-    /// Drops `block`'s hash, if any, from the block and the index, emitting `Removed`.
+    /// Drops `block`'s hash and secondary hashes, if any, from the block and the index,
+    /// emitting `Removed` for each (its hash first, as vLLM's `_remove_cached_block_hashes`).
     fn evict_hash(&mut self, block: u32) {
         if let Some(h) = self.index.remove(block) {
             self.push_event(PoolEvent::Removed { key: h.key, block });
+            let (index, events) = (&mut self.index, &mut self.events);
+            let (enabled, cap) = (self.config.enable_events, self.config.event_capacity);
+            let dropped = &mut self.dropped_events;
+            index.remove_secondaries(block, |key| {
+                if !enabled {
+                    return;
+                }
+                if events.len() < cap as usize {
+                    events.push_back(PoolEvent::Removed { key, block });
+                } else {
+                    *dropped = dropped.saturating_add(1);
+                }
+            });
         }
     }
 

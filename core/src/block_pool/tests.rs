@@ -1,4 +1,5 @@
-//! `insert_hash`, the primary-hash insertion of vLLM's `_insert_block_hash`.
+//! `insert_hash` and `insert_secondary_hash`, the primary and secondary insertions of vLLM's
+//! `_insert_block_hash`.
 
 use super::*;
 
@@ -39,4 +40,75 @@ fn insert_hash_sets_a_primary_hash_once_without_events() {
     p.get_new_blocks(3, |b| got.push(b)).unwrap();
     assert_eq!(got, [1, 2, 3]);
     assert_eq!(p.get_one_block(&a), None);
+}
+
+#[test]
+fn secondary_hashes_share_chains_and_leave_with_their_block() {
+    let mut c = BlockPoolConfig::new(4, true);
+    c.enable_events = true;
+    c.secondary_capacity = 2;
+    let mut p = BlockPool::<BlockKey>::new(c).unwrap();
+    let (a, b, s) = (
+        BlockKey::new(0xa, 0),
+        BlockKey::new(0xb, 0),
+        BlockKey::new(0x5, 0),
+    );
+    // A block without a hash takes the key as its hash, as vLLM's `_insert_block_hash`.
+    assert_eq!(p.insert_secondary_hash(1, a, 32), Ok(true));
+    assert_eq!(
+        p.block_hash(1).map(|h| (h.key, h.num_tokens)),
+        Some((a, 32))
+    );
+    // Block 2 holds b, then s as a secondary; block 1 then takes s too: block 2 answers s,
+    // being first in its chain.
+    assert_eq!(p.insert_hash(2, b, 32), Ok(true));
+    assert_eq!(p.insert_secondary_hash(2, s, 0), Ok(true));
+    assert_eq!(p.insert_secondary_hash(2, s, 0), Ok(false));
+    assert_eq!(p.insert_secondary_hash(2, b, 0), Ok(false));
+    assert_eq!(p.insert_secondary_hash(1, s, 0), Ok(true));
+    assert_eq!(p.get_one_block(&s), Some(2));
+    assert!(p.secondary_hashes(2).eq([s]));
+    assert_eq!(
+        p.insert_secondary_hash(3, BlockKey::new(0xc, 0), 0),
+        Ok(true),
+        "an unhashed block needs no room"
+    );
+    assert_eq!(
+        p.insert_secondary_hash(3, s, 0),
+        Err(InsertHashError::NoSecondaryRoom { block: 3 })
+    );
+    assert_eq!(
+        p.insert_secondary_hash(0, s, 0),
+        Err(InsertHashError::NullBlock)
+    );
+    // Evicting block 2 removes its hash then its secondary; block 1 answers s now.
+    p.evict_blocks(&[2]).unwrap();
+    assert_eq!(p.get_one_block(&s), Some(1));
+    assert_eq!(p.get_one_block(&b), None);
+    let removed: alloc::vec::Vec<_> = p.take_events().collect();
+    assert_eq!(
+        removed,
+        [
+            PoolEvent::Removed { key: b, block: 2 },
+            PoolEvent::Removed { key: s, block: 2 }
+        ]
+    );
+    // Its node is free again.
+    assert_eq!(p.insert_secondary_hash(3, s, 0), Ok(true));
+    assert!(p.secondary_hashes(3).eq([s]));
+    // Handing block 1 out removes both of its keys.
+    let mut got = alloc::vec::Vec::new();
+    p.get_new_blocks(1, |x| got.push(x)).unwrap();
+    assert_eq!(got, [1]);
+    assert_eq!(p.get_one_block(&a), None);
+    assert_eq!(p.get_one_block(&s), Some(3));
+    p.free_blocks(&[1]).unwrap();
+    assert!(p.reset_prefix_cache());
+    assert_eq!(p.get_one_block(&s), None);
+    assert_eq!(p.secondary_hashes(3).count(), 0);
+    // After the reset both nodes are free.
+    p.insert_hash(2, b, 32).unwrap();
+    assert_eq!(p.insert_secondary_hash(2, s, 0), Ok(true));
+    assert_eq!(p.insert_secondary_hash(2, a, 0), Ok(true));
+    assert!(p.secondary_hashes(2).eq([s, a]));
 }

@@ -18,6 +18,11 @@ pub struct BlockPoolConfig {
     /// The most events held between two `take_events` calls; further events are dropped and
     /// counted in [`BlockPool::dropped_events`](super::BlockPool::dropped_events).
     pub event_capacity: u32,
+    /// Room for secondary hashes across the pool (vLLM's `cached_block_hashes_by_block`:
+    /// further keys a block is reachable under, see
+    /// [`BlockPool::insert_secondary_hash`](super::BlockPool::insert_secondary_hash));
+    /// default 0.
+    pub secondary_capacity: u32,
 }
 
 impl BlockPoolConfig {
@@ -32,6 +37,7 @@ impl BlockPoolConfig {
             enable_caching,
             enable_events: false,
             event_capacity: Self::DEFAULT_EVENT_CAPACITY,
+            secondary_capacity: 0,
         }
     }
 }

@@ -73,7 +73,6 @@ impl SimpleScheduler {
             return;
         }
         let eager = !self.config.lazy_offload;
-        let (medium, block_size) = (self.medium, self.config.block_size);
         self.got.clear();
         self.tmp.clear();
         for c in self.xfer.blocks(ev.chain) {
@@ -87,15 +86,7 @@ impl SimpleScheduler {
             }
             // Checked in update_connector_output: every block of the event holds a hash.
             if let Some(h) = gpu.block_hash(g) {
-                let r = self.cpu.insert_hash(c, h.key, h.num_tokens);
-                debug_assert!(r.is_ok(), "a CPU block being written holds no hash");
-                let meta = self.xfer.meta.get(c as usize).copied().flatten();
-                self.push_event(SimpleEvent::Stored {
-                    key: h.key,
-                    block_size,
-                    meta,
-                    medium,
-                });
+                self.copy_hashes(gpu, c, g, h);
             }
         }
         let r = self.cpu.free_blocks(&self.got);
@@ -118,6 +109,57 @@ impl SimpleScheduler {
                 }
             }
         }
+    }
+
+    /// `_process_store_completion` for one block: CPU block `c` takes GPU block `g`'s hash
+    /// `h` and its secondary hashes, a `BlockStored` for each (events on): the hash with its
+    /// positional payload at the group's block size, each secondary hash with the request's
+    /// own hash block at that boundary, or without a payload and block size 0.
+    fn copy_hashes(
+        &mut self,
+        gpu: &impl GpuBlocks,
+        c: u32,
+        g: u32,
+        h: crate::block_pool::BlockHash<crate::BlockKey>,
+    ) {
+        let medium = self.medium;
+        let r = self.cpu.insert_hash(c, h.key, h.num_tokens);
+        debug_assert!(r.is_ok(), "a CPU block being written holds no hash");
+        let block_size = self
+            .v
+            .group_block_sizes
+            .get(h.key.group as usize)
+            .copied()
+            .unwrap_or(self.config.block_size);
+        let meta = self.xfer.meta.get(c as usize).copied().flatten();
+        self.push_event(SimpleEvent::Stored {
+            key: h.key,
+            block_size,
+            meta,
+            medium,
+        });
+        let hash = u64::from(self.v.hash_block_size);
+        gpu.secondary_hashes(g, |key| {
+            if let Err(e) = self.cpu.insert_secondary_hash(c, key, 0) {
+                debug_assert!(matches!(
+                    e,
+                    crate::block_pool::InsertHashError::NoSecondaryRoom { .. }
+                ));
+                self.dropped_secondary = self.dropped_secondary.saturating_add(1);
+                return;
+            }
+            let meta = self.xfer.secondary_meta(c, key, hash);
+            self.push_event(SimpleEvent::Stored {
+                key,
+                block_size: if meta.is_some() {
+                    self.v.hash_block_size
+                } else {
+                    0
+                },
+                meta,
+                medium,
+            });
+        });
     }
 
     /// Releases a transfer's pins without caching its data (`_release_transfer_refs`).
@@ -192,7 +234,7 @@ impl SimpleScheduler {
     ///
     /// # Errors
     /// [`InputError`] for a GPU id out of range, a table longer than
-    /// `max_blocks_per_request`, or hashes that do not cover the computed tokens. Nothing
+    /// `max_blocks_per_request`, or (events on) hashes that do not cover the computed tokens. Nothing
     /// changes then.
     pub fn request_finished_all_groups(
         &mut self,
@@ -209,11 +251,15 @@ impl SimpleScheduler {
             if fin.block_ids.iter().any(|t| t.len() > max) {
                 return Err(InputError::TooManyBlocks { req: fin.req });
             }
-            let bs = u64::from(self.config.block_size);
-            if (fin.progress.block_hashes.len() as u64) < fin.progress.num_computed_tokens / bs {
+            let hash = u64::from(self.v.hash_block_size);
+            // vLLM reads the hashes of every flushed block for the events' payloads.
+            if self.config.enable_events
+                && (fin.progress.block_hashes.len() as u64)
+                    < fin.progress.num_computed_tokens / hash
+            {
                 return Err(InputError::HashesTooShort { req: fin.req });
             }
-            self.queue_flush(gpu, s, fin.block_ids, &fin.progress);
+            self.queue_flush(gpu, s, fin);
         }
         self.request_finished(gpu, fin.req);
         Ok(())

@@ -3,7 +3,7 @@
 use crate::stats::simple_offload::Backend;
 
 use super::error::ConfigError;
-use super::layout::{GroupKind, Layout};
+use super::layout::{GroupKind, Layout, MAX_GROUPS, SpecGroups};
 
 /// How the CPU pool's size is chosen (vLLM's `_derive_cpu_config`).
 ///
@@ -155,13 +155,23 @@ pub fn lazy_target_blocks(
 ///
 /// The model's KV-cache groups are [`layout`](Self::layout): by default one full-attention
 /// group whose block size is the scheduler's and the hash block size (a dense model, vLLM's
-/// `UnitaryKVCacheCoordinator`); any other [`Layout`] runs as vLLM's `HybridKVCacheCoordinator`
-/// with fine-grained hits off, every prefix-cacheable group of that same block size.
+/// `UnitaryKVCacheCoordinator`); any other [`Layout`] runs as vLLM's `HybridKVCacheCoordinator`,
+/// each group with its own block size ([`Layout::with_block_size`]) and fine-grained
+/// (hash-block) hits where vLLM allows them ([`Validated::partial_hash_hits`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SimpleConfig {
-    /// Tokens per block (scheduler, hash and group block size, DCP-resolved). Must be > 0.
+    /// The scheduler's block size in tokens (vLLM's `scheduler_block_size`: the least common
+    /// multiple of the groups' block sizes, DCP-resolved), and every group's unless the
+    /// layout says otherwise. Must be > 0.
     pub block_size: u32,
+    /// The tokens each request hash covers (vLLM's `hash_block_size`); `None` (default): the
+    /// scheduler's block size. It must divide every prefix-cacheable group's block size.
+    pub hash_block_size: Option<u32>,
+    /// vLLM's `decode_context_parallel_size` (default 1). Block sizes are given already
+    /// resolved; this only decides whether a Mamba block equal to the hash block allows
+    /// fine-grained hits (it does under DCP).
+    pub dcp_world_size: u32,
     /// Blocks in the GPU pool, the null block included (GPU block ids are below it).
     pub num_gpu_blocks: u32,
     /// The CPU pool's sizing.
@@ -195,6 +205,13 @@ pub struct SimpleConfig {
     pub max_blocks_per_request: u32,
     /// The model's KV-cache groups (default [`Layout::dense`]).
     pub layout: Layout,
+    /// Room for secondary hashes in the CPU pool (keys a stored block is reachable under
+    /// besides its own: the GPU block's fine-grained prefix boundaries, copied with it);
+    /// `None` (default): every CPU block holding one per hash boundary inside its group's
+    /// block, `num_cpu_blocks · (largest group block / hash block − 1)`, so none is ever
+    /// refused (0 when the hash block is every group's). Keys past the room are not kept and
+    /// are counted ([`SimpleScheduler::dropped_secondary_hashes`](super::SimpleScheduler::dropped_secondary_hashes)).
+    pub secondary_hashes: Option<u32>,
 }
 
 impl SimpleConfig {
@@ -204,6 +221,8 @@ impl SimpleConfig {
     pub const fn new(block_size: u32, num_gpu_blocks: u32, sizing: PoolSizing) -> Self {
         SimpleConfig {
             block_size,
+            hash_block_size: None,
+            dcp_world_size: 1,
             num_gpu_blocks,
             sizing,
             lazy_offload: false,
@@ -218,6 +237,7 @@ impl SimpleConfig {
             max_requests: 256,
             max_blocks_per_request: num_gpu_blocks,
             layout: Layout::dense(),
+            secondary_hashes: None,
         }
     }
 
@@ -257,6 +277,7 @@ impl SimpleConfig {
         if self.max_requests == 0 || self.max_blocks_per_request == 0 {
             return Err(ConfigError::ZeroBound);
         }
+        let geometry = self.geometry()?;
         let num_cpu_blocks = self.sizing.num_cpu_blocks(self.num_gpu_blocks)?;
         let target_free = if !self.lazy_offload {
             0
@@ -265,17 +286,27 @@ impl SimpleConfig {
         } else {
             let mut groups = [GroupSpec::Mamba; super::layout::MAX_GROUPS];
             let mut n = 0;
-            for (_, kind) in self.layout.cacheable() {
-                groups[n] = self.lazy_term(kind);
+            for (g, kind) in self.layout.cacheable() {
+                groups[n] = self.lazy_term(g, kind);
                 n += 1;
             }
             let t = lazy_target_blocks(&groups[..n], self.max_num_batched_tokens, 1)
                 .unwrap_or(u64::MAX);
             u32::try_from(t).unwrap_or(u32::MAX)
         };
+        let per_block = geometry.ratio().saturating_sub(1);
+        let secondary_capacity = self
+            .secondary_hashes
+            .unwrap_or_else(|| num_cpu_blocks.saturating_mul(per_block));
         Ok(Validated {
             num_cpu_blocks,
             target_free,
+            secondary_capacity,
+            hash_block_size: geometry.hash,
+            hash_blocks_per_block: geometry.ratio,
+            partial_hash_hits: geometry.fine,
+            group_block_sizes: geometry.blocks,
+            specs: SpecGroups::of(&self.layout, &geometry.blocks),
             // vLLM's hybrid coordinator (several groups) holds no tail back without EAGLE.
             reprefillable: if self.layout.is_hybrid() {
                 0
@@ -286,19 +317,89 @@ impl SimpleConfig {
     }
 }
 
+/// The block sizes [`SimpleConfig::validate`] checks.
+struct Geometry {
+    hash: u32,
+    blocks: [u32; MAX_GROUPS],
+    fine: bool,
+    /// The largest group block over the hash block.
+    ratio: u32,
+}
+
+impl Geometry {
+    fn ratio(&self) -> u32 {
+        self.ratio
+    }
+}
+
 impl SimpleConfig {
-    /// The lazy `target_free` term of one group kind (chunked local counts as full attention,
-    /// as in vLLM's estimate).
-    fn lazy_term(&self, kind: GroupKind) -> GroupSpec {
+    /// Checks the block sizes as vLLM's coordinators assert them, and decides fine-grained
+    /// hits (vLLM's `partial_hash_hits_enabled`, eager mode only).
+    fn geometry(&self) -> Result<Geometry, ConfigError> {
+        let bad = |why| Err(ConfigError::BlockSizes { why });
+        let bs = self.block_size;
+        let hash = self.hash_block_size.unwrap_or(bs);
+        if hash == 0 || !bs.is_multiple_of(hash) {
+            return bad("the hash block size must be > 0 and divide the scheduler's block size");
+        }
+        if self.dcp_world_size == 0 {
+            return bad("dcp_world_size must be > 0");
+        }
+        let layout = &self.layout;
+        let mut blocks = [bs; MAX_GROUPS];
+        for (g, &kind) in layout.kinds().iter().enumerate() {
+            let gb = layout.block_size(super::len32(g)).unwrap_or(bs);
+            blocks[g] = gb;
+            if !bs.is_multiple_of(gb) {
+                return bad("every group's block size must divide the scheduler's");
+            }
+            if kind.is_cacheable() && !gb.is_multiple_of(hash) {
+                return bad(
+                    "every prefix-cacheable group's block size must be a multiple of \
+                            the hash block size",
+                );
+            }
+        }
+        if !layout.is_hybrid() && (blocks[0] != bs || hash != bs) {
+            return bad("a single-group model has one block size: its group's, the \
+                        scheduler's and the hash block size");
+        }
+        let cacheable = || layout.cacheable().map(|(g, k)| (k, blocks[g as usize]));
+        let mamba_fine = cacheable().any(|(k, gb)| {
+            k == GroupKind::Mamba && (gb > hash || (self.dcp_world_size > 1 && gb == hash))
+        });
+        let all_fine = cacheable()
+            .all(|(k, gb)| matches!(k, GroupKind::FullAttention | GroupKind::Mamba) || gb == hash);
+        let fine = !self.lazy_offload && layout.is_hybrid() && mamba_fine && all_fine;
+        let align = if fine { hash } else { bs };
+        if cacheable().any(|(k, gb)| matches!(k, GroupKind::ChunkedLocal { .. }) && gb != align) {
+            return bad(
+                "a chunked-local group's block size must be the hit alignment (the \
+                        scheduler's block size, or the hash block size with fine-grained hits)",
+            );
+        }
+        let ratio = cacheable().map(|(_, gb)| gb / hash).max().unwrap_or(1);
+        Ok(Geometry {
+            hash,
+            blocks,
+            fine,
+            ratio,
+        })
+    }
+
+    /// The lazy `target_free` term of group `g` (chunked local counts as full attention, as
+    /// in vLLM's estimate).
+    fn lazy_term(&self, g: u32, kind: GroupKind) -> GroupSpec {
+        let block_size = self.layout.block_size(g).unwrap_or(self.block_size);
         match kind {
             GroupKind::Mamba => GroupSpec::Mamba,
             GroupKind::SlidingWindow { window } => GroupSpec::SlidingWindow {
-                block_size: self.block_size,
+                block_size,
                 window,
                 dcp_sharded: false,
             },
             _ => GroupSpec::FullAttention {
-                block_size: self.block_size,
+                block_size,
                 dcp_sharded: false,
             },
         }
@@ -312,6 +413,22 @@ pub struct Validated {
     pub num_cpu_blocks: u32,
     /// Lazy mode's `target_free` (0 in eager mode).
     pub target_free: u32,
+    /// The tokens each request hash covers.
+    pub hash_block_size: u32,
+    /// The largest prefix-cacheable group block over the hash block (1 when they are one).
+    pub hash_blocks_per_block: u32,
+    /// Secondary hashes the CPU pool has room for ([`SimpleConfig::secondary_hashes`]).
+    pub secondary_capacity: u32,
+    /// Fine-grained hits (vLLM's `enable_partial_hash_hits`): eager mode, a hybrid layout
+    /// with a Mamba group whose block is larger than the hash block (or equal to it under
+    /// DCP), and every other prefix-cacheable group full attention or of the hash block size.
+    /// Hits then end on any hash-block boundary (full attention's last block and Mamba's
+    /// state may be partial), not only on the scheduler's block boundaries.
+    pub partial_hash_hits: bool,
+    /// Each group's block size (entries past the layout's groups are the scheduler's).
+    pub group_block_sizes: [u32; MAX_GROUPS],
+    /// The spec groups the hit search runs over.
+    pub(crate) specs: SpecGroups,
     /// Computed tokens not yet cacheable: `max(0, num_prefill_lookahead_tokens − 1)` for a
     /// dense model (vLLM's unitary coordinator); 0 for any other layout (its hybrid coordinator
     /// holds the tail back only for EAGLE groups, which kvtier does not model).

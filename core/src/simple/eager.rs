@@ -1,9 +1,9 @@
 //! Eager stores: boundary hand-offs classified one block at a time into the seven outcomes,
 //! the per-request cursor scan of confirmed blocks, and the finishing request's final flush.
 
-use super::gpu::{GpuBlocks, Progress, StepInput, Tables};
+use super::gpu::{Finished, GpuBlocks, Progress, StepInput, Tables};
 use super::requests::NIL;
-use super::transfers::StoredMeta;
+use super::transfers::{NO_KEY, StoredMeta};
 use super::{InputError, SimpleScheduler, len32};
 use crate::BlockKey;
 use crate::stats::simple_offload::SaveOutcome;
@@ -39,7 +39,7 @@ impl SimpleScheduler {
     /// Refuses an eager step input the tables cannot hold, before anything changes.
     pub(super) fn check_eager_step(&mut self, step: &StepInput<'_>) -> Result<(), InputError> {
         self.step = self.step.wrapping_add(1);
-        let bs = u64::from(self.config.block_size);
+        let hash = u64::from(self.v.hash_block_size);
         for sc in step.scheduled {
             let Some(s) = self.reqs.find(sc.req) else {
                 continue;
@@ -67,8 +67,10 @@ impl SimpleScheduler {
                     return Err(InputError::TooManyBlocks { req: sc.req });
                 }
             }
-            if sc.num_scheduled_tokens > 0
-                && (sc.progress.block_hashes.len() as u64) < sc.progress.num_computed_tokens / bs
+            // vLLM reads the hashes of every stored block for the events' payloads.
+            if self.config.enable_events
+                && sc.num_scheduled_tokens > 0
+                && (sc.progress.block_hashes.len() as u64) < sc.progress.num_computed_tokens / hash
             {
                 return Err(InputError::HashesTooShort { req: sc.req });
             }
@@ -155,8 +157,7 @@ impl SimpleScheduler {
                 self.alloc_cpu(n);
                 for i in 0..n as usize {
                     let (g, c) = (self.sel_gpu[i], self.got[i]);
-                    let meta = self.sel_meta.get(i).copied().flatten();
-                    self.push_store(g, c, meta);
+                    self.push_store(g, c, Some(i));
                     self.set_in_flight(g, true);
                 }
                 self.mark_request(s, self.got[0], event);
@@ -179,6 +180,7 @@ impl SimpleScheduler {
     ) {
         self.sel_gpu.clear();
         self.sel_meta.clear();
+        self.sel_keys.clear();
         let num_free = self.cpu.free_count() as usize;
         let layout = self.config.layout;
         let groups = match given {
@@ -221,13 +223,29 @@ impl SimpleScheduler {
         num_free: usize,
     ) -> u32 {
         let bs = u64::from(self.config.block_size);
+        let gb = u64::from(self.v.group_block_sizes[group as usize]);
+        let hash = u64::from(self.v.hash_block_size);
+        // Hash blocks per block: block `i` is keyed by hash `(i + 1)·per − 1`.
+        let per = usize::try_from(gb / hash).unwrap_or(usize::MAX);
         let confirmed = p
             .num_computed_tokens
             .saturating_sub(p.num_output_placeholders);
-        let cacheable = confirmed.saturating_sub(u64::from(self.v.reprefillable));
+        // vLLM's `get_num_cacheable_tokens`: a hybrid coordinator caches what a later hit
+        // can end on, a unitary one all but the re-prefillable tail.
+        let cacheable = if !self.config.layout.is_hybrid() {
+            confirmed.saturating_sub(u64::from(self.v.reprefillable))
+        } else if self.v.partial_hash_hits {
+            confirmed
+        } else {
+            confirmed - confirmed % bs
+        };
         let ready = ids
             .len()
-            .min(usize::try_from(cacheable / bs).unwrap_or(usize::MAX));
+            .min(usize::try_from(cacheable / gb).unwrap_or(usize::MAX));
+        let hash_at = |j: Option<usize>| j.and_then(|j| p.block_hashes.get(j).copied());
+        let block_hash =
+            |i: usize| hash_at((i + 1).checked_mul(per).and_then(|e| e.checked_sub(1)));
+        let keys_per = self.xfer.per();
         let mut advanced = 0u32;
         let start = cursor as usize;
         for (i, &id) in ids.iter().enumerate().take(ready).skip(start) {
@@ -235,10 +253,8 @@ impl SimpleScheduler {
             if g == 0 {
                 // A block that left a sliding window: stored from the GPU's prefix cache
                 // while the GPU still holds it.
-                let recovered = p
-                    .block_hashes
-                    .get(i)
-                    .and_then(|&h| gpu.cached_block(BlockKey::new(h, group)))
+                let recovered = block_hash(i)
+                    .and_then(|h| gpu.cached_block(BlockKey::new(h, group)))
                     .filter(|&b| b < gpu.num_blocks());
                 let Some(b) = recovered else {
                     advanced += 1;
@@ -258,43 +274,96 @@ impl SimpleScheduler {
             self.sel_gpu.push(g);
             advanced += 1;
             if self.config.enable_events {
-                let parent_hash = i
-                    .checked_sub(1)
-                    .and_then(|j| p.block_hashes.get(j).copied());
+                let first = i.saturating_mul(per);
                 self.sel_meta.push(Some(StoredMeta {
                     req: self.reqs.slots[s as usize].id,
-                    parent_hash,
-                    token_start: i as u64 * bs,
+                    parent_hash: hash_at(first.checked_sub(1)),
+                    token_start: i as u64 * gb,
                 }));
+                for j in 0..keys_per {
+                    let k = (j < per)
+                        .then(|| hash_at(first.checked_add(j)))
+                        .flatten()
+                        .map_or(NO_KEY, |h| BlockKey::new(h, group));
+                    self.sel_keys.push(k);
+                }
             }
         }
         advanced
     }
 
+    /// vLLM's `_find_fa_partial_tail_source`: with fine-grained hits, the full-attention
+    /// block the prompt's last hash boundary ends inside, when that boundary is computed, not
+    /// a block edge, the block is not null nor in flight, holds the boundary's key (as its
+    /// hash or a secondary one) and the CPU pool lacks that key.
+    fn partial_tail(
+        &self,
+        gpu: &impl GpuBlocks,
+        tables: Tables<'_>,
+        fin: &Finished<'_>,
+    ) -> Option<u32> {
+        if !self.v.partial_hash_hits {
+            return None;
+        }
+        let fa = self.config.layout.attention_group();
+        let hash = u64::from(self.v.hash_block_size);
+        let fa_block = u64::from(self.v.group_block_sizes[fa as usize]);
+        let boundary = fin.num_prompt_tokens / hash * hash;
+        if boundary == 0
+            || boundary > fin.progress.num_computed_tokens
+            || boundary.is_multiple_of(fa_block)
+        {
+            return None;
+        }
+        let idx = usize::try_from(boundary / fa_block).ok()?;
+        let block = *tables.get(fa as usize)?.get(idx)?;
+        if block == 0 || self.is_in_flight(block) {
+            return None;
+        }
+        let h = *fin
+            .progress
+            .block_hashes
+            .get(usize::try_from(boundary / hash - 1).ok()?)?;
+        // The block's own keys are read first: a view may learn keys as it reports them.
+        let own = gpu.block_hash(block).map(|b| b.key);
+        let key = gpu.request_key(BlockKey::new(h, fa));
+        let holds = own == Some(key) || {
+            let mut found = false;
+            gpu.secondary_hashes(block, |k| found |= k == key);
+            found
+        };
+        (holds && self.cpu.get_one_block(&key).is_none()).then_some(block)
+    }
+
     /// `_queue_finished_eager_store`: the finishing request's confirmed blocks not yet
     /// stored become a flush, issued with the next step's store event.
-    pub(super) fn queue_flush(
-        &mut self,
-        gpu: &mut impl GpuBlocks,
-        s: u32,
-        block_ids: Tables<'_>,
-        p: &Progress<'_>,
-    ) {
+    pub(super) fn queue_flush(&mut self, gpu: &mut impl GpuBlocks, s: u32, fin: &Finished<'_>) {
         if !self.reqs.slots[s as usize].store.active {
             return;
         }
-        self.select_request(gpu, s, Some(block_ids), p);
+        self.select_request(gpu, s, Some(fin.block_ids), &fin.progress);
+        if let Some(tail) = self.partial_tail(gpu, fin.block_ids, fin)
+            // Decode may have filled the boundary block: then the scan selected it already.
+            && !self.sel_gpu.contains(&tail)
+            && self.sel_gpu.len() < self.cpu.free_count() as usize
+            && self.sel_gpu.len() < self.sel_gpu.capacity()
+        {
+            self.sel_gpu.push(tail);
+            if self.config.enable_events {
+                // No payload: the block's own keys are read when the copy completes.
+                self.sel_meta.push(None);
+                self.sel_keys.extend((0..self.xfer.per()).map(|_| NO_KEY));
+            }
+        }
         let n = len32(self.sel_gpu.len());
         if n == 0 {
             return;
         }
         self.alloc_cpu(n);
         for i in 0..n as usize {
-            let c = self.got[i] as usize;
-            self.xfer.req[c] = (NIL, 0);
-            if let Some(m) = self.xfer.meta.get_mut(c) {
-                *m = self.sel_meta.get(i).copied().flatten();
-            }
+            let c = self.got[i];
+            self.xfer.req[c as usize] = (NIL, 0);
+            self.set_selected_meta(c, i);
             self.set_in_flight(self.sel_gpu[i], true);
         }
         let chain = self.xfer.thread(&self.sel_gpu, &self.got);
@@ -303,13 +372,24 @@ impl SimpleScheduler {
         gpu.touch(&self.sel_gpu);
     }
 
-    /// Appends one store to the step's lists, with no request mark yet.
-    fn push_store(&mut self, g: u32, c: u32, meta: Option<StoredMeta>) {
+    /// Records selected block `i`'s metadata (events on) for CPU block `c`.
+    fn set_selected_meta(&mut self, c: u32, i: usize) {
+        let per = self.xfer.per();
+        let meta = self.sel_meta.get(i).copied().flatten();
+        let at = i.saturating_mul(per);
+        let keys = self.sel_keys.get(at..at + per).unwrap_or_default();
+        self.xfer.set_meta(c, meta, keys);
+    }
+
+    /// Appends one store to the step's lists, with no request mark yet; its metadata is
+    /// selected block `sel` (`None`: no payload).
+    fn push_store(&mut self, g: u32, c: u32, sel: Option<usize>) {
         self.store_gpu.push(g);
         self.store_cpu.push(c);
         self.xfer.req[c as usize] = (NIL, 0);
-        if let Some(m) = self.xfer.meta.get_mut(c as usize) {
-            *m = meta;
+        match sel {
+            Some(i) => self.set_selected_meta(c, i),
+            None => self.xfer.set_meta(c, None, &[]),
         }
     }
 

@@ -35,6 +35,11 @@ pub enum ConfigError {
         /// What is wrong with it.
         why: &'static str,
     },
+    /// Block sizes (the scheduler's, the hash block's, the groups') vLLM would refuse.
+    BlockSizes {
+        /// What is wrong with them.
+        why: &'static str,
+    },
 }
 
 impl fmt::Display for ConfigError {
@@ -57,6 +62,7 @@ impl fmt::Display for ConfigError {
                  {local_capacity}"
             ),
             ConfigError::Layout { why } => write!(f, "invalid KV-cache group layout: {why}"),
+            ConfigError::BlockSizes { why } => write!(f, "invalid block sizes: {why}"),
             ConfigError::PoolTooLarge { blocks } => {
                 write!(
                     f,
@@ -105,7 +111,8 @@ pub enum InputError {
         /// The request.
         req: u64,
     },
-    /// A request's block hashes do not cover its computed tokens.
+    /// With events on, a request's block hashes do not cover its computed tokens (the
+    /// payloads name them).
     HashesTooShort {
         /// The request.
         req: u64,
@@ -168,7 +175,7 @@ impl core::error::Error for InputError {}
 pub enum AllocStateError {
     /// An input out of range.
     Input(InputError),
-    /// `num_external_tokens` is not a multiple of the block size.
+    /// `num_external_tokens` is not a multiple of the hash block size.
     Unaligned {
         /// The tokens given.
         num_external_tokens: u64,
@@ -193,7 +200,7 @@ impl fmt::Display for AllocStateError {
                 num_external_tokens,
             } => write!(
                 f,
-                "num_external_tokens={num_external_tokens} is not aligned to the block size"
+                "num_external_tokens={num_external_tokens} is not aligned to the hash block size"
             ),
             AllocStateError::LoadPending { req } => {
                 write!(f, "request {req} already has a load registered")

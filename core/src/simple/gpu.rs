@@ -27,6 +27,19 @@ pub trait GpuBlocks {
     fn ref_count(&self, block: u32) -> u32;
     /// The first block cached under `key` (`get_cached_block(hash, [group])`).
     fn cached_block(&self, key: BlockKey) -> Option<u32>;
+    /// The key `key` names in the terms [`block_hash`](Self::block_hash) reports keys in. The
+    /// scheduler builds `key` from a request's hash ([`Progress::block_hashes`]); a view
+    /// whose request hashes are stand-ins (e.g. positions in the caller's lists, resolved
+    /// lazily) maps them here. Default: `key` itself.
+    fn request_key(&self, key: BlockKey) -> BlockKey {
+        key
+    }
+    /// Passes each secondary hash of the block to `sink` (vLLM's
+    /// `cached_block_hashes_by_block[block]`: fine-grained prefix boundaries inside it). A
+    /// completed store copies them to the CPU block. Default: none.
+    fn secondary_hashes(&self, block: u32, sink: impl FnMut(BlockKey)) {
+        let _ = (block, sink);
+    }
     /// The free queue after `cursor` (from its front when `None`), front to back; nothing
     /// when `cursor` is not queued (`free_block_queue.iter_blocks_after`).
     fn free_queue_after(&self, cursor: Option<u32>) -> impl Iterator<Item = u32> + '_;
@@ -50,6 +63,9 @@ impl GpuBlocks for BlockPool<BlockKey> {
     }
     fn cached_block(&self, key: BlockKey) -> Option<u32> {
         self.get_one_block(&key)
+    }
+    fn secondary_hashes(&self, block: u32, sink: impl FnMut(BlockKey)) {
+        BlockPool::secondary_hashes(self, block).for_each(sink);
     }
     fn free_queue_after(&self, cursor: Option<u32>) -> impl Iterator<Item = u32> + '_ {
         self.free_queue().iter_after(cursor)
@@ -141,6 +157,9 @@ pub struct Finished<'a> {
     pub req: u64,
     /// Its block tables at finish, per group ([`Tables`]).
     pub block_ids: Tables<'a>,
+    /// `request.num_prompt_tokens` (read only with fine-grained hits: the prompt's last hash
+    /// boundary may end inside a full-attention block, flushed too).
+    pub num_prompt_tokens: u64,
     /// Its progress at finish.
     pub progress: Progress<'a>,
 }

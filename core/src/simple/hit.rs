@@ -1,21 +1,28 @@
 //! The CPU hit search: vLLM's coordinators over the layout's spec groups (one spec group per
-//! distinct [`GroupKind`], full attention first), each kind's own search, and vLLM's loop that
-//! cuts the candidate until no group cuts it (a single pass for one full-attention and one
-//! other spec group).
+//! distinct kind and block size, full attention first), each kind's own search at its block
+//! size or, with fine-grained hits, at the hash block size, and vLLM's loop that cuts the
+//! candidate until no group cuts it (a single pass for one full-attention and one other spec
+//! group).
+
+use alloc::vec::Vec;
 
 use super::SimpleScheduler;
 use super::gpu::LookupRequest;
-use super::layout::{GroupKind, MAX_GROUPS};
+use super::layout::{GroupKind, MAX_GROUPS, SpecGroup};
 use crate::BlockKey;
+use crate::block_pool::BlockPool;
 
-/// A CPU hit: its length in blocks, and where each group's hit list starts holding blocks
-/// (the entries before are vLLM's null padding).
+/// A CPU hit: its length in tokens, and per group where its hit list starts holding blocks
+/// (the entries before are vLLM's null padding) and how many entries it has. The held blocks
+/// are in the scheduler's `found` lists, group by group.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Hit {
-    /// Blocks of the hit; every group's hit list has this many entries.
-    pub(super) blocks: u64,
+    /// Tokens of the hit.
+    pub(super) tokens: u64,
     /// Per group: its first held entry.
     pub(super) from: [u64; MAX_GROUPS],
+    /// Per group: entries of its hit list (`cdiv(tokens, group block size)`).
+    pub(super) entries: [u64; MAX_GROUPS],
 }
 
 /// `cdiv(window − 1, block_size)`: the contiguous blocks a sliding-window hit needs.
@@ -23,21 +30,174 @@ fn window_blocks(window: u32, block_size: u64) -> u64 {
     u64::from(window).saturating_sub(1).div_ceil(block_size)
 }
 
+/// One lookup's view of the request's remaining hashes and the CPU pool, and the lists the
+/// spec groups' answers are recorded in.
+struct Search<'a> {
+    cpu: &'a BlockPool<BlockKey>,
+    remaining: &'a [u64],
+    found: &'a mut [Vec<u32>],
+    hash: u64,
+    align: u64,
+    fine: bool,
+}
+
+impl Search<'_> {
+    /// Every member of `spec` holds the block of remaining hash `idx`: their blocks, by group.
+    fn held(&self, spec: SpecGroup, idx: u64) -> Option<[u32; MAX_GROUPS]> {
+        let h = *usize::try_from(idx)
+            .ok()
+            .and_then(|i| self.remaining.get(i))?;
+        let mut out = [0; MAX_GROUPS];
+        for g in spec.groups() {
+            out[g as usize] = self.cpu.get_one_block(&BlockKey::new(h, g))?;
+        }
+        Some(out)
+    }
+
+    /// Appends `blocks` to the members' lists (past a list's reserve the entry is dropped: the
+    /// hit is then longer than `max_blocks_per_request` and refused).
+    fn put(&mut self, spec: SpecGroup, blocks: &[u32; MAX_GROUPS]) {
+        for g in spec.groups() {
+            let list = &mut self.found[g as usize];
+            if list.len() < list.capacity() {
+                list.push(blocks[g as usize]);
+            }
+        }
+    }
+
+    fn each(&mut self, spec: SpecGroup, f: impl Fn(&mut Vec<u32>)) {
+        for g in spec.groups() {
+            f(&mut self.found[g as usize]);
+        }
+    }
+
+    /// One spec group's answer at or below `max` tokens: (tokens, first held entry), its
+    /// held blocks recorded.
+    fn find(&mut self, spec: SpecGroup, max: u64) -> (u64, u64) {
+        self.each(spec, Vec::clear);
+        let gb = u64::from(spec.block);
+        // The view at the group's block size: block `i` is keyed by hash `(i + 1)·s − 1`.
+        let s = gb / self.hash;
+        let key = |i: u64| (i + 1) * s - 1;
+        let view = self.remaining.len() as u64 / s;
+        let max_blocks = (max / gb).min(view);
+        let align = self.align;
+        let aligned = |blocks: u64| (blocks * gb).is_multiple_of(align);
+        match spec.kind {
+            GroupKind::FullAttention | GroupKind::Scratch => {
+                let mut n = 0;
+                while n < max_blocks {
+                    let Some(b) = self.held(spec, key(n)) else {
+                        break;
+                    };
+                    self.put(spec, &b);
+                    n += 1;
+                }
+                let mut hit = n * gb;
+                if self.fine && gb > self.hash {
+                    // The first block not held whole: its longest held hash boundary.
+                    let first = n * s;
+                    let last = (first + s - 1)
+                        .min(max / self.hash)
+                        .min(self.remaining.len() as u64);
+                    for fi in (first..last).rev() {
+                        if let Some(b) = self.held(spec, fi) {
+                            self.put(spec, &b);
+                            hit = (fi + 1) * self.hash;
+                            break;
+                        }
+                    }
+                }
+                (hit - hit % self.align, 0)
+            }
+            GroupKind::SlidingWindow { window } => {
+                let need = window_blocks(window, gb);
+                let mut run = 0;
+                for i in (0..max_blocks).rev() {
+                    if run == 0 && !aligned(i + 1) {
+                        continue;
+                    }
+                    let Some(b) = self.held(spec, key(i)) else {
+                        run = 0;
+                        self.each(spec, Vec::clear);
+                        continue;
+                    };
+                    self.put(spec, &b);
+                    run += 1;
+                    if run >= need {
+                        self.each(spec, |l| l.reverse());
+                        return ((i + run) * gb, i);
+                    }
+                }
+                // No whole window: the run from the start, cut to the alignment.
+                self.each(spec, |l| l.reverse());
+                while run > 0 && !aligned(run) {
+                    run -= 1;
+                    self.each(spec, |l| {
+                        l.pop();
+                    });
+                }
+                (run * gb, 0)
+            }
+            GroupKind::ChunkedLocal { chunk } => {
+                // The configuration makes the block the alignment.
+                let chunk = u64::from(chunk);
+                let from = (max / chunk * chunk / gb).min(max_blocks);
+                let mut len = from;
+                while len < max_blocks {
+                    let Some(b) = self.held(spec, key(len)) else {
+                        break;
+                    };
+                    self.put(spec, &b);
+                    len += 1;
+                }
+                (len * gb, from)
+            }
+            GroupKind::Mamba if self.fine && gb > self.hash => {
+                // The last state at any hash boundary.
+                let units = (max / self.hash).min(self.remaining.len() as u64);
+                for fi in (0..units).rev() {
+                    if let Some(b) = self.held(spec, fi) {
+                        self.put(spec, &b);
+                        return ((fi + 1) * self.hash, fi / s);
+                    }
+                }
+                (0, 0)
+            }
+            GroupKind::Mamba => {
+                for i in (0..max_blocks).rev() {
+                    if !aligned(i + 1) {
+                        continue;
+                    }
+                    if let Some(b) = self.held(spec, key(i)) {
+                        self.put(spec, &b);
+                        return ((i + 1) * gb, i);
+                    }
+                }
+                (0, 0)
+            }
+        }
+    }
+}
+
 impl SimpleScheduler {
     /// vLLM's `find_longest_cache_hit` for `req` after `num_computed_tokens`, with
     /// `get_num_new_matched_tokens`'s guards (prefix cache skipped, computed tokens not
-    /// block- or chunk-aligned, nothing left, the last token always recomputed).
+    /// aligned to the scheduler's block or to a chunked-local group's chunk, nothing left,
+    /// the last token always recomputed). The held blocks are left in `self.found`.
     ///
-    /// Spec groups: one per distinct kind among the prefix-cacheable groups (a spec group's
-    /// members must all hold a block for it to count), full attention first. The candidate
-    /// starts at the cap; each spec group in turn answers the longest hit it finds at or below
-    /// it (full attention once, then only capping); the pass repeats until it cuts nothing,
-    /// or once only with two spec groups. A chunked-local group whose chunk is not a multiple
-    /// of the block may answer less when asked again at its own answer; vLLM's single pass
-    /// keeps the first answer, and so does this.
-    pub(super) fn longest_hit(&self, req: &LookupRequest<'_>, num_computed_tokens: u64) -> Hit {
+    /// The candidate starts at the cap; each spec group in turn answers the longest hit it
+    /// finds at or below it (full attention once, then only capping); the pass repeats until
+    /// it cuts nothing, or once only with two spec groups. A chunked-local group whose chunk
+    /// is not a multiple of the block may answer less when asked again at its own answer;
+    /// vLLM's single pass keeps the first answer, and so does this. Every hit is a multiple of
+    /// the alignment: the hash block with fine-grained hits, else the scheduler's block.
+    pub(super) fn longest_hit(&mut self, req: &LookupRequest<'_>, num_computed_tokens: u64) -> Hit {
         let bs = u64::from(self.config.block_size);
         let layout = self.config.layout;
+        for l in &mut self.found {
+            l.clear();
+        }
         if req.skip_reading_prefix_cache || !num_computed_tokens.is_multiple_of(bs) {
             return Hit::default();
         }
@@ -51,7 +211,8 @@ impl SimpleScheduler {
         if layout.kinds().iter().any(misaligned) {
             return Hit::default();
         }
-        let skipped = usize::try_from(num_computed_tokens / bs).unwrap_or(usize::MAX);
+        let hash = u64::from(self.v.hash_block_size);
+        let skipped = usize::try_from(num_computed_tokens / hash).unwrap_or(usize::MAX);
         let remaining = req.block_hashes.get(skipped..).unwrap_or_default();
         if remaining.is_empty() {
             return Hit::default();
@@ -64,93 +225,34 @@ impl SimpleScheduler {
         else {
             return Hit::default();
         };
-        // The spec groups: distinct kinds, full attention first.
-        let mut specs = [GroupKind::Scratch; MAX_GROUPS];
-        let mut n = 0;
-        let fa_first = layout
-            .cacheable()
-            .filter(|(_, k)| *k == GroupKind::FullAttention)
-            .chain(
-                layout
-                    .cacheable()
-                    .filter(|(_, k)| *k != GroupKind::FullAttention),
-            );
-        for (_, kind) in fa_first {
-            if !specs[..n].contains(&kind) {
-                specs[n] = kind;
-                n += 1;
-            }
-        }
-        let specs = &specs[..n];
-        // Block `i` of the remaining hashes is held by every group of `kind`.
-        let held = |i: u64, kind: GroupKind| {
-            let Some(&h) = usize::try_from(i).ok().and_then(|i| remaining.get(i)) else {
-                return false;
-            };
-            layout
-                .cacheable()
-                .filter(|&(_, k)| k == kind)
-                .all(|(g, _)| self.cpu.get_one_block(&BlockKey::new(h, g)).is_some())
+        let fine = self.v.partial_hash_hits;
+        let specs = self.v.specs;
+        let specs = specs.as_slice();
+        let mut search = Search {
+            cpu: &self.cpu,
+            remaining,
+            found: &mut self.found,
+            hash,
+            align: if fine { hash } else { bs },
+            fine,
         };
-        // One spec group's answer at or below `max` tokens: (blocks, first held entry).
-        let find = |kind: GroupKind, max: u64| -> (u64, u64) {
-            let max_blocks = (max / bs).min(remaining.len() as u64);
-            match kind {
-                GroupKind::FullAttention | GroupKind::Scratch => (
-                    (0..max_blocks)
-                        .find(|&i| !held(i, kind))
-                        .unwrap_or(max_blocks),
-                    0,
-                ),
-                GroupKind::SlidingWindow { window } => {
-                    let need = window_blocks(window, bs);
-                    let mut run = 0;
-                    for i in (0..max_blocks).rev() {
-                        if !held(i, kind) {
-                            run = 0;
-                            continue;
-                        }
-                        run += 1;
-                        if run >= need {
-                            return (i + run, i);
-                        }
-                    }
-                    // No whole window: the run from the start, if any.
-                    (run, 0)
-                }
-                GroupKind::ChunkedLocal { chunk } => {
-                    let chunk = u64::from(chunk);
-                    let from = (max / chunk * chunk / bs).min(max_blocks);
-                    let len = (from..max_blocks)
-                        .find(|&i| !held(i, kind))
-                        .unwrap_or(max_blocks);
-                    (len, from)
-                }
-                GroupKind::Mamba => (0..max_blocks)
-                    .rev()
-                    .find(|&i| held(i, kind))
-                    .map_or((0, 0), |i| (i + 1, i)),
-            }
-        };
-        let single_pass = n == 2;
+        let single_pass = specs.len() == 2;
         let mut from = [0u64; MAX_GROUPS];
-        let mut attention: Option<u64> = None;
+        let mut attention = [None::<u64>; MAX_GROUPS];
         let mut hit = max_hit_len;
         loop {
             let mut curr = hit;
-            for (si, &kind) in specs.iter().enumerate() {
-                if kind == GroupKind::FullAttention
-                    && let Some(a) = attention
-                {
-                    curr = curr.min(a.saturating_mul(bs));
+            for (si, &spec) in specs.iter().enumerate() {
+                if let Some(a) = attention[si] {
+                    curr = curr.min(a);
                     continue;
                 }
-                let (len, first) = find(kind, curr);
-                if kind == GroupKind::FullAttention {
-                    attention = Some(len);
+                let (len, first) = search.find(spec, curr);
+                if spec.kind == GroupKind::FullAttention {
+                    attention[si] = Some(len);
                 }
                 from[si] = first;
-                curr = len.saturating_mul(bs);
+                curr = len;
             }
             if curr >= hit {
                 break;
@@ -161,12 +263,18 @@ impl SimpleScheduler {
             }
         }
         let mut out = Hit {
-            blocks: hit / bs,
-            from: [0; MAX_GROUPS],
+            tokens: hit,
+            ..Hit::default()
         };
-        for (g, kind) in layout.cacheable() {
-            if let Some(si) = specs.iter().position(|&k| k == kind) {
+        for (si, spec) in specs.iter().enumerate() {
+            let entries = hit.div_ceil(u64::from(spec.block));
+            for g in spec.groups() {
                 out.from[g as usize] = from[si];
+                out.entries[g as usize] = entries;
+                if spec.kind == GroupKind::FullAttention {
+                    let keep = usize::try_from(entries).unwrap_or(usize::MAX);
+                    self.found[g as usize].truncate(keep);
+                }
             }
         }
         out

@@ -6,9 +6,13 @@ use super::error::ConfigError;
 /// The most KV-cache groups a [`Layout`] holds.
 pub const MAX_GROUPS: usize = 8;
 
+// `SpecGroup::members` holds one bit per group.
+const _: () = assert!(MAX_GROUPS <= 8);
+
 /// One KV-cache group's kind, as vLLM's spec class decides how the group is looked up and
-/// stored. Every prefix-cacheable group's block size is the scheduler's
-/// ([`SimpleConfig::block_size`](super::SimpleConfig::block_size)).
+/// stored. A group's block size is the scheduler's
+/// ([`SimpleConfig::block_size`](super::SimpleConfig::block_size)) unless the layout gives it
+/// its own ([`Layout::with_block_size`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum GroupKind {
     /// Full attention (`FullAttentionSpec`): a hit is the leading run of held blocks; the
@@ -64,10 +68,10 @@ impl GroupKind {
 /// A valid layout has 1 to [`MAX_GROUPS`] groups, at least one of them
 /// [`GroupKind::FullAttention`] (vLLM's scheduler needs its `fa_gidx`), and no window or chunk
 /// of 0. One full-attention group alone is a dense model (vLLM's `UnitaryKVCacheCoordinator`);
-/// anything else runs as vLLM's `HybridKVCacheCoordinator` with fine-grained hits off.
+/// anything else runs as vLLM's `HybridKVCacheCoordinator`.
 ///
-/// Groups of one kind (and window, or chunk) are looked up together, as one of vLLM's spec
-/// groups. vLLM joins only groups whose whole spec is equal (heads and dtype too, which a
+/// Groups of one kind (and window, or chunk) and block size are looked up together, as one of
+/// vLLM's spec groups. vLLM joins only groups whose whole spec is equal (heads and dtype too, which a
 /// layout does not know); the hit is the same either way except beside a chunked-local group
 /// whose chunk is not a multiple of the block, where a caller with such groups of one kind and
 /// different specs must not use a layout (`kvtier.simple` refuses it).
@@ -85,6 +89,8 @@ impl GroupKind {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Layout {
     kinds: [GroupKind; MAX_GROUPS],
+    /// Per group: its block size in tokens, 0 for the scheduler's.
+    block_sizes: [u32; MAX_GROUPS],
     len: u8,
 }
 
@@ -100,6 +106,7 @@ impl Layout {
     pub const fn dense() -> Self {
         Layout {
             kinds: [GroupKind::Scratch; MAX_GROUPS],
+            block_sizes: [0; MAX_GROUPS],
             len: 1,
         }
         .with(0, GroupKind::FullAttention)
@@ -115,6 +122,7 @@ impl Layout {
         };
         Layout {
             kinds: [GroupKind::Scratch; MAX_GROUPS],
+            block_sizes: [0; MAX_GROUPS],
             len: 2,
         }
         .with(0, a)
@@ -154,10 +162,58 @@ impl Layout {
         }
         let mut l = Layout {
             kinds: [GroupKind::Scratch; MAX_GROUPS],
+            block_sizes: [0; MAX_GROUPS],
             len: u8::try_from(kinds.len()).unwrap_or(u8::MAX), // at most MAX_GROUPS
         };
         l.kinds[..kinds.len()].copy_from_slice(kinds);
         Ok(l)
+    }
+
+    /// The layout with group `group`'s block size set to `tokens` (vLLM's effective block
+    /// size: the spec's, times the DCP world size for a DCP-sharded group). Groups left alone
+    /// have the scheduler's block size. [`SimpleConfig::validate`](super::SimpleConfig::validate)
+    /// checks the sizes against the scheduler's and the hash block size.
+    ///
+    /// ```
+    /// use kvtier_core::simple::{Layout, SimpleConfig};
+    /// // A 64-token attention block beside a 256-token Mamba block (the scheduler's), hashed
+    /// // every 16 tokens: eager hits end on any 16-token boundary.
+    /// let l = Layout::hybrid_mamba(true).with_block_size(0, 64)?;
+    /// assert_eq!((l.block_size(0), l.block_size(1)), (Some(64), None));
+    /// let mut c = SimpleConfig::with_cpu_blocks(256, 100, 10);
+    /// c.layout = l;
+    /// c.hash_block_size = Some(16);
+    /// let v = c.validate()?;
+    /// assert!(v.partial_hash_hits);
+    /// assert_eq!(v.group_block_sizes[..2], [64, 256]);
+    /// # Ok::<(), kvtier_core::simple::ConfigError>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`ConfigError::Layout`] when the layout has no group `group` or `tokens` is 0.
+    pub fn with_block_size(mut self, group: u32, tokens: u32) -> Result<Self, ConfigError> {
+        if group as usize >= self.len() {
+            return Err(ConfigError::Layout {
+                why: "a block size for a group the layout does not have",
+            });
+        }
+        if tokens == 0 {
+            return Err(ConfigError::Layout {
+                why: "a group's block size must be > 0 tokens",
+            });
+        }
+        self.block_sizes[group as usize] = tokens;
+        Ok(self)
+    }
+
+    /// Group `group`'s own block size, `None` when it has the scheduler's (or the layout has
+    /// no such group).
+    #[must_use]
+    pub fn block_size(&self, group: u32) -> Option<u32> {
+        self.block_sizes
+            .get(group as usize)
+            .copied()
+            .filter(|&b| b != 0 && (group as usize) < self.len())
     }
 
     /// The groups' kinds, in group order.
@@ -215,5 +271,72 @@ impl Layout {
             .enumerate()
             .filter(|(_, k)| k.is_cacheable())
             .map(|(i, &k)| (super::len32(i), k))
+    }
+}
+
+/// One of vLLM's spec groups: the prefix-cacheable groups of one kind and block size, looked
+/// up together (a hit needs every member to hold the block).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SpecGroup {
+    pub(crate) kind: GroupKind,
+    /// The members' block size in tokens.
+    pub(crate) block: u32,
+    /// The member groups, one bit per group id.
+    pub(crate) members: u8,
+}
+
+impl SpecGroup {
+    /// The member group ids, in group order (`members` has one bit per group: 8 = MAX_GROUPS).
+    pub(crate) fn groups(self) -> impl Iterator<Item = u32> {
+        (0..8u32).filter(move |g| self.members & (1 << g) != 0)
+    }
+}
+
+/// A layout's spec groups in vLLM's lookup order (`verify_and_split_kv_cache_groups`): by
+/// first member, full attention first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SpecGroups {
+    groups: [SpecGroup; MAX_GROUPS],
+    len: u8,
+}
+
+impl SpecGroups {
+    /// The spec groups of `layout` with each group's block size in `blocks`.
+    pub(crate) fn of(layout: &Layout, blocks: &[u32; MAX_GROUPS]) -> Self {
+        let mut out = SpecGroups {
+            groups: [SpecGroup {
+                kind: GroupKind::Scratch,
+                block: 0,
+                members: 0,
+            }; MAX_GROUPS],
+            len: 0,
+        };
+        let fa = |k: GroupKind| k == GroupKind::FullAttention;
+        for pass_fa in [true, false] {
+            for (g, kind) in layout.cacheable().filter(|&(_, k)| fa(k) == pass_fa) {
+                let block = blocks[g as usize];
+                let n = usize::from(out.len);
+                match out.groups[..n]
+                    .iter_mut()
+                    .find(|s| s.kind == kind && s.block == block)
+                {
+                    Some(s) => s.members |= 1 << g,
+                    None => {
+                        out.groups[n] = SpecGroup {
+                            kind,
+                            block,
+                            members: 1 << g,
+                        };
+                        out.len += 1;
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// The spec groups, in lookup order.
+    pub(crate) fn as_slice(&self) -> &[SpecGroup] {
+        &self.groups[..usize::from(self.len)]
     }
 }

@@ -45,9 +45,7 @@ impl SimpleScheduler {
             let c = self.got[i];
             self.store_cpu.push(c);
             self.xfer.req[c as usize] = (super::requests::NIL, 0);
-            if let Some(m) = self.xfer.meta.get_mut(c as usize) {
-                *m = None;
-            }
+            self.xfer.set_meta(c, None, &[]);
         }
         gpu.touch(&self.store_gpu);
     }

@@ -4,25 +4,40 @@
 use super::SimpleScheduler;
 use super::error::{AllocStateError, InputError};
 use super::gpu::{GpuBlocks, LookupRequest, Tables};
+use super::layout::MAX_GROUPS;
 use super::requests::Requests;
-use crate::BlockKey;
 
 impl SimpleScheduler {
+    /// Group `g`'s part of a load of `external` tokens from `slot`'s pending hit: the entries
+    /// taken (`cdiv(external, group block size)`, at most the hit list's) and the table index
+    /// of the first (`num_computed_tokens / group block size`).
+    fn load_span(&self, slot: &super::requests::Slot, g: u32, external: u64) -> (u64, u64) {
+        let gb = u64::from(self.v.group_block_sizes[g as usize]);
+        let take = external
+            .div_ceil(gb)
+            .min(u64::from(slot.hit_entries[g as usize]));
+        (take, slot.hit_computed / gb)
+    }
+
     /// vLLM's `get_num_new_matched_tokens`: the tokens the CPU pool can add after the
     /// request's `num_computed_tokens`, and whether they load asynchronously (always, when
     /// there are any).
     ///
     /// First drops the request's earlier pending hit (a retry). Then, unless the request skips
-    /// the prefix cache, `num_computed_tokens` is not block-aligned, or not aligned to a
-    /// chunked-local group's chunk, finds the longest hit among the request's remaining
-    /// hashes of at most `(num_tokens − 1 − num_computed_tokens) / block_size` blocks (the
-    /// last token is always recomputed) as vLLM's coordinators do over the groups (see
-    /// [`GroupKind`](super::GroupKind) for what each kind needs). A hit pins its held blocks
+    /// the prefix cache, `num_computed_tokens` is not aligned to the scheduler's block or to
+    /// a chunked-local group's chunk, finds the longest hit among the request's hashes after
+    /// `num_computed_tokens / hash_block_size`, of at most `num_tokens − 1 −
+    /// num_computed_tokens` tokens (the last token is always recomputed), as vLLM's
+    /// coordinators do over the groups (see [`GroupKind`](super::GroupKind) for what each kind
+    /// needs). A hit ends on a scheduler block, or with fine-grained hits on a hash block
+    /// ([`Validated::partial_hash_hits`](super::Validated::partial_hash_hits)). A hit pins its
+    /// held blocks
     /// until [`update_state_after_alloc`](Self::update_state_after_alloc),
     /// [`request_finished`](Self::request_finished) or [`reset`](Self::reset).
     ///
     /// # Errors
-    /// [`InputError::TooManyBlocks`] for a hit longer than `max_blocks_per_request`;
+    /// [`InputError::TooManyBlocks`] for a hit of more than `max_blocks_per_request` blocks
+    /// in some group;
     /// [`InputError::TooManyRequests`] when the hit needs a new request slot and none is free.
     /// Nothing changes then.
     pub fn get_num_new_matched_tokens(
@@ -30,19 +45,21 @@ impl SimpleScheduler {
         req: &LookupRequest<'_>,
         num_computed_tokens: u64,
     ) -> Result<(u64, bool), InputError> {
-        let bs = u64::from(self.config.block_size);
         let hit = self.longest_hit(req, num_computed_tokens);
-        let blocks = hit.blocks;
-        if blocks > u64::from(self.config.max_blocks_per_request) {
+        if hit
+            .entries
+            .iter()
+            .any(|&e| e > u64::from(self.config.max_blocks_per_request))
+        {
             return Err(InputError::TooManyBlocks { req: req.req });
         }
-        if blocks > 0 && !self.reqs.has_room_for(req.req) {
+        if hit.tokens > 0 && !self.reqs.has_room_for(req.req) {
             return Err(InputError::TooManyRequests);
         }
         if let Some(s) = self.reqs.find(req.req) {
             self.free_pending_hit(s);
         }
-        if blocks == 0 {
+        if hit.tokens == 0 {
             if let Some(s) = self.reqs.find(req.req) {
                 self.reqs.release_if_idle(s);
             }
@@ -51,32 +68,27 @@ impl SimpleScheduler {
         let Some(s) = self.reqs.find_or_insert(req.req) else {
             return Err(InputError::TooManyRequests); // checked above
         };
-        let skipped = usize::try_from(num_computed_tokens / bs).unwrap_or(usize::MAX);
-        let remaining = req.block_hashes.get(skipped..).unwrap_or_default();
         let slot = &mut self.reqs.slots[s as usize];
         slot.hit.clear();
-        let idx = |n: u64| usize::try_from(n).unwrap_or(usize::MAX);
         for (g, _) in self.config.layout.cacheable() {
-            let from = hit.from[g as usize];
-            // At most `blocks`, itself below max_blocks_per_request: fits u32.
-            slot.hit_from[g as usize] = u32::try_from(from).unwrap_or(u32::MAX);
-            for &h in remaining.get(idx(from)..idx(blocks)).unwrap_or_default() {
-                // Held: the search checked every one of these keys.
-                if let Some(b) = self.cpu.get_one_block(&BlockKey::new(h, g)) {
-                    slot.hit.push(b);
-                }
-            }
+            let g = g as usize;
+            // Both at most max_blocks_per_request: checked above.
+            slot.hit_from[g] = u32::try_from(hit.from[g]).unwrap_or(u32::MAX);
+            slot.hit_entries[g] = u32::try_from(hit.entries[g]).unwrap_or(u32::MAX);
+            debug_assert_eq!(
+                self.found[g].len() as u64,
+                hit.entries[g] - hit.from[g].min(hit.entries[g])
+            );
+            slot.hit.extend_from_slice(&self.found[g]);
         }
         // Counts stay far below u32::MAX: each pin is held by one of at most 2^24 requests
         // or by a transfer, so touch cannot overflow.
         let r = self.cpu.touch(&slot.hit);
         debug_assert!(r.is_ok());
         slot.has_hit = true;
-        // At most max_blocks_per_request: checked above.
-        slot.hit_blocks = u32::try_from(blocks).unwrap_or(u32::MAX);
         slot.hit_computed = num_computed_tokens;
         self.reqs.hit_order.push(s);
-        Ok((blocks * bs, true))
+        Ok((hit.tokens, true))
     }
 
     /// Releases slot `s`'s pending hit, if any (`_free_pending_cpu_hit`: the blocks in group
@@ -90,7 +102,7 @@ impl SimpleScheduler {
         let r = self.cpu.free_blocks(&slot.hit);
         debug_assert!(r.is_ok(), "the hit's pins are the scheduler's own");
         slot.hit.clear();
-        slot.hit_blocks = 0;
+        slot.hit_entries = [0; MAX_GROUPS];
         Requests::unlist(&mut self.reqs.hit_order, s);
     }
 
@@ -117,15 +129,15 @@ impl SimpleScheduler {
     ///
     /// In eager mode a request seen for the first time gets its store state. Then the pending
     /// hit is consumed: with no external tokens it is released; otherwise, group after group,
-    /// the held entries among the first `cdiv(num_external_tokens, block_size)` of the
+    /// the held entries among the first `cdiv(num_external_tokens, group block size)` of the
     /// group's hit list become loads into that group's table from `num_computed_tokens /
-    /// block_size` on (a Mamba state only when those tokens reach it; null padding is
+    /// group block size` on (a Mamba state only when those tokens reach it; null padding is
     /// skipped); both sides stay pinned until the load finishes, and the rest of the hit is
     /// released. Without a pending hit nothing is loaded (vLLM logs a warning).
     ///
     /// # Errors
     /// [`AllocStateError`] for a GPU id out of range, no free request slot, external tokens
-    /// not block-aligned, a table too short for the loaded blocks, or a load already
+    /// not a multiple of the hash block size, a table too short for the loaded blocks, or a load already
     /// registered for the request (each an assertion in vLLM). Nothing changes then.
     pub fn update_state_after_alloc_groups(
         &mut self,
@@ -143,20 +155,17 @@ impl SimpleScheduler {
         if eager && !has_store && !self.reqs.has_room_for(req) {
             return Err(AllocStateError::Input(InputError::TooManyRequests));
         }
-        let bs = u64::from(self.config.block_size);
+        let hash = u64::from(self.v.hash_block_size);
         let pending = found.filter(|&s| self.reqs.slots[s as usize].has_hit);
-        let mut take = 0u64;
-        let mut start = 0u64;
         if let (Some(s), true) = (pending, num_external_tokens > 0) {
-            if !num_external_tokens.is_multiple_of(bs) {
+            if !num_external_tokens.is_multiple_of(hash) {
                 return Err(AllocStateError::Unaligned {
                     num_external_tokens,
                 });
             }
             let slot = &self.reqs.slots[s as usize];
-            take = (num_external_tokens / bs).min(u64::from(slot.hit_blocks));
-            start = slot.hit_computed / bs;
             for (g, _) in self.config.layout.cacheable() {
+                let (take, start) = self.load_span(slot, g, num_external_tokens);
                 let held = u64::from(slot.hit_from[g as usize]);
                 let table = tables.get(g as usize).copied().unwrap_or_default();
                 if take > held && (table.len() as u64) < start.saturating_add(take) {
@@ -186,14 +195,19 @@ impl SimpleScheduler {
             self.reqs.release_if_idle(s);
             return Ok(());
         }
+        let mut spans = [(0u64, 0u64); MAX_GROUPS];
+        for (g, _) in self.config.layout.cacheable() {
+            let slot = &self.reqs.slots[s as usize];
+            spans[g as usize] = self.load_span(slot, g, num_external_tokens);
+        }
         let slot = &mut self.reqs.slots[s as usize];
         slot.load.gpu.clear();
         slot.load.cpu.clear();
-        let len = u64::from(slot.hit_blocks);
         let mut pins = slot.hit.iter();
         for (g, _) in self.config.layout.cacheable() {
             let table = tables.get(g as usize).copied().unwrap_or_default();
-            for i in u64::from(slot.hit_from[g as usize])..len {
+            let (take, start) = spans[g as usize];
+            for i in u64::from(slot.hit_from[g as usize])..u64::from(slot.hit_entries[g as usize]) {
                 let Some(&c) = pins.next() else { break };
                 if i < take {
                     // Within the table: checked above.

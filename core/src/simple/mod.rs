@@ -4,6 +4,7 @@
 //! | file | holds |
 //! |---|---|
 //! | `config` | [`SimpleConfig`], the CPU pool's size ([`PoolSizing`]), lazy mode's [`lazy_target_blocks`] |
+//! | `cpu` | the CPU pool's methods vLLM's scheduler exposes raw (`cpu_block_pool.touch`, …) |
 //! | `layout` | the model's KV-cache groups ([`Layout`], [`GroupKind`]) |
 //! | `gpu` | [`GpuBlocks`] (the GPU pool as the scheduler sees it) and the per-call inputs |
 //! | `hit` | the hit search: vLLM's coordinator loop over the layout's spec groups |
@@ -18,14 +19,16 @@
 //!
 //! The model's KV-cache groups ([`SimpleConfig::layout`]): full attention, sliding window,
 //! chunked local attention, Mamba in vLLM's `align` mode, and groups that are not
-//! prefix-cacheable, every prefix-cacheable group's block size the scheduler's and the hash
-//! block size. One full-attention group alone is vLLM's `UnitaryKVCacheCoordinator`; any
-//! other layout is its `HybridKVCacheCoordinator` with fine-grained hits off, so no block
-//! carries secondary hashes and no partial tail is flushed; there is no EAGLE block drop. A
-//! CPU hit is the longest every group accepts ([`GroupKind`] says what each kind needs); the
-//! eager scan follows every positional group's table; Mamba states reach the CPU only as
-//! boundary hand-offs ([`StepInput::handoffs`]) or, in lazy mode, from the GPU free queue.
-//! DCP is folded into `block_size`.
+//! prefix-cacheable, each with its own block size (DCP-resolved) and a hash block size that
+//! divides every prefix-cacheable one. One full-attention group alone is vLLM's
+//! `UnitaryKVCacheCoordinator`; any other layout is its `HybridKVCacheCoordinator`, with
+//! fine-grained hits where vLLM enables them ([`Validated::partial_hash_hits`]): full
+//! attention's last block and a Mamba state may then end on any hash boundary, a finishing
+//! prompt's full-attention partial tail is flushed, and every store copies its GPU block's
+//! secondary hashes ([`GpuBlocks::secondary_hashes`]). There is no EAGLE block drop. A CPU
+//! hit is the longest every group accepts ([`GroupKind`] says what each kind needs); the eager
+//! scan follows every positional group's table; Mamba states reach the CPU only as boundary
+//! hand-offs ([`StepInput::handoffs`]) or, in lazy mode, from the GPU free queue.
 //!
 //! # The GPU-side contract
 //!
@@ -77,6 +80,7 @@
 
 mod completion;
 mod config;
+mod cpu;
 mod eager;
 mod error;
 mod gpu;
@@ -88,6 +92,8 @@ mod requests;
 mod step;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fine;
 #[cfg(test)]
 mod tests_hybrid;
 #[cfg(test)]
@@ -209,8 +215,14 @@ pub struct SimpleScheduler {
     load_cpu: Vec<u32>,
     sel_gpu: Vec<u32>,
     sel_meta: Vec<Option<StoredMeta>>,
+    /// Per selected block (events on, fine geometry): its boundary keys, `xfer.per()` each.
+    sel_keys: Vec<BlockKey>,
+    /// Secondary hashes not kept for want of room.
+    dropped_secondary: u64,
     got: Vec<u32>,
     tmp: Vec<u32>,
+    /// The hit search's held blocks, one list per group (`max_blocks_per_request` each).
+    found: Vec<Vec<u32>>,
 }
 
 /// A length or index bounded by a `u32` table size, as `u32`.
@@ -233,6 +245,7 @@ impl SimpleScheduler {
         let mut pool_config = BlockPoolConfig::new(v.num_cpu_blocks, true);
         pool_config.enable_events = config.enable_events;
         pool_config.event_capacity = v.num_cpu_blocks;
+        pool_config.secondary_capacity = v.secondary_capacity;
         let cpu = BlockPool::new(pool_config).map_err(|_| NewError::AllocFailed)?;
         let n_cpu = v.num_cpu_blocks as usize;
         let n_gpu = config.num_gpu_blocks as usize;
@@ -269,7 +282,12 @@ impl SimpleScheduler {
                 v.num_cpu_blocks,
             )
             .map_err(fail)?,
-            xfer: Transfers::new(v.num_cpu_blocks, config.enable_events).map_err(fail)?,
+            xfer: Transfers::new(
+                v.num_cpu_blocks,
+                config.enable_events,
+                v.hash_blocks_per_block,
+            )
+            .map_err(fail)?,
             in_flight: filled(n_gpu.div_ceil(64), 0).map_err(fail)?,
             cursor: None,
             load_counter: 0,
@@ -289,8 +307,29 @@ impl SimpleScheduler {
                 0
             })
             .map_err(fail)?,
+            sel_keys: with_capacity(if config.enable_events {
+                max_b
+                    .min(n_cpu)
+                    .saturating_mul(v.hash_blocks_per_block as usize)
+            } else {
+                0
+            })
+            .map_err(fail)?,
+            dropped_secondary: 0,
             got: with_capacity(n_cpu).map_err(fail)?,
             tmp: with_capacity(n_cpu).map_err(fail)?,
+            found: {
+                let mut found = with_capacity(config.layout.len()).map_err(fail)?;
+                for k in config.layout.kinds() {
+                    let b = if k.is_cacheable() {
+                        config.max_blocks_per_request as usize
+                    } else {
+                        0
+                    };
+                    found.push(with_capacity(b).map_err(fail)?);
+                }
+                found
+            },
         })
     }
 
@@ -298,6 +337,12 @@ impl SimpleScheduler {
     #[must_use]
     pub fn config(&self) -> &SimpleConfig {
         &self.config
+    }
+
+    /// What the configuration's validation derived (block sizes, fine-grained hits, …).
+    #[must_use]
+    pub fn validated(&self) -> &Validated {
+        &self.v
     }
 
     /// The CPU pool's size, the null block included (vLLM's `num_cpu_blocks`).
@@ -316,70 +361,6 @@ impl SimpleScheduler {
     #[must_use]
     pub fn cpu_pool(&self) -> &BlockPool<BlockKey> {
         &self.cpu
-    }
-
-    /// Takes one more reference on CPU blocks (vLLM's `cpu_block_pool.touch`, which vLLM's
-    /// scheduler exposes raw): a block at count 0 leaves the free queue, so no store hands
-    /// it out until [`cpu_free_blocks`](Self::cpu_free_blocks) releases it. A caller that
-    /// pins blocks and never frees them shrinks the pool for good.
-    ///
-    /// # Errors
-    /// The pool's [`TouchError`](crate::block_pool::TouchError); nothing changes then.
-    pub fn cpu_touch(&mut self, blocks: &[u32]) -> Result<(), crate::block_pool::TouchError> {
-        self.cpu.touch(blocks)
-    }
-
-    /// Drops one reference on CPU blocks, in eviction order (vLLM's
-    /// `cpu_block_pool.free_blocks`): blocks reaching 0 rejoin the free queue, hashed ones at
-    /// the back. Only the references a caller took with [`cpu_touch`](Self::cpu_touch) are
-    /// its to drop: freeing a block a load or store of the scheduler holds lets a later
-    /// store overwrite it while that transfer still reads or writes it.
-    ///
-    /// # Errors
-    /// The pool's [`FreeError`](crate::block_pool::FreeError); nothing changes then.
-    pub fn cpu_free_blocks(&mut self, blocks: &[u32]) -> Result<(), crate::block_pool::FreeError> {
-        self.cpu.free_blocks(blocks)
-    }
-
-    /// Takes `n` blocks from the front of the CPU pool's free queue (vLLM's
-    /// `cpu_block_pool.get_new_blocks`, public in vLLM's scheduler): each block's hash is
-    /// removed (a `Removed` event when events are on) and it holds one reference, passed to
-    /// `sink` in order. Like [`cpu_touch`](Self::cpu_touch), this is the caller's own pin:
-    /// [`cpu_free_blocks`](Self::cpu_free_blocks) gives the blocks back.
-    ///
-    /// # Errors
-    /// The pool's [`GetBlocksError`](crate::block_pool::GetBlocksError) when fewer than `n`
-    /// blocks are free; nothing changes then.
-    pub fn cpu_get_new_blocks(
-        &mut self,
-        n: u32,
-        sink: impl FnMut(u32),
-    ) -> Result<(), crate::block_pool::GetBlocksError> {
-        self.cpu.get_new_blocks(n, sink)?;
-        self.pull_pool_events();
-        Ok(())
-    }
-
-    /// Caches CPU blocks the caller holds (vLLM's `cpu_block_pool.cache_full_blocks`, at the
-    /// scheduler's block size): `blocks[i]` under `keys[i]` for `i` in
-    /// `num_cached_blocks..num_full_blocks`, as [`BlockPool::cache_full_blocks`] does; a later
-    /// lookup finds them. A `Stored` event per block when events are on (no payload).
-    ///
-    /// # Errors
-    /// The pool's [`CacheError`](crate::block_pool::CacheError) (lists too short, a block out
-    /// of range, one already hashed over as many tokens); nothing changes then.
-    pub fn cpu_cache_full_blocks(
-        &mut self,
-        blocks: &[u32],
-        keys: &[BlockKey],
-        num_cached_blocks: u32,
-        num_full_blocks: u32,
-    ) -> Result<(), crate::block_pool::CacheError> {
-        let bs = self.config.block_size;
-        self.cpu
-            .cache_full_blocks(blocks, keys, num_cached_blocks, num_full_blocks, bs, None)?;
-        self.pull_pool_events();
-        Ok(())
     }
 
     /// The cumulative count of one outcome since construction or the last reset (vLLM's
@@ -475,6 +456,13 @@ impl SimpleScheduler {
         self.events.drain(..)
     }
 
+    /// Secondary hashes a completed store could not keep: the CPU pool's room
+    /// ([`SimpleConfig::secondary_hashes`]) was in use (since construction).
+    #[must_use]
+    pub fn dropped_secondary_hashes(&self) -> u64 {
+        self.dropped_secondary
+    }
+
     /// Events dropped because `event_capacity` events were held.
     #[must_use]
     pub fn dropped_events(&self) -> u64 {
@@ -498,6 +486,12 @@ impl SimpleScheduler {
                 + self.tmp.capacity())
                 * 4
             + self.sel_meta.capacity() * size_of::<Option<StoredMeta>>()
+            + self.sel_keys.capacity() * size_of::<BlockKey>()
+            + self
+                .found
+                .iter()
+                .map(|l| l.capacity() * 4 + size_of::<Vec<u32>>())
+                .sum::<usize>()
     }
 
     fn set_in_flight(&mut self, gpu_block: u32, on: bool) {

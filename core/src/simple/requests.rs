@@ -50,8 +50,8 @@ pub(super) struct Slot {
     /// after group in group order, each group's in position order.
     pub(super) has_hit: bool,
     pub(super) hit: Vec<u32>,
-    /// The hit's length in blocks (every group's hit list has this many entries).
-    pub(super) hit_blocks: u32,
+    /// Per group: the entries of its hit list.
+    pub(super) hit_entries: [u32; MAX_GROUPS],
     /// Per group: the first held entry of its hit list (those before are null padding).
     pub(super) hit_from: [u32; MAX_GROUPS],
     pub(super) hit_computed: u64,
@@ -125,7 +125,7 @@ impl Requests {
                 stamp: u64::MAX,
                 has_hit: false,
                 hit: with_capacity(hit_b)?,
-                hit_blocks: 0,
+                hit_entries: [0; MAX_GROUPS],
                 hit_from: [0; MAX_GROUPS],
                 hit_computed: 0,
                 load: load()?,

@@ -226,6 +226,7 @@ fn cursor_scan_confirmed_blocks_and_final_flush() {
     let fin = Finished {
         req: 1,
         block_ids: &[&ids],
+        num_prompt_tokens: 48,
         progress: progress(&hashes, 48),
     };
     s.request_finished_all_groups(&mut g, &fin).unwrap();
@@ -461,7 +462,7 @@ fn the_cpu_pool_can_be_seeded_as_vllm_tests_seed_it() {
     assert_eq!(got, [1, 2, 3]);
     assert!(s.cpu_get_new_blocks(5, |_| {}).is_err(), "4 free");
     let keys: Vec<BlockKey> = [7, 8, 9].iter().map(|&h| BlockKey::new(h, 0)).collect();
-    s.cpu_cache_full_blocks(&got, &keys, 0, 2).unwrap();
+    s.cpu_cache_full_blocks(&got, &keys, 0, 2, BS).unwrap();
     s.cpu_free_blocks(&got).unwrap();
     assert_eq!(s.cpu_pool().free_count(), 7);
     let stored: Vec<SimpleEvent> = s.take_events().collect();

@@ -171,6 +171,7 @@ fn flush(
     let fin = Finished {
         req: 1,
         block_ids: tables,
+        num_prompt_tokens: 64,
         progress: Progress {
             num_computed_tokens: 64,
             num_output_placeholders: 0,

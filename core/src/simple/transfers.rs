@@ -8,6 +8,7 @@ use core::hash::BuildHasher;
 use hashbrown::HashTable;
 
 use super::requests::NIL;
+use crate::BlockKey;
 use crate::hashing::FixedState;
 use crate::reserve::{AllocError, filled, table, with_capacity};
 
@@ -63,6 +64,11 @@ pub(super) struct Transfers {
     pub(super) req: Vec<(u32, u32)>,
     /// Per CPU block: event metadata (only with events on).
     pub(super) meta: Vec<Option<StoredMeta>>,
+    /// Per CPU block with metadata: the request's keys at each hash boundary of the block,
+    /// `per` of them (padded with [`NO_KEY`]); empty unless events are on and a group's block
+    /// spans several hash blocks.
+    interior: Vec<BlockKey>,
+    per: usize,
     events: HashTable<Event>,
     /// Queued finish-time flushes, oldest first.
     pub(super) flushes: Vec<Chain>,
@@ -74,15 +80,27 @@ pub(super) struct Transfers {
     pub(super) abandoned_events: u32,
 }
 
+/// A key no block holds (group ids are below [`MAX_GROUPS`](super::MAX_GROUPS)).
+pub(super) const NO_KEY: BlockKey = BlockKey::new(0, u32::MAX);
+
 impl Transfers {
-    pub(super) fn new(num_cpu_blocks: u32, with_meta: bool) -> Result<Self, AllocError> {
+    /// Tables for `num_cpu_blocks` CPU blocks; with `with_meta`, room for event metadata and
+    /// `per` boundary keys per block.
+    pub(super) fn new(num_cpu_blocks: u32, with_meta: bool, per: u32) -> Result<Self, AllocError> {
         let n = num_cpu_blocks as usize;
+        let per = if with_meta && per > 1 {
+            per as usize
+        } else {
+            0
+        };
         Ok(Transfers {
             hasher: FixedState::default(),
             next: filled(n, NIL)?,
             gpu: filled(n, NIL)?,
             req: filled(n, (NIL, 0))?,
             meta: filled(if with_meta { n } else { 0 }, None)?,
+            interior: filled(n.saturating_mul(per), NO_KEY)?,
+            per,
             // Twice the live maximum (one event per CPU block): at most half full, so
             // hashbrown clears tombstones in place instead of growing.
             events: table(n.saturating_mul(2))?,
@@ -90,6 +108,43 @@ impl Transfers {
             pending_blocks: 0,
             live_events: 0,
             abandoned_events: 0,
+        })
+    }
+
+    /// Boundary keys kept per CPU block (0: none).
+    pub(super) fn per(&self) -> usize {
+        self.per
+    }
+
+    /// Records CPU block `c`'s event metadata and boundary keys (`keys` at most `per`).
+    pub(super) fn set_meta(&mut self, c: u32, meta: Option<StoredMeta>, keys: &[BlockKey]) {
+        if let Some(m) = self.meta.get_mut(c as usize) {
+            *m = meta;
+        }
+        let at = (c as usize).saturating_mul(self.per);
+        if let Some(slot) = self.interior.get_mut(at..at + self.per) {
+            slot.fill(NO_KEY);
+            for (d, &k) in slot.iter_mut().zip(keys) {
+                *d = k;
+            }
+        }
+    }
+
+    /// The payload of a secondary hash `key` copied into CPU block `c`: the request's own
+    /// hash block at that boundary (`hash` tokens), when `key` is one of the block's boundary
+    /// keys (vLLM's `meta_by_hash`).
+    pub(super) fn secondary_meta(&self, c: u32, key: BlockKey, hash: u64) -> Option<StoredMeta> {
+        let m = self.meta.get(c as usize).copied().flatten()?;
+        let at = (c as usize).saturating_mul(self.per);
+        let keys = self.interior.get(at..at + self.per)?;
+        let j = keys.iter().position(|&k| k == key)?;
+        Some(StoredMeta {
+            req: m.req,
+            parent_hash: match j {
+                0 => m.parent_hash,
+                _ => Some(keys[j - 1].hash),
+            },
+            token_start: m.token_start + j as u64 * hash,
         })
     }
 
@@ -181,6 +236,7 @@ impl Transfers {
         (self.next.capacity() + self.gpu.capacity()) * 4
             + self.req.capacity() * 8
             + self.meta.capacity() * size_of::<Option<StoredMeta>>()
+            + self.interior.capacity() * size_of::<BlockKey>()
             + self.events.allocation_size()
             + self.flushes.capacity() * size_of::<Chain>()
     }

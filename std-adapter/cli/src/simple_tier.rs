@@ -288,6 +288,8 @@ impl Connector for SimpleTier {
         let done = Finished {
             req: req.rid,
             block_ids: &tables,
+            // Read only with fine-grained hits, which the engine model's layouts never enable.
+            num_prompt_tokens: 0,
             progress: Progress {
                 num_computed_tokens: self.covered(req.num_computed_tokens, req.block_hashes),
                 num_output_placeholders: 0,

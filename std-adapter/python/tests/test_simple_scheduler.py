@@ -411,8 +411,16 @@ def test_unsupported_configurations_raise():
         KvtierScheduler(vllm_config(), _two_groups(_mamba(), _mamba()), 800, BS, BS)
     with pytest.raises(ValueError, match="'align' cache mode only; group 1's is 'all'"):
         KvtierScheduler(vllm_config(), _two_groups(attention, _mamba(mode="all")), 800, BS, BS)
-    with pytest.raises(ValueError, match="cacheable group's block size.*got 4, 4 and 4 and 8"):
+    with pytest.raises(ValueError, match="not a multiple of group 1's block size 8"):
         KvtierScheduler(vllm_config(), _two_groups(attention, _mamba(2 * BS)), 800, BS, BS)
+    # A Mamba block twice the attention block, the scheduler's the larger: fine-grained hits
+    # in eager mode only, as vLLM's coordinator decides.
+    for lazy in (False, True):
+        kv = KvtierScheduler(
+            vllm_config(), _two_groups(attention, _mamba(2 * BS)), 800, 2 * BS, BS, lazy
+        )
+        assert kv.group_block_sizes == (BS, 2 * BS)
+        assert kv.cpu_coordinator.enable_partial_hash_hits is not lazy
     # Either order of the two groups is accepted, and so is a sliding-window group.
     for groups in ((attention, _mamba()), (_mamba(), attention)):
         kv = KvtierScheduler(vllm_config(), _two_groups(*groups), 800, BS, BS)

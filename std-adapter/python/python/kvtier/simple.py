@@ -16,9 +16,13 @@ chunked local attention (``ChunkedLocalAttentionSpec``), Mamba in ``align`` mode
 dividing the scheduler's: vLLM's scheduler side never looks them up, stores, loads or reports
 them, so kvtier passes their tables as empty). At least one prefix-cacheable group is of full
 attention, and the first group of a full-attention kind is one of them (vLLM's ``fa_gidx``).
-Every prefix-cacheable group's block size is the scheduler's and the hash block size (no
-fine-grained hits; under DCP only full-attention groups may be sharded, which vLLM's
-coordinator asserts), and there is no EAGLE trailing-block drop. One full-attention group
+Each group has its own block size (DCP-resolved; the scheduler's block is a multiple of
+each, every prefix-cacheable one a multiple of the hash block; under DCP only full-attention
+groups may be sharded, which vLLM's coordinator asserts), and in eager mode hits are
+fine-grained where vLLM's ``partial_hash_hits_enabled`` allows them (a Mamba block larger than
+the hash block, or equal to it under DCP): full attention's last block and the Mamba state may
+end on any hash boundary, secondary block hashes are copied with a store, and a finishing
+prompt's partial full-attention tail is flushed. There is no EAGLE trailing-block drop. One full-attention group
 alone is vLLM's ``UnitaryKVCacheCoordinator``; any other layout is its
 ``HybridKVCacheCoordinator``, whose hit is the longest every group accepts and whose eager scan
 holds no re-prefillable tail back (``num_prefill_lookahead_tokens``); kvtier follows both. The
@@ -228,14 +232,6 @@ def _check_scope(
             f"{first_full} ({type(groups[first_full].kv_cache_spec).__name__}) comes first"
         )
     dcp = vllm_config.parallel_config.decode_context_parallel_size
-    sizes = [resolve_dcp_kv_block_size(groups[i].kv_cache_spec, dcp) for i in cacheable]
-    if not all(scheduler_block_size == hash_block_size == size for size in sizes):
-        got = " and ".join(str(size) for size in sizes)
-        raise ValueError(
-            "kvtier's SimpleCPUOffloadScheduler needs the scheduler block size, the hash "
-            "block size and every prefix-cacheable group's block size to be equal (no "
-            f"fine-grained hits); got {scheduler_block_size}, {hash_block_size} and {got}"
-        )
     # What vLLM's CPU-side coordinator checks of every group when it is built.
     for i, g in enumerate(groups):
         spec = g.kv_cache_spec
@@ -304,7 +300,8 @@ def _extra_config(vllm_config: VllmConfig) -> dict[str, Any]:
 
 class CpuBlock:
     """One CPU block as vLLM's ``KVCacheBlock`` reads: ``block_id``, and live from the pool
-    ``ref_cnt``, ``block_hash`` (``BlockHashWithGroupId`` bytes or ``None``), ``is_null``."""
+    ``ref_cnt``, ``block_hash`` (``BlockHashWithGroupId`` bytes or ``None``),
+    ``block_hash_num_tokens``, ``is_null``."""
 
     __slots__ = ("_pool", "block_id")
 
@@ -319,6 +316,10 @@ class CpuBlock:
     @property
     def block_hash(self) -> bytes | None:
         return self._pool.block_hash(self.block_id)
+
+    @property
+    def block_hash_num_tokens(self) -> int | None:
+        return self._pool.block_hash_num_tokens(self.block_id)
 
     @property
     def is_null(self) -> bool:
@@ -349,6 +350,39 @@ class _CachedBlocks:
         return None if b is None else self._pool.blocks[b]
 
 
+class _SecondaryHashes:
+    """``cached_block_hashes_by_block``: each block's secondary hashes (the keys it is
+    reachable under besides its ``block_hash``), only blocks that have some."""
+
+    def __init__(self, pool: CpuBlockPool) -> None:
+        self._pool = pool
+
+    def get(self, block_id: int, default: Any = None) -> Any:
+        keys = self._pool._native.secondary_hashes(block_id)
+        return set(keys) if keys else default
+
+    def __getitem__(self, block_id: int) -> set[bytes]:
+        keys = self.get(block_id)
+        if keys is None:
+            raise KeyError(block_id)
+        return keys
+
+    def __contains__(self, block_id: object) -> bool:
+        return isinstance(block_id, int) and self.get(block_id) is not None
+
+
+class _CpuCoordinator:
+    """What vLLM's scheduler exposes of its CPU-side coordinator: whether hits are
+    fine-grained, its pool and its groups' block sizes."""
+
+    def __init__(
+        self, enable_partial_hash_hits: bool, block_pool: CpuBlockPool, sizes: tuple[int, ...]
+    ) -> None:
+        self.enable_partial_hash_hits = enable_partial_hash_hits
+        self.block_pool = block_pool
+        self.group_block_sizes = sizes
+
+
 class CpuBlockPool:
     """vLLM's ``cpu_block_pool`` over kvtier's CPU pool: what vLLM's tests and connector
     read (free count, blocks, lookup by hash), pin with (``touch``, ``free_blocks``) and seed
@@ -356,13 +390,14 @@ class CpuBlockPool:
     ``ValueError`` and changes nothing. Releasing a reference the scheduler's own loads or
     stores hold corrupts its transfers, as it does in vLLM."""
 
-    def __init__(self, native: _native.CpuBlockPool, block_size: int) -> None:
+    def __init__(self, native: _native.CpuBlockPool, hash_block_size: int) -> None:
         self._native = native
-        self._block_size = block_size
+        self.hash_block_size = hash_block_size
         self.blocks: tuple[CpuBlock, ...] = tuple(
             CpuBlock(native, i) for i in range(native.num_blocks())
         )
         self.cached_block_hash_to_block = _CachedBlocks(self)
+        self.cached_block_hashes_by_block = _SecondaryHashes(self)
 
     def get_num_free_blocks(self) -> int:
         return self._native.free_count()
@@ -388,18 +423,18 @@ class CpuBlockPool:
         kv_cache_group_id: int,
     ) -> None:
         """Caches ``blocks[num_cached_blocks:num_full_blocks]`` under the request's block
-        hashes in group ``kv_cache_group_id``, as vLLM's ``BlockPool.cache_full_blocks`` does
-        (at the scheduler's block size only)."""
-        if block_size != self._block_size:
+        hashes at ``block_size`` (each block keyed by the hash at its end) in group
+        ``kv_cache_group_id``, as vLLM's ``BlockPool.cache_full_blocks`` does."""
+        if block_size <= 0 or block_size % self.hash_block_size:
             raise ValueError(
-                f"kvtier's CPU pool caches blocks of {self._block_size} tokens, not {block_size}"
+                f"a block of {block_size} tokens is not a multiple of the hash block "
+                f"({self.hash_block_size})"
             )
-        keys = [
-            make_block_hash_with_group_id(h, kv_cache_group_id)
-            for h in request.block_hashes[:num_full_blocks]
-        ]
+        per = block_size // self.hash_block_size
+        hashes = request.block_hashes[per - 1 :: per]
+        keys = [make_block_hash_with_group_id(h, kv_cache_group_id) for h in hashes]
         self._native.cache_full_blocks(
-            [b.block_id for b in blocks], keys, num_cached_blocks, num_full_blocks
+            [b.block_id for b in blocks], keys, num_cached_blocks, num_full_blocks, block_size
         )
 
 
@@ -434,14 +469,13 @@ class SimpleCPUOffloadScheduler:
         )
         groups = kv_cache_config.kv_cache_groups
         # vLLM's public names: the full-attention group (fa_gidx), each group's block size
-        # (DCP-resolved; the prefix-cacheable groups' all equal the scheduler's) and the
-        # groups its stores, loads and lookups take part in.
+        # (DCP-resolved) and the groups its stores, loads and lookups take part in.
         self.fa_gidx = self._attention_group
         dcp = vllm_config.parallel_config.decode_context_parallel_size
         self.group_block_sizes = tuple(
             resolve_dcp_kv_block_size(g.kv_cache_spec, dcp) for g in groups
         )
-        self.fa_block_size = self.block_size
+        self.fa_block_size = self.group_block_sizes[self.fa_gidx]
         self.prefix_cacheable_group_ids = kv_cache_config.prefix_cacheable_group_ids
         self.enable_kv_cache_events = (
             vllm_config.kv_events_config is not None
@@ -481,6 +515,19 @@ class SimpleCPUOffloadScheduler:
         # out, a store when its copy completes) plus a reset's clear; the queue is drained
         # after every call.
         event_capacity = min(max(pool_blocks, 0) + 64, 2**32 - 1)
+        # Room for the secondary hashes a stored block brings: one per hash boundary inside
+        # the largest group block, and at least one per block (vLLM's pool keeps any).
+        cacheable_sizes = [
+            size
+            for size, (kind, _) in zip(self.group_block_sizes, self._layout)
+            if kind != "scratch"
+        ]
+        per_block = max(1, max(cacheable_sizes) // hash_block_size - 1)
+        secondary_hashes = int(
+            extra.get(
+                "kvtier_secondary_hashes", min(max(pool_blocks, 1) * per_block, 2**32 - 1)
+            )
+        )
         self._native = _native.SimpleScheduler(
             self.block_size,
             num_gpu_blocks,
@@ -502,9 +549,16 @@ class SimpleCPUOffloadScheduler:
             self.enable_kv_cache_events,
             event_capacity,
             self._layout,
+            hash_block_size,
+            list(self.group_block_sizes),
+            dcp,
+            secondary_hashes,
         )
         self.num_cpu_blocks: int = self._native.num_cpu_blocks()
-        self.cpu_block_pool = CpuBlockPool(self._native.cpu_pool(), scheduler_block_size)
+        self.cpu_block_pool = CpuBlockPool(self._native.cpu_pool(), hash_block_size)
+        self.cpu_coordinator = _CpuCoordinator(
+            self._native.partial_hash_hits(), self.cpu_block_pool, self.group_block_sizes
+        )
         self.kv_event_medium = MEDIUM_STORAGE if disk_capacity_bytes > 0 else MEDIUM_CPU
         self._lazy_mode = bool(lazy_offload)
         self._expected_worker_count: int = vllm_config.parallel_config.world_size
@@ -525,7 +579,7 @@ class SimpleCPUOffloadScheduler:
             for g in kv_cache_config.kv_cache_groups
         ]
         self._events: list[KVCacheEvent] = []
-        self._store_payloads: dict[int, list[BlockStored]] = {}
+        self._store_payloads: dict[int, list[tuple[Any, ...]]] = {}
         self._flush_requests: dict[int, Request] = {}
 
     def _tables(self, block_ids: Sequence[Sequence[int] | None]) -> list[list[int]]:
@@ -575,24 +629,34 @@ class SimpleCPUOffloadScheduler:
                 return r
         raise AssertionError(f"the request {req_id!r} of a stored block is unknown")
 
-    def _stored_event(self, gpu_block: int, cpu_block: int, scheduled) -> BlockStored:
-        """vLLM's BlockStored for one block of a store event, captured when it is issued."""
+    def _store_capture(self, gpu_block: int, cpu_block: int, scheduled) -> tuple[Any, ...]:
+        """What one block of a store event needs for its ``BlockStored`` events, captured
+        when the event is issued: the GPU block, and for a positional store the request
+        whose tokens it holds and its first token."""
         assert self._gpu_block_pool is not None
-        key = self._gpu_block_pool.blocks[gpu_block].block_hash
         meta = self._native.stored_meta(cpu_block)
+        if meta is None:
+            return (gpu_block, None, 0)
+        lst, _, start, req_id = meta
+        key = self._gpu_block_pool.blocks[gpu_block].block_hash
+        return (gpu_block, self._payload_request(lst, req_id, key, scheduled), start)
+
+    def _block_stored(
+        self, key: bytes, request: Request | None, start: int, size: int, event_size: int
+    ) -> BlockStored:
+        """vLLM's ``BlockStored`` for ``key``: with ``request``, the payload of its
+        ``size`` tokens from ``start`` (empty when they are not ``event_size``)."""
         group = get_group_id(key)
         kind, window = self._spec_meta[group]
         token_ids: list[int] = []
         parent = lora_id = lora_name = extra = None
-        if meta is not None:
-            lst, _, start, req_id = meta
-            i = start // self.block_size
-            request = self._payload_request(lst, req_id, key, scheduled)
-            end = start + self.block_size
+        if request is not None:
+            end = start + size
             token_ids = list(request.all_token_ids[start:end])
-            if len(token_ids) == self.block_size:
-                if i > 0:
-                    parent = maybe_convert_block_hash(request.block_hashes[i - 1])
+            if len(token_ids) == event_size:
+                h = start // self.hash_block_size
+                if h > 0:
+                    parent = maybe_convert_block_hash(request.block_hashes[h - 1])
                 lora = request.lora_request
                 lora_id = lora.adapter_id if lora else None
                 lora_name = lora.name if lora else None
@@ -603,7 +667,7 @@ class SimpleCPUOffloadScheduler:
             block_hashes=[maybe_convert_block_hash(get_block_hash(key))],
             parent_block_hash=parent,
             token_ids=token_ids,
-            block_size=self.block_size,
+            block_size=event_size,
             lora_id=lora_id,
             medium=self.kv_event_medium,
             lora_name=lora_name,
@@ -613,6 +677,32 @@ class SimpleCPUOffloadScheduler:
             kv_cache_spec_sliding_window=window,
             locality="LOCAL",
         )
+
+    def _completed_events(self, captures: list[tuple[Any, ...]]) -> Iterable[BlockStored]:
+        """The ``BlockStored`` events of a completed store, block by block: the GPU block's
+        hash, then each secondary hash it holds (the request's own hash block at that
+        boundary, or without a payload and block size 0)."""
+        assert self._gpu_block_pool is not None
+        pool = self._gpu_block_pool
+        hb = self.hash_block_size
+        for gpu_block, request, start in captures:
+            key = pool.blocks[gpu_block].block_hash
+            group = get_group_id(key)
+            size = self.group_block_sizes[group]
+            yield self._block_stored(key, request, start, size, size)
+            boundary: dict[bytes, int] = {}
+            if request is not None:
+                for h in range(start // hb, (start + size) // hb):
+                    if h < len(request.block_hashes):
+                        k = make_block_hash_with_group_id(request.block_hashes[h], group)
+                        if k != key:
+                            boundary[k] = h * hb
+            for secondary in pool.cached_block_hashes_by_block.get(gpu_block, ()):
+                at = boundary.get(secondary)
+                if at is None:
+                    yield self._block_stored(secondary, None, 0, 0, 0)
+                else:
+                    yield self._block_stored(secondary, request, at, hb, hb)
 
     def bind_gpu_block_pool(self, gpu_block_pool: BlockPool) -> None:
         """The GPU pool the scheduler built; every later call reads and pins it."""
@@ -711,7 +801,7 @@ class SimpleCPUOffloadScheduler:
         if self.enable_kv_cache_events:
             if store_event >= 0:
                 self._store_payloads[store_event] = [
-                    self._stored_event(g, c, scheduled_requests)
+                    self._store_capture(g, c, scheduled_requests)
                     for g, c in zip(store_gpu, store_cpu, strict=True)
                 ]
             self._flush_requests.clear()
@@ -739,9 +829,9 @@ class SimpleCPUOffloadScheduler:
         self._native.update_connector_output(finished_recving, completed)
         self._drop_forgotten()
         for event, _ in completed:
-            payloads = self._store_payloads.get(event)
-            if payloads is not None and self._native.store_event_state(event) is None:
-                self._events.extend(payloads)
+            captures = self._store_payloads.get(event)
+            if captures is not None and self._native.store_event_state(event) is None:
+                self._events.extend(self._completed_events(captures))
                 del self._store_payloads[event]
 
     def has_pending_stores(self) -> bool:
@@ -770,6 +860,8 @@ class SimpleCPUOffloadScheduler:
             tracked.num_computed_tokens,
             tracked.num_output_placeholders,
             tracked.block_hashes,
+            # Read (as vLLM reads it) only for a fine-grained partial tail.
+            tracked.num_prompt_tokens if self.cpu_coordinator.enable_partial_hash_hits else 0,
         )
         if self.enable_kv_cache_events and flush_list is not None:
             self._flush_requests[flush_list] = tracked

@@ -71,6 +71,34 @@ impl CpuBlockPool {
             .map(Bound::unbind))
     }
 
+    /// The prefix tokens block `block`'s hash covers (`block_hash_num_tokens`), `None` without
+    /// a hash.
+    ///
+    /// # Errors
+    /// `IndexError` for a block out of range.
+    fn block_hash_num_tokens(&self, py: Python<'_>, block: u32) -> PyResult<Option<u64>> {
+        let s = self.sched.borrow(py);
+        Self::check(&s, block)?;
+        Ok(s.s.cpu_pool().block_hash(block).map(|h| h.num_tokens))
+    }
+
+    /// The key objects of block `block`'s secondary hashes (`cached_block_hashes_by_block`),
+    /// in insertion order.
+    ///
+    /// # Errors
+    /// `IndexError` for a block out of range.
+    fn secondary_hashes(&self, py: Python<'_>, block: u32) -> PyResult<Vec<Py<PyBytes>>> {
+        let s = self.sched.borrow(py);
+        Self::check(&s, block)?;
+        let keys = s.keys.borrow();
+        Ok(s.s
+            .cpu_pool()
+            .secondary_hashes(block)
+            .filter_map(|k| keys.key_object(py, k.hash, k.group))
+            .map(Bound::unbind)
+            .collect())
+    }
+
     /// The block cached under `key` (`cached_block_hash_to_block.get_one_block`), the first
     /// cached when several share it; `None` when no block holds it.
     ///
@@ -109,8 +137,9 @@ impl CpuBlockPool {
         Ok(got)
     }
 
-    /// `cache_full_blocks` at the scheduler's block size: `blocks[i]` under the key object
-    /// `keys[i]` (vLLM's `BlockHashWithGroupId` bytes) for `i` in `num_cached..num_full`.
+    /// `cache_full_blocks`: `blocks[i]` under the key object `keys[i]` (vLLM's
+    /// `BlockHashWithGroupId` bytes, the request's hash at the block's end) over
+    /// `(i + 1) · block_size` tokens, for `i` in `num_cached..num_full`.
     ///
     /// # Errors
     /// `ValueError` for a key of fewer than 4 bytes or what the pool refuses (lists too short,
@@ -122,6 +151,7 @@ impl CpuBlockPool {
         keys: Vec<Bound<'_, PyBytes>>,
         num_cached: u32,
         num_full: u32,
+        block_size: u32,
     ) -> PyResult<()> {
         let mut s = self.sched.borrow_mut(py);
         let mut interned = Vec::with_capacity(keys.len());
@@ -132,7 +162,7 @@ impl CpuBlockPool {
                 interned.push(BlockKey::new(u64::from(id), group));
             }
         }
-        s.s.cpu_cache_full_blocks(&blocks, &interned, num_cached, num_full)
+        s.s.cpu_cache_full_blocks(&blocks, &interned, num_cached, num_full, block_size)
             .map_err(|e| PyValueError::new_err(e.to_string()))
     }
 

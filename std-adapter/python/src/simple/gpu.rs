@@ -2,7 +2,7 @@
 //! scheduler binds with `bind_gpu_block_pool`) as the core's [`GpuBlocks`].
 //!
 //! Every read goes to the pool's objects (`blocks[i]._block_hash`, `ref_cnt`, the free queue's
-//! links, `cached_block_hash_to_block`), and every pin or release is the pool's own `touch` /
+//! links, `cached_block_hash_to_block`, `cached_block_hashes_by_block`), and every pin or release is the pool's own `touch` /
 //! `free_blocks`, so vLLM's pool stays the one record of the GPU side. The core's trait cannot
 //! fail; the first Python error a call meets is kept ([`PyGpu::finish`]) and raised once the
 //! core's call returns.
@@ -134,6 +134,21 @@ impl<'a, 'py> PyGpu<'a, 'py> {
         Self::block_id(&got).map(Some)
     }
 
+    fn read_secondaries(&self, block: u32, sink: &mut dyn FnMut(BlockKey)) -> PyResult<()> {
+        let by_block = self
+            .pool
+            .getattr(intern!(self.py, "cached_block_hashes_by_block"))?;
+        let got = by_block.call_method1(intern!(self.py, "get"), (block,))?;
+        if got.is_none() {
+            return Ok(());
+        }
+        for key in got.try_iter()? {
+            let (id, group) = self.keys.borrow_mut().intern_key(key?.cast::<PyBytes>()?)?;
+            sink(BlockKey::new(u64::from(id), group));
+        }
+        Ok(())
+    }
+
     fn call_with_blocks(&self, method: &Bound<'py, pyo3::types::PyString>, ids: &[u32]) {
         let r = (|| -> PyResult<()> {
             let list = PyList::empty(self.py);
@@ -167,6 +182,27 @@ impl<'py> GpuBlocks for PyGpu<'_, 'py> {
     fn cached_block(&self, key: BlockKey) -> Option<u32> {
         let r = self.find_cached(key);
         self.ok(r).flatten()
+    }
+
+    fn request_key(&self, key: BlockKey) -> BlockKey {
+        let Some((list, idx)) = decode_position(key.hash) else {
+            return key;
+        };
+        let r = (|| -> PyResult<u64> {
+            let Some(hashes) = list
+                .checked_sub(self.list_base)
+                .and_then(|l| self.hash_lists.get(l))
+            else {
+                return Ok(ABSENT);
+            };
+            self.keys.borrow().find_raw(&hashes.get_item(idx)?)
+        })();
+        BlockKey::new(self.ok(r).unwrap_or(ABSENT), key.group)
+    }
+
+    fn secondary_hashes(&self, block: u32, mut sink: impl FnMut(BlockKey)) {
+        let r = self.read_secondaries(block, &mut sink);
+        self.ok(r);
     }
 
     fn free_queue_after(&self, cursor: Option<u32>) -> impl Iterator<Item = u32> + '_ {

@@ -147,8 +147,8 @@ impl HashKeys {
         self.keys.len()
     }
 
-    /// Frees every id the scheduler's CPU pool does not hold, when enough were interned since
-    /// the last sweep.
+    /// Frees every id the scheduler's CPU pool does not hold (as a block's hash or a
+    /// secondary hash), when enough were interned since the last sweep.
     pub(super) fn maybe_sweep(&mut self, s: &SimpleScheduler) {
         if !self.keys.sweep_due() {
             return;
@@ -157,12 +157,11 @@ impl HashKeys {
         let mut held = Vec::new();
         let cpu = s.cpu_pool();
         for b in 0..cpu.num_blocks() {
-            if let Some(k) = cpu
-                .block_hash(b)
-                .and_then(|h| u32::try_from(h.key.hash).ok())
-                .and_then(|id| keys.key_of(id))
-            {
-                held.push(k);
+            let primary = cpu.block_hash(b).map(|h| h.key);
+            for key in primary.into_iter().chain(cpu.secondary_hashes(b)) {
+                if let Some(k) = u32::try_from(key.hash).ok().and_then(|id| keys.key_of(id)) {
+                    held.push(k);
+                }
             }
         }
         self.keys

@@ -6,8 +6,9 @@ use pyo3::prelude::*;
 use super::value_error;
 
 /// The layout of `groups`, each `(kind, tokens)`: `"full_attention"`, `"sliding_window"`
-/// (tokens: the window), `"chunked_local"` (tokens: the chunk), `"mamba"` or `"scratch"`.
-pub(super) fn layout(groups: &[(String, u32)]) -> PyResult<Layout> {
+/// (tokens: the window), `"chunked_local"` (tokens: the chunk), `"mamba"` or `"scratch"`;
+/// `block_sizes[g]` is group `g`'s block size (none given: the scheduler's).
+pub(super) fn layout(groups: &[(String, u32)], block_sizes: &[u32]) -> PyResult<Layout> {
     let kinds = groups
         .iter()
         .map(|(kind, tokens)| match kind.as_str() {
@@ -21,7 +22,11 @@ pub(super) fn layout(groups: &[(String, u32)]) -> PyResult<Layout> {
             ))),
         })
         .collect::<PyResult<Vec<_>>>()?;
-    Layout::new(&kinds).map_err(value_error)
+    let mut l = Layout::new(&kinds).map_err(value_error)?;
+    for (g, &b) in (0u32..).zip(block_sizes) {
+        l = l.with_block_size(g, b).map_err(value_error)?;
+    }
+    Ok(l)
 }
 
 /// Borrows per-group lists as the core's tables.

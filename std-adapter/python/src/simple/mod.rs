@@ -32,7 +32,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 pub(crate) use cpu::CpuBlockPool;
 use errors::{alloc_error, input_error};
 use gpu::PyGpu;
-use hashes::{ABSENT, HashKeys};
+use hashes::HashKeys;
 use ids::{ReqIds, UNKNOWN};
 use layout::{layout, tables};
 
@@ -102,7 +102,9 @@ impl SimpleScheduler {
         block_size, num_gpu_blocks, capacity_bytes, gpu_total_bytes, num_cpu_blocks,
         aligned_num_cpu_blocks, lazy_offload, max_num_batched_tokens, world_size,
         num_prefill_lookahead_tokens, disk, page_cache, max_requests, max_blocks_per_request,
-        enable_events, event_capacity, groups = vec![("full_attention".to_owned(), 0)]
+        enable_events, event_capacity, groups = vec![("full_attention".to_owned(), 0)],
+        hash_block_size = None, group_block_sizes = Vec::new(), dcp_world_size = 1,
+        secondary_hashes = None
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -123,6 +125,10 @@ impl SimpleScheduler {
         enable_events: bool,
         event_capacity: u32,
         groups: Vec<(String, u32)>,
+        hash_block_size: Option<u32>,
+        group_block_sizes: Vec<u32>,
+        dcp_world_size: u32,
+        secondary_hashes: Option<u32>,
     ) -> PyResult<Self> {
         let size = match (num_cpu_blocks, aligned_num_cpu_blocks) {
             (Some(n), _) => PoolSize::Explicit(n),
@@ -145,7 +151,10 @@ impl SimpleScheduler {
         c.max_blocks_per_request = max_blocks_per_request;
         c.enable_events = enable_events;
         c.event_capacity = event_capacity;
-        c.layout = layout(&groups)?;
+        c.layout = layout(&groups, &group_block_sizes)?;
+        c.hash_block_size = hash_block_size;
+        c.dcp_world_size = dcp_world_size;
+        c.secondary_hashes = secondary_hashes;
         let s = Core::new(c).map_err(|e| match e {
             NewError::Config(c) => value_error(c),
             NewError::AllocFailed => PyMemoryError::new_err(e.to_string()),
@@ -169,6 +178,16 @@ impl SimpleScheduler {
     /// Lazy mode's `target_free` (0 in eager mode).
     fn target_free(&self) -> u32 {
         self.s.target_free()
+    }
+
+    /// Whether hits end on hash-block boundaries (vLLM's `enable_partial_hash_hits`).
+    fn partial_hash_hits(&self) -> bool {
+        self.s.validated().partial_hash_hits
+    }
+
+    /// Secondary hashes a completed store could not keep for want of room.
+    fn dropped_secondary_hashes(&self) -> u64 {
+        self.s.dropped_secondary_hashes()
     }
 
     /// Free CPU blocks (`cpu_block_pool.get_num_free_blocks()`).
@@ -205,27 +224,12 @@ impl SimpleScheduler {
         num_computed_tokens: u64,
         skip_reading_prefix_cache: bool,
     ) -> PyResult<(u64, bool)> {
-        let bs = u64::from(self.s.config().block_size);
-        let mut hashes = Vec::new();
-        if !skip_reading_prefix_cache && num_computed_tokens.is_multiple_of(bs) {
-            let n = block_hashes.len()?;
-            let skipped = usize::try_from(num_computed_tokens / bs).unwrap_or(usize::MAX);
-            let cap = num_tokens
-                .saturating_sub(1)
-                .saturating_sub(num_computed_tokens)
-                / bs;
-            let end = n.min(skipped.saturating_add(usize::try_from(cap).unwrap_or(usize::MAX)));
-            hashes.resize(skipped.min(n), ABSENT);
-            let keys = self.keys.borrow();
-            for i in skipped..end {
-                // The hit ends at the first hash the CPU pool cannot hold.
-                let h = keys.find_raw(&block_hashes.get_item(i)?)?;
-                hashes.push(h);
-                if h == ABSENT {
-                    break;
-                }
-            }
-        }
+        let hashes = self.lookup_hashes(
+            block_hashes,
+            num_tokens,
+            num_computed_tokens,
+            skip_reading_prefix_cache,
+        )?;
         let req = self.ids.get_or_insert(req_id)?;
         let lookup = LookupRequest {
             req,
@@ -416,6 +420,7 @@ impl SimpleScheduler {
 
     /// `request_finished_all_groups` with the request's block ids (one list per group) and progress;
     /// returns the list number its event payloads name (see [`stored_meta`](Self::stored_meta)).
+    #[allow(clippy::too_many_arguments)]
     fn request_finished_all_groups(
         &mut self,
         py: Python<'_>,
@@ -424,6 +429,7 @@ impl SimpleScheduler {
         num_computed_tokens: u64,
         num_output_placeholders: u64,
         block_hashes: &Bound<'_, PyAny>,
+        num_prompt_tokens: u64,
     ) -> PyResult<Option<usize>> {
         let req = self.ids.get(req_id)?;
         if req == UNKNOWN {
@@ -438,6 +444,7 @@ impl SimpleScheduler {
         let fin = Finished {
             req,
             block_ids: &block_tables,
+            num_prompt_tokens,
             progress: Progress {
                 num_computed_tokens,
                 num_output_placeholders,

@@ -5,7 +5,7 @@ use pyo3::exceptions::{PyAssertionError, PyValueError};
 use pyo3::prelude::*;
 
 use super::SimpleScheduler;
-use super::hashes::encode_position;
+use super::hashes::{ABSENT, encode_position};
 
 impl SimpleScheduler {
     /// The bound GPU pool.
@@ -36,5 +36,43 @@ impl SimpleScheduler {
             self.positions.push(p);
         }
         Ok((start, self.positions.len()))
+    }
+
+    /// A lookup's hash list: the request's hashes after the computed ones as key ids
+    /// ([`ABSENT`] for a hash no CPU block can hold), up to the cap vLLM's lookup reads.
+    pub(super) fn lookup_hashes(
+        &self,
+        block_hashes: &Bound<'_, PyAny>,
+        num_tokens: u64,
+        num_computed_tokens: u64,
+        skip_reading_prefix_cache: bool,
+    ) -> PyResult<Vec<u64>> {
+        let bs = u64::from(self.s.config().block_size);
+        let v = self.s.validated();
+        let hash = u64::from(v.hash_block_size);
+        // Every group's block is the hash block: the hit is full attention's leading run, so
+        // it ends at the first hash the CPU pool cannot hold. Otherwise a later hash may
+        // still end a hit (a whole block's key past an interior boundary never stored).
+        let leading_run = v.hash_blocks_per_block == 1;
+        let mut hashes = Vec::new();
+        if !skip_reading_prefix_cache && num_computed_tokens.is_multiple_of(bs) {
+            let n = block_hashes.len()?;
+            let skipped = usize::try_from(num_computed_tokens / hash).unwrap_or(usize::MAX);
+            let cap = num_tokens
+                .saturating_sub(1)
+                .saturating_sub(num_computed_tokens)
+                / hash;
+            let end = n.min(skipped.saturating_add(usize::try_from(cap).unwrap_or(usize::MAX)));
+            hashes.resize(skipped.min(n), ABSENT);
+            let keys = self.keys.borrow();
+            for i in skipped..end {
+                let h = keys.find_raw(&block_hashes.get_item(i)?)?;
+                hashes.push(h);
+                if h == ABSENT && leading_run {
+                    break;
+                }
+            }
+        }
+        Ok(hashes)
     }
 }
