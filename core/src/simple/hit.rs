@@ -82,7 +82,7 @@ impl Search<'_> {
         let view = self.remaining.len() as u64 / s;
         let max_blocks = (max / gb).min(view);
         let align = self.align;
-        let aligned = |blocks: u64| (blocks * gb).is_multiple_of(align);
+        let aligned = |blocks: u64| blocks.saturating_mul(gb).is_multiple_of(align);
         match spec.kind {
             GroupKind::FullAttention | GroupKind::Scratch => {
                 let mut n = 0;
@@ -93,7 +93,7 @@ impl Search<'_> {
                     self.put(spec, &b);
                     n += 1;
                 }
-                let mut hit = n * gb;
+                let mut hit = n.saturating_mul(gb);
                 if self.fine && gb > self.hash {
                     // The first block not held whole: its longest held hash boundary.
                     let first = n * s;
@@ -103,7 +103,7 @@ impl Search<'_> {
                     for fi in (first..last).rev() {
                         if let Some(b) = self.held(spec, fi) {
                             self.put(spec, &b);
-                            hit = (fi + 1) * self.hash;
+                            hit = (fi + 1).saturating_mul(self.hash);
                             break;
                         }
                     }
@@ -126,7 +126,7 @@ impl Search<'_> {
                     run += 1;
                     if run >= need {
                         self.each(spec, |l| l.reverse());
-                        return ((i + run) * gb, i);
+                        return ((i + run).saturating_mul(gb), i);
                     }
                 }
                 // No whole window: the run from the start, cut to the alignment.
@@ -137,7 +137,7 @@ impl Search<'_> {
                         l.pop();
                     });
                 }
-                (run * gb, 0)
+                (run.saturating_mul(gb), 0)
             }
             GroupKind::ChunkedLocal { chunk } => {
                 // The configuration makes the block the alignment.
@@ -151,7 +151,7 @@ impl Search<'_> {
                     self.put(spec, &b);
                     len += 1;
                 }
-                (len * gb, from)
+                (len.saturating_mul(gb), from)
             }
             GroupKind::Mamba if self.fine && gb > self.hash => {
                 // The last state at any hash boundary.
@@ -159,7 +159,7 @@ impl Search<'_> {
                 for fi in (0..units).rev() {
                     if let Some(b) = self.held(spec, fi) {
                         self.put(spec, &b);
-                        return ((fi + 1) * self.hash, fi / s);
+                        return ((fi + 1).saturating_mul(self.hash), fi / s);
                     }
                 }
                 (0, 0)
@@ -171,7 +171,7 @@ impl Search<'_> {
                     }
                     if let Some(b) = self.held(spec, key(i)) {
                         self.put(spec, &b);
-                        return ((i + 1) * gb, i);
+                        return ((i + 1).saturating_mul(gb), i);
                     }
                 }
                 (0, 0)
