@@ -205,6 +205,10 @@ pub struct SimpleConfig {
     pub max_blocks_per_request: u32,
     /// The model's KV-cache groups (default [`Layout::dense`]).
     pub layout: Layout,
+    /// vLLM's `speculative_config.use_eagle_block_drop()` (default false): the EAGLE groups
+    /// ([`Layout::with_eagle_group`], all groups when none is marked) match one block past a
+    /// hit and drop it, and a hybrid model's eager scan holds their last block back.
+    pub use_eagle_block_drop: bool,
     /// Room for secondary hashes in the CPU pool (keys a stored block is reachable under
     /// besides its own: the GPU block's fine-grained prefix boundaries, copied with it);
     /// `None` (default): every CPU block holding one per hash boundary inside its group's
@@ -237,6 +241,7 @@ impl SimpleConfig {
             max_requests: 256,
             max_blocks_per_request: num_gpu_blocks,
             layout: Layout::dense(),
+            use_eagle_block_drop: false,
             secondary_hashes: None,
         }
     }
@@ -306,7 +311,8 @@ impl SimpleConfig {
             hash_blocks_per_block: geometry.ratio,
             partial_hash_hits: geometry.fine,
             group_block_sizes: geometry.blocks,
-            specs: SpecGroups::of(&self.layout, &geometry.blocks),
+            specs: SpecGroups::of(&self.layout, &geometry.blocks, geometry.drop),
+            prefill_reprefillable: self.num_prefill_lookahead_tokens.saturating_sub(1),
             // vLLM's hybrid coordinator (several groups) holds no tail back without EAGLE.
             reprefillable: if self.layout.is_hybrid() {
                 0
@@ -322,6 +328,8 @@ struct Geometry {
     hash: u32,
     blocks: [u32; MAX_GROUPS],
     fine: bool,
+    /// The groups that drop EAGLE's block, one bit each.
+    drop: u8,
     /// The largest group block over the hash block.
     ratio: u32,
 }
@@ -379,10 +387,28 @@ impl SimpleConfig {
             );
         }
         let ratio = cacheable().map(|(_, gb)| gb / hash).max().unwrap_or(1);
+        let all = u8::try_from((1u16 << layout.len()) - 1).unwrap_or(u8::MAX);
+        let drop = match (self.use_eagle_block_drop, layout.eagle_groups()) {
+            (false, _) => 0,
+            (true, 0) => all,
+            (true, marked) => marked,
+        };
+        if layout
+            .cacheable()
+            .any(|(g, k)| matches!(k, GroupKind::ChunkedLocal { .. }) && drop & (1 << g) != 0)
+        {
+            return bad("EAGLE's block drop on a chunked-local group (vLLM asserts)");
+        }
+        let eagle_groups = layout.eagle_groups() != 0 || self.use_eagle_block_drop;
+        if eagle_groups && bs < self.num_prefill_lookahead_tokens {
+            return bad("EAGLE groups need a scheduler block of at least \
+                        num_prefill_lookahead_tokens tokens");
+        }
         Ok(Geometry {
             hash,
             blocks,
             fine,
+            drop,
             ratio,
         })
     }
@@ -429,6 +455,9 @@ pub struct Validated {
     pub group_block_sizes: [u32; MAX_GROUPS],
     /// The spec groups the hit search runs over.
     pub(crate) specs: SpecGroups,
+    /// `max(0, num_prefill_lookahead_tokens − 1)`: what an EAGLE group's cacheable prefix
+    /// holds back in a hybrid model.
+    pub(crate) prefill_reprefillable: u32,
     /// Computed tokens not yet cacheable: `max(0, num_prefill_lookahead_tokens − 1)` for a
     /// dense model (vLLM's unitary coordinator); 0 for any other layout (its hybrid coordinator
     /// holds the tail back only for EAGLE groups, which kvtier does not model).

@@ -231,13 +231,22 @@ impl SimpleScheduler {
             .num_computed_tokens
             .saturating_sub(p.num_output_placeholders);
         // vLLM's `get_num_cacheable_tokens`: a hybrid coordinator caches what a later hit
-        // can end on, a unitary one all but the re-prefillable tail.
+        // can end on (an EAGLE group one block past it, short of the re-prefillable tail),
+        // a unitary one all but the re-prefillable tail.
+        let align = |n: u64| {
+            if self.v.partial_hash_hits {
+                n
+            } else {
+                n - n % bs
+            }
+        };
         let cacheable = if !self.config.layout.is_hybrid() {
             confirmed.saturating_sub(u64::from(self.v.reprefillable))
-        } else if self.v.partial_hash_hits {
-            confirmed
+        } else if self.v.specs.eagle(group) && align(confirmed) > 0 {
+            let finalized = confirmed.saturating_sub(u64::from(self.v.prefill_reprefillable));
+            finalized.min(align(finalized).saturating_add(gb))
         } else {
-            confirmed - confirmed % bs
+            align(confirmed)
         };
         let ready = ids
             .len()

@@ -72,8 +72,8 @@ impl Search<'_> {
     }
 
     /// One spec group's answer at or below `max` tokens: (tokens, first held entry), its
-    /// held blocks recorded.
-    fn find(&mut self, spec: SpecGroup, max: u64) -> (u64, u64) {
+    /// held blocks recorded; with `drop`, EAGLE's last block (or hash block) dropped.
+    fn find(&mut self, spec: SpecGroup, max: u64, drop: bool) -> (u64, u64) {
         self.each(spec, Vec::clear);
         let gb = u64::from(spec.block);
         // The view at the group's block size: block `i` is keyed by hash `(i + 1)·s − 1`.
@@ -108,13 +108,18 @@ impl Search<'_> {
                         }
                     }
                 }
+                if drop && hit > 0 {
+                    hit -= self.align.min(gb);
+                }
                 (hit - hit % self.align, 0)
             }
             GroupKind::SlidingWindow { window } => {
-                let need = window_blocks(window, gb);
+                let need = window_blocks(window, gb) + u64::from(drop);
                 let mut run = 0;
+                let mut found = None;
                 for i in (0..max_blocks).rev() {
-                    if run == 0 && !aligned(i + 1) {
+                    // The first block of a run must leave an aligned hit (after the drop).
+                    if run == 0 && !aligned(if drop { i } else { i + 1 }) {
                         continue;
                     }
                     let Some(b) = self.held(spec, key(i)) else {
@@ -125,19 +130,36 @@ impl Search<'_> {
                     self.put(spec, &b);
                     run += 1;
                     if run >= need {
-                        self.each(spec, |l| l.reverse());
-                        return ((i + run).saturating_mul(gb), i);
+                        found = Some(i);
+                        break;
                     }
                 }
-                // No whole window: the run from the start, cut to the alignment.
                 self.each(spec, |l| l.reverse());
-                while run > 0 && !aligned(run) {
-                    run -= 1;
-                    self.each(spec, |l| {
-                        l.pop();
-                    });
+                // Entries: `from` null ones, then the held run.
+                let (from, mut len) = match found {
+                    Some(i) => (i, i + run),
+                    None => (0, run),
+                };
+                let pop = |len: &mut u64, this: &mut Self| {
+                    *len -= 1;
+                    if *len >= from {
+                        this.each(spec, |l| {
+                            l.pop();
+                        });
+                    }
+                };
+                if found.is_none() {
+                    while len > 0 && !aligned(len) {
+                        pop(&mut len, self);
+                    }
                 }
-                (run.saturating_mul(gb), 0)
+                if drop && len > 0 {
+                    pop(&mut len, self);
+                    while len > 0 && !aligned(len) {
+                        pop(&mut len, self);
+                    }
+                }
+                (len.saturating_mul(gb), from.min(len))
             }
             GroupKind::ChunkedLocal { chunk } => {
                 // The configuration makes the block the alignment.
@@ -239,6 +261,9 @@ impl SimpleScheduler {
         let single_pass = specs.len() == 2;
         let mut from = [0u64; MAX_GROUPS];
         let mut attention = [None::<u64>; MAX_GROUPS];
+        // Spec groups whose EAGLE drop holds at the current candidate (one bit each).
+        let mut verified = 0u8;
+        let all_hashes = (remaining.len() as u64).saturating_mul(hash);
         let mut hit = max_hit_len;
         loop {
             let mut curr = hit;
@@ -247,7 +272,26 @@ impl SimpleScheduler {
                     curr = curr.min(a);
                     continue;
                 }
-                let (len, first) = search.find(spec, curr);
+                let drop = spec.eagle && verified & (1 << si) == 0;
+                let mut max = curr;
+                // vLLM's unitary coordinator (one group) asks its manager with no margin.
+                if drop && spec.kind != GroupKind::Mamba && layout.is_hybrid() {
+                    // EAGLE matches one drop unit past the candidate, then drops it.
+                    let gb = u64::from(spec.block);
+                    let fine_kind = matches!(spec.kind, GroupKind::FullAttention);
+                    let margin = if fine && fine_kind && gb > hash {
+                        hash
+                    } else {
+                        gb
+                    };
+                    max = curr.saturating_add(margin).min(all_hashes);
+                }
+                let (len, first) = search.find(spec, max, drop);
+                if drop {
+                    verified |= 1 << si;
+                } else if len < curr {
+                    verified = 0;
+                }
                 if spec.kind == GroupKind::FullAttention {
                     attention[si] = Some(len);
                 }

@@ -91,6 +91,8 @@ pub struct Layout {
     kinds: [GroupKind; MAX_GROUPS],
     /// Per group: its block size in tokens, 0 for the scheduler's.
     block_sizes: [u32; MAX_GROUPS],
+    /// vLLM's `is_eagle_group`, one bit per group.
+    eagle: u8,
     len: u8,
 }
 
@@ -107,6 +109,7 @@ impl Layout {
         Layout {
             kinds: [GroupKind::Scratch; MAX_GROUPS],
             block_sizes: [0; MAX_GROUPS],
+            eagle: 0,
             len: 1,
         }
         .with(0, GroupKind::FullAttention)
@@ -123,6 +126,7 @@ impl Layout {
         Layout {
             kinds: [GroupKind::Scratch; MAX_GROUPS],
             block_sizes: [0; MAX_GROUPS],
+            eagle: 0,
             len: 2,
         }
         .with(0, a)
@@ -163,6 +167,7 @@ impl Layout {
         let mut l = Layout {
             kinds: [GroupKind::Scratch; MAX_GROUPS],
             block_sizes: [0; MAX_GROUPS],
+            eagle: 0,
             len: u8::try_from(kinds.len()).unwrap_or(u8::MAX), // at most MAX_GROUPS
         };
         l.kinds[..kinds.len()].copy_from_slice(kinds);
@@ -204,6 +209,29 @@ impl Layout {
         }
         self.block_sizes[group as usize] = tokens;
         Ok(self)
+    }
+
+    /// The layout with group `group` marked as an EAGLE draft group (vLLM's
+    /// `KVCacheGroupSpec.is_eagle_group`): with
+    /// [`SimpleConfig::use_eagle_block_drop`](super::SimpleConfig::use_eagle_block_drop), the
+    /// marked groups' hits drop their last block (every group's when none is marked).
+    ///
+    /// # Errors
+    /// [`ConfigError::Layout`] when the layout has no group `group`.
+    pub fn with_eagle_group(mut self, group: u32) -> Result<Self, ConfigError> {
+        if group as usize >= self.len() {
+            return Err(ConfigError::Layout {
+                why: "an EAGLE mark for a group the layout does not have",
+            });
+        }
+        self.eagle |= 1 << group;
+        Ok(self)
+    }
+
+    /// The groups marked as EAGLE draft groups, one bit per group.
+    #[must_use]
+    pub fn eagle_groups(&self) -> u8 {
+        self.eagle
     }
 
     /// Group `group`'s own block size, `None` when it has the scheduler's (or the layout has
@@ -283,6 +311,8 @@ pub(crate) struct SpecGroup {
     pub(crate) block: u32,
     /// The member groups, one bit per group id.
     pub(crate) members: u8,
+    /// A member drops EAGLE's block (vLLM's `SpecGroup.use_eagle`).
+    pub(crate) eagle: bool,
 }
 
 impl SpecGroup {
@@ -301,13 +331,15 @@ pub(crate) struct SpecGroups {
 }
 
 impl SpecGroups {
-    /// The spec groups of `layout` with each group's block size in `blocks`.
-    pub(crate) fn of(layout: &Layout, blocks: &[u32; MAX_GROUPS]) -> Self {
+    /// The spec groups of `layout` with each group's block size in `blocks`, the groups in
+    /// `drop` (one bit each) dropping EAGLE's block.
+    pub(crate) fn of(layout: &Layout, blocks: &[u32; MAX_GROUPS], drop: u8) -> Self {
         let mut out = SpecGroups {
             groups: [SpecGroup {
                 kind: GroupKind::Scratch,
                 block: 0,
                 members: 0,
+                eagle: false,
             }; MAX_GROUPS],
             len: 0,
         };
@@ -315,17 +347,22 @@ impl SpecGroups {
         for pass_fa in [true, false] {
             for (g, kind) in layout.cacheable().filter(|&(_, k)| fa(k) == pass_fa) {
                 let block = blocks[g as usize];
+                let eagle = drop & (1 << g) != 0;
                 let n = usize::from(out.len);
                 match out.groups[..n]
                     .iter_mut()
                     .find(|s| s.kind == kind && s.block == block)
                 {
-                    Some(s) => s.members |= 1 << g,
+                    Some(s) => {
+                        s.members |= 1 << g;
+                        s.eagle |= eagle;
+                    }
                     None => {
                         out.groups[n] = SpecGroup {
                             kind,
                             block,
                             members: 1 << g,
+                            eagle,
                         };
                         out.len += 1;
                     }
@@ -338,5 +375,12 @@ impl SpecGroups {
     /// The spec groups, in lookup order.
     pub(crate) fn as_slice(&self) -> &[SpecGroup] {
         &self.groups[..usize::from(self.len)]
+    }
+
+    /// Whether group `g`'s manager drops EAGLE's block (its spec group's flag).
+    pub(crate) fn eagle(&self, g: u32) -> bool {
+        self.as_slice()
+            .iter()
+            .any(|s| s.members & (1 << g) != 0 && s.eagle)
     }
 }

@@ -25,8 +25,9 @@
 //! fine-grained hits where vLLM enables them ([`Validated::partial_hash_hits`]): full
 //! attention's last block and a Mamba state may then end on any hash boundary, a finishing
 //! prompt's full-attention partial tail is flushed, and every store copies its GPU block's
-//! secondary hashes ([`GpuBlocks::secondary_hashes`]). There is no EAGLE block drop. A CPU
-//! hit is the longest every group accepts ([`GroupKind`] says what each kind needs); the eager
+//! secondary hashes ([`GpuBlocks::secondary_hashes`]). With EAGLE's block drop
+//! ([`SimpleConfig::use_eagle_block_drop`]) the draft groups match one block past a hit and
+//! drop it, and a hybrid model's eager scan holds their last block back. A CPU hit is the longest every group accepts ([`GroupKind`] says what each kind needs); the eager
 //! scan follows every positional group's table; Mamba states reach the CPU only as boundary
 //! hand-offs ([`StepInput::handoffs`]) or, in lazy mode, from the GPU free queue.
 //!
@@ -92,6 +93,8 @@ mod requests;
 mod step;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_eagle;
 #[cfg(test)]
 mod tests_fine;
 #[cfg(test)]

@@ -22,7 +22,10 @@ groups may be sharded, which vLLM's coordinator asserts), and in eager mode hits
 fine-grained where vLLM's ``partial_hash_hits_enabled`` allows them (a Mamba block larger than
 the hash block, or equal to it under DCP): full attention's last block and the Mamba state may
 end on any hash boundary, secondary block hashes are copied with a store, and a finishing
-prompt's partial full-attention tail is flushed. There is no EAGLE trailing-block drop. One full-attention group
+prompt's partial full-attention tail is flushed. With EAGLE's trailing-block drop
+(``use_eagle_block_drop``) the draft groups (``is_eagle_group``; every group when none is
+marked) match one block past a hit and drop it, and their eager scan holds the block back,
+as vLLM's coordinator does. One full-attention group
 alone is vLLM's ``UnitaryKVCacheCoordinator``; any other layout is its
 ``HybridKVCacheCoordinator``, whose hit is the longest every group accepts and whose eager scan
 holds no re-prefillable tail back (``num_prefill_lookahead_tokens``); kvtier follows both. The
@@ -36,8 +39,8 @@ bookkeeping.
 
 Two optional ``kv_connector_extra_config`` keys bound kvtier's fixed tables:
 ``kvtier_max_requests`` (requests tracked at once; default ``4 · max_num_seqs + 64``) and
-``kvtier_max_blocks_per_request`` (default ``cdiv(max_model_len, block_size) + 64``, at most
-the GPU pool).
+``kvtier_max_blocks_per_request`` (default ``cdiv(max_model_len, smallest group block) + 64``,
+at most the GPU pool).
 """
 
 from __future__ import annotations
@@ -258,12 +261,6 @@ def _check_scope(
             f"block of at least as many tokens; it has {scheduler_block_size}"
         )
     _check_retention_interval(kv_cache_config, scheduler_block_size)
-    spec_config = vllm_config.speculative_config
-    if spec_config is not None and spec_config.use_eagle_block_drop():
-        raise ValueError(
-            "kvtier's SimpleCPUOffloadScheduler does not model EAGLE's trailing-block "
-            "drop (use_eagle_block_drop is not supported)"
-        )
     return layout, attention[0]
 
 
@@ -493,15 +490,18 @@ class SimpleCPUOffloadScheduler:
                 f"local offload capacity {local_capacity}"
             )
         scheduler_config = vllm_config.scheduler_config
+        spec_config = vllm_config.speculative_config
         extra = _extra_config(vllm_config)
         max_num_seqs = getattr(scheduler_config, "max_num_seqs", 256)
         max_requests = int(extra.get("kvtier_max_requests", 4 * max_num_seqs + 64))
+        # A request's table in its group of the smallest blocks.
+        smallest = min(self.group_block_sizes)
         max_blocks = int(
             extra.get(
                 "kvtier_max_blocks_per_request",
                 min(
                     num_gpu_blocks,
-                    _cdiv(vllm_config.model_config.max_model_len, self.block_size) + 64,
+                    _cdiv(vllm_config.model_config.max_model_len, smallest) + 64,
                 ),
             )
         )
@@ -538,10 +538,9 @@ class SimpleCPUOffloadScheduler:
             bool(lazy_offload),
             scheduler_config.max_num_batched_tokens,
             vllm_config.parallel_config.world_size,
-            # vLLM's coordinator for several groups (any model here but a dense one with no
-            # other group) holds no re-prefillable tail back from the eager scan: only its
-            # EAGLE path does, which is refused.
-            vllm_config.num_prefill_lookahead_tokens if len(groups) == 1 else 0,
+            # A dense model's eager scan holds the re-prefillable tail back; a hybrid one's
+            # only for its EAGLE groups.
+            vllm_config.num_prefill_lookahead_tokens,
             disk_capacity_bytes > 0,
             bool(use_page_cache),
             max_requests,
@@ -553,6 +552,8 @@ class SimpleCPUOffloadScheduler:
             list(self.group_block_sizes),
             dcp,
             secondary_hashes,
+            spec_config is not None and bool(spec_config.use_eagle_block_drop()),
+            [i for i, g in enumerate(groups) if g.is_eagle_group],
         )
         self.num_cpu_blocks: int = self._native.num_cpu_blocks()
         self.cpu_block_pool = CpuBlockPool(self._native.cpu_pool(), hash_block_size)

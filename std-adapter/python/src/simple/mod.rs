@@ -104,7 +104,7 @@ impl SimpleScheduler {
         num_prefill_lookahead_tokens, disk, page_cache, max_requests, max_blocks_per_request,
         enable_events, event_capacity, groups = vec![("full_attention".to_owned(), 0)],
         hash_block_size = None, group_block_sizes = Vec::new(), dcp_world_size = 1,
-        secondary_hashes = None
+        secondary_hashes = None, use_eagle_block_drop = false, eagle_groups = Vec::new()
     ))]
     #[allow(clippy::too_many_arguments)]
     fn new(
@@ -129,6 +129,8 @@ impl SimpleScheduler {
         group_block_sizes: Vec<u32>,
         dcp_world_size: u32,
         secondary_hashes: Option<u32>,
+        use_eagle_block_drop: bool,
+        eagle_groups: Vec<u32>,
     ) -> PyResult<Self> {
         let size = match (num_cpu_blocks, aligned_num_cpu_blocks) {
             (Some(n), _) => PoolSize::Explicit(n),
@@ -152,6 +154,10 @@ impl SimpleScheduler {
         c.enable_events = enable_events;
         c.event_capacity = event_capacity;
         c.layout = layout(&groups, &group_block_sizes)?;
+        for g in eagle_groups {
+            c.layout = c.layout.with_eagle_group(g).map_err(value_error)?;
+        }
+        c.use_eagle_block_drop = use_eagle_block_drop;
         c.hash_block_size = hash_block_size;
         c.dcp_world_size = dcp_world_size;
         c.secondary_hashes = secondary_hashes;
