@@ -4,7 +4,7 @@
 
 use alloc::vec::Vec;
 
-use super::tests_hybrid::{BS, cached, gpu, hand_off, lookup};
+use super::tests_hybrid::{BS, cached, first_step, gpu, hand_off, lookup};
 use super::*;
 
 const FA: GroupKind = GroupKind::FullAttention;
@@ -127,24 +127,8 @@ fn the_eager_scan_holds_a_draft_groups_last_block_back() {
     let sw = cached(&mut g, &keys(1, &HASHES[..4]));
     s.update_state_after_alloc_groups(&mut g, 1, &[&fa, &sw], 0)
         .unwrap();
-    let new: [&[u32]; 2] = [&fa, &sw];
-    let sc = [Scheduled {
-        req: 1,
-        new_block_ids: Some(&new),
-        full_table: true,
-        num_scheduled_tokens: 1,
-        progress: Progress {
-            num_computed_tokens: 64,
-            num_output_placeholders: 0,
-            block_hashes: &HASHES[..4],
-        },
-    }];
-    let step = StepInput {
-        scheduled: &sc,
-        ..Default::default()
-    };
-    let plan = s.build_connector_meta(&mut g, &step).unwrap();
+    let (_, stored, _) = first_step(&mut s, &mut g, 1, &[&fa, &sw], 64, &HASHES[..4]);
     let mut want = fa.clone();
     want.extend(&sw[..3]);
-    assert_eq!(plan.store_gpu_blocks, &want[..]);
+    assert_eq!(stored, want);
 }

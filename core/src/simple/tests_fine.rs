@@ -5,7 +5,7 @@
 
 use alloc::vec::Vec;
 
-use super::tests_hybrid::{hand_off, lookup};
+use super::tests_hybrid::{first_step, hand_off, lookup};
 use super::*;
 
 /// The hash block.
@@ -346,26 +346,11 @@ fn a_store_copies_the_gpu_blocks_secondary_hashes_with_their_payloads() {
         g.insert_secondary_hash(block, a(99), 0).unwrap();
         s.update_state_after_alloc_groups(&mut g, 1, &[&[block], &[state]], 0)
             .unwrap();
-        let new: [&[u32]; 2] = [&[block], &[state]];
-        let sc = [Scheduled {
-            req: 1,
-            new_block_ids: Some(&new),
-            full_table: true,
-            num_scheduled_tokens: 1,
-            progress: Progress {
-                num_computed_tokens: 64,
-                num_output_placeholders: 0,
-                block_hashes: &HASHES[..4],
-            },
-        }];
-        let step = StepInput {
-            scheduled: &sc,
-            ..Default::default()
-        };
-        let plan = s.build_connector_meta(&mut g, &step).unwrap();
-        assert_eq!(plan.store_gpu_blocks, &[block]);
-        let c_block = plan.store_cpu_blocks[0];
-        let done = [(plan.store_event.unwrap(), 1)];
+        let (event, stored, cpu) =
+            first_step(&mut s, &mut g, 1, &[&[block], &[state]], 64, &HASHES[..4]);
+        assert_eq!(stored, [block]);
+        let c_block = cpu[0];
+        let done = [(event.unwrap(), 1)];
         let out = WorkerOutput {
             finished_recving: &[],
             completed_stores: &done,

@@ -60,6 +60,39 @@ pub(super) fn hand_off(
     g.free_blocks(&ids).unwrap();
 }
 
+/// One step scheduling request `req` for the first time with its whole `tables`, after
+/// `computed` tokens over `hashes`: the plan's store (event, GPU blocks, CPU blocks).
+pub(super) fn first_step(
+    s: &mut SimpleScheduler,
+    g: &mut BlockPool<BlockKey>,
+    req: u64,
+    tables: Tables<'_>,
+    computed: u64,
+    hashes: &[u64],
+) -> (Option<u64>, Vec<u32>, Vec<u32>) {
+    let sc = [Scheduled {
+        req,
+        new_block_ids: Some(tables),
+        full_table: true,
+        num_scheduled_tokens: 1,
+        progress: Progress {
+            num_computed_tokens: computed,
+            num_output_placeholders: 0,
+            block_hashes: hashes,
+        },
+    }];
+    let step = StepInput {
+        scheduled: &sc,
+        ..Default::default()
+    };
+    let plan = s.build_connector_meta(g, &step).unwrap();
+    (
+        plan.store_event,
+        plan.store_gpu_blocks.to_vec(),
+        plan.store_cpu_blocks.to_vec(),
+    )
+}
+
 pub(super) fn lookup(hashes: &[u64], num_tokens: u64) -> LookupRequest<'_> {
     LookupRequest {
         req: 9,
