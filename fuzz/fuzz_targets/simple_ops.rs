@@ -2,7 +2,8 @@
 //!
 //! * Modelled mode (a layout of `kvtier_tests::simple_ops::LAYOUTS`, picked by the input:
 //!   dense, attention with Mamba in either order, sliding windows, chunked local attention,
-//!   merged specs, a scratch group): the shared `SimpleOp` sequences, run on the
+//!   merged specs, a scratch group; and a `Geometry`: hashes finer than the block, EAGLE's
+//!   drop): the shared `SimpleOp` sequences, run on the
 //!   module and on the reference model (vLLM 0.33.0's `manager.py` restated) over twin GPU
 //!   pools; every answer, plan, drain, event and pool state must agree, the invariants hold
 //!   after every op, and nothing is pending once every transfer has completed.
@@ -19,7 +20,7 @@ use kvtier_core::simple::{
     Finished, Handoff, Layout, LookupRequest, Progress, Scheduled, SimpleConfig, SimpleScheduler,
     StepInput, WorkerOutput,
 };
-use kvtier_tests::simple_ops::{LAYOUTS, SimpleOp, World};
+use kvtier_tests::simple_ops::{Geometry, LAYOUTS, SimpleOp, World};
 use libfuzzer_sys::fuzz_target;
 
 const GPU_BLOCKS: u32 = 12;
@@ -86,6 +87,7 @@ struct Input {
     world: bool,
     events: bool,
     small_tables: bool,
+    geometry: Geometry,
     ops: Vec<SimpleOp>,
     raw_ops: Vec<RawOp>,
 }
@@ -276,9 +278,15 @@ fuzz_target!(|input: Input| {
     let kinds = LAYOUTS[usize::from(input.layout) % LAYOUTS.len()].1;
     if !input.raw {
         let gpu = 12 * kinds.len() as u32 + 12;
-        let Some(mut w) =
-            World::with_kinds(cpu.max(2), gpu, input.lazy, world, input.events, kinds)
-        else {
+        let Some(mut w) = World::with_geometry(
+            cpu.max(2),
+            gpu,
+            input.lazy,
+            world,
+            input.events,
+            kinds,
+            input.geometry,
+        ) else {
             return;
         };
         for (i, op) in input.ops.iter().enumerate() {
@@ -293,6 +301,8 @@ fuzz_target!(|input: Input| {
     }
     let mut c = SimpleConfig::with_cpu_blocks(4, GPU_BLOCKS, cpu);
     c.lazy_offload = input.lazy;
+    c.hash_block_size = Some(input.geometry.hash());
+    c.use_eagle_block_drop = input.geometry.eagle;
     let Ok(layout) = Layout::new(kinds) else {
         return;
     };

@@ -61,6 +61,32 @@ pub const LAYOUTS: &[(&str, &[GroupKind])] = &[
     ("sw+mamba+fa+sw", &[SW9, MAMBA, FA, SW9]),
 ];
 
+/// What a [`World`] runs besides its layout: the hash block size (the groups' blocks are
+/// all [`BS`]; a smaller hash block makes a Mamba layout's eager hits fine-grained, gives
+/// prompts partial tails and the GPU's blocks secondary hashes) and EAGLE's block drop (all
+/// groups drop; a layout with a chunked-local group refuses it).
+#[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// The hash block size is `BS >> (hash_shift % 3)`: the block's, half of it, a token.
+    pub hash_shift: u8,
+    /// `use_eagle_block_drop`.
+    pub eagle: bool,
+}
+
+impl Geometry {
+    /// Hash and block of one size, no EAGLE.
+    pub const PLAIN: Geometry = Geometry {
+        hash_shift: 0,
+        eagle: false,
+    };
+
+    /// The hash block size.
+    pub fn hash(self) -> u32 {
+        BS >> (self.hash_shift % 3)
+    }
+}
+
 /// One call (or scheduler action) of a sequence.
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Clone, Debug)]
@@ -174,10 +200,16 @@ pub struct World {
     outstanding: Vec<u64>,
     world_size: u32,
     kinds: Vec<GroupKind>,
+    /// The hash block size.
+    hash: u32,
+    /// EAGLE's drop is on.
+    eagle: bool,
 }
 
 fn pool(n: u32) -> Gpu {
-    BlockPool::new(BlockPoolConfig::new(n, true)).expect("a small pool builds")
+    let mut c = BlockPoolConfig::new(n, true);
+    c.secondary_capacity = n;
+    BlockPool::new(c).expect("a small pool builds")
 }
 
 /// Reads a module payload as the model's drain.
@@ -220,8 +252,31 @@ impl World {
         events: bool,
         kinds: &[GroupKind],
     ) -> Option<Self> {
+        Self::with_geometry(
+            cpu_blocks,
+            gpu_blocks,
+            lazy,
+            world_size,
+            events,
+            kinds,
+            Geometry::PLAIN,
+        )
+    }
+
+    /// [`World::with_kinds`] with `geometry`; `None` for a configuration the module refuses.
+    pub fn with_geometry(
+        cpu_blocks: u32,
+        gpu_blocks: u32,
+        lazy: bool,
+        world_size: u32,
+        events: bool,
+        kinds: &[GroupKind],
+        geometry: Geometry,
+    ) -> Option<Self> {
         let mut c = SimpleConfig::with_cpu_blocks(BS, gpu_blocks, cpu_blocks);
         c.layout = Layout::new(kinds).ok()?;
+        c.hash_block_size = Some(geometry.hash());
+        c.use_eagle_block_drop = geometry.eagle;
         c.lazy_offload = lazy;
         c.max_num_batched_tokens = 8;
         c.world_size = world_size;
@@ -236,7 +291,13 @@ impl World {
             world_size,
             events,
         );
-        model.kinds = kinds.to_vec();
+        model.set_layout(
+            kinds,
+            &vec![BS; kinds.len()],
+            geometry.hash(),
+            geometry.eagle,
+            &[],
+        );
         Some(World {
             module,
             model,
@@ -246,14 +307,31 @@ impl World {
             outstanding: Vec::new(),
             world_size,
             kinds: kinds.to_vec(),
+            hash: geometry.hash(),
+            eagle: geometry.eagle,
         })
+    }
+
+    /// The CPU hit request `i`'s last lookup found (both sides agreed on it).
+    pub fn hit(&self, i: usize) -> u64 {
+        self.reqs.get(i).map_or(0, |r| r.hit)
+    }
+
+    /// Hash blocks per block.
+    fn per(&self) -> usize {
+        (BS / self.hash) as usize
+    }
+
+    /// Request `r`'s full blocks.
+    fn blocks_of(&self, r: &Req) -> usize {
+        r.hashes.len() / self.per()
     }
 
     /// `get_num_new_matched_tokens` for request `i` with `computed % (blocks + 1)` blocks
     /// computed locally, on both sides.
     fn lookup(&mut self, i: usize, computed: u8) -> Result<(), String> {
         let r = &self.reqs[i];
-        let computed = u64::from(computed) % (r.hashes.len() as u64 + 1) * u64::from(BS);
+        let computed = u64::from(computed) % (self.blocks_of(r) as u64 + 1) * u64::from(BS);
         let l = LookupRequest {
             req: r.id,
             block_hashes: &r.hashes,
@@ -277,7 +355,7 @@ impl World {
     /// a window dropped) and `update_state_after_alloc` with `take` of its hit's blocks, on
     /// both sides.
     fn alloc(&mut self, i: usize, hashed: u8, take: u8) -> Result<(), String> {
-        let n = self.reqs[i].hashes.len() as u32 + 1;
+        let n = self.blocks_of(&self.reqs[i]) as u32 + 1;
         let kept = |p: u32| p % 2 == 1 || p + 1 == n;
         let counts: Vec<u32> = self
             .kinds
@@ -307,10 +385,11 @@ impl World {
         self.reqs[i].cached = 0;
         self.cache(i, u32::from(hashed) % n)?;
         // A hybrid hit's state is loaded only when the whole hit is taken: take it
-        // whole more often there.
-        let take = u64::from(take % if self.kinds.len() > 1 { 8 } else { 4 });
+        // whole more often there. Hash blocks are taken (all of a block, or part).
+        let units = u64::from(take % if self.kinds.len() > 1 { 8 } else { 4 }) * self.per() as u64;
+        let h = u64::from(self.hash);
         let r = &self.reqs[i];
-        let ext = (r.hit / u64::from(BS)).min(take) * u64::from(BS);
+        let ext = (r.hit / h).min(units) * h;
         let (id, lc) = (r.id, r.lookup_computed);
         // The allocation drops what already left a window before the connector sees it.
         self.remove_skipped(i, lc + ext)?;
@@ -327,8 +406,9 @@ impl World {
     /// Caches request `i`'s positions up to `upto` on both GPU pools, each prefix-cacheable
     /// group under its own key (dropped entries and a Mamba table's gaps are skipped).
     fn cache(&mut self, i: usize, upto: u32) -> Result<(), String> {
+        let per = self.per();
         let r = &self.reqs[i];
-        let (from, upto) = (r.cached, upto.min(r.hashes.len() as u32));
+        let (from, upto) = (r.cached, upto.min(self.blocks_of(r) as u32));
         if upto <= from {
             return Ok(());
         }
@@ -336,17 +416,81 @@ impl World {
             if !k.is_cacheable() {
                 continue;
             }
+            // Each block keyed by the hash at its end.
             let keys: Vec<BlockKey> = r
                 .hashes
-                .iter()
-                .map(|&x| BlockKey::new(x, g as u32))
+                .chunks_exact(per)
+                .map(|c| BlockKey::new(c[per - 1], g as u32))
                 .collect();
             for p in [&mut self.gpu_a, &mut self.gpu_b] {
                 p.cache_full_blocks(&r.tables[g], &keys, from, upto, BS, None)
                     .map_err(|e| e.to_string())?;
             }
+            // With hashes finer than the block, every other newly cached block also holds
+            // the key of the boundary in its middle, as a block shared with a request whose
+            // prompt ended there does in vLLM's pool (a secondary hash).
+            if per > 1 && matches!(k, &FA | &MAMBA) {
+                for pos in (from..upto).filter(|p| p % 2 == 0) {
+                    let b = r.tables[g][pos as usize];
+                    if b == 0 {
+                        continue;
+                    }
+                    let mid = BlockKey::new(r.hashes[pos as usize * per + per / 2 - 1], g as u32);
+                    for p in [&mut self.gpu_a, &mut self.gpu_b] {
+                        p.insert_secondary_hash(b, mid, 0)
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
+            }
         }
         self.reqs[i].cached = upto;
+        Ok(())
+    }
+
+    /// `_cache_partial_tail_block` after `tokens` computed: with hashes finer than the block,
+    /// the block holding the prompt's last hash boundary (short of its last token) takes that
+    /// boundary's key in every full-attention and Mamba group, as its hash when it has none
+    /// or a shorter one, else as a secondary hash.
+    fn cache_tail(&mut self, i: usize, tokens: u64) -> Result<(), String> {
+        let (h, bs) = (u64::from(self.hash), u64::from(BS));
+        if h == bs {
+            return Ok(());
+        }
+        let r = &self.reqs[i];
+        // A resend matches at most the prompt less a token, an EAGLE lookup all of it.
+        let limit = if self.eagle {
+            r.num_tokens
+        } else {
+            r.num_tokens - 1
+        };
+        let boundary = (limit / h).min(r.hashes.len() as u64) * h;
+        if boundary == 0 || boundary > tokens || boundary % bs == 0 {
+            return Ok(());
+        }
+        for (g, &k) in self.kinds.iter().enumerate() {
+            if !matches!(k, FA | MAMBA) {
+                continue;
+            }
+            let Some(&b) = r.tables[g].get((boundary / bs) as usize) else {
+                continue;
+            };
+            if b == 0 {
+                continue;
+            }
+            let key = BlockKey::new(r.hashes[(boundary / h - 1) as usize], g as u32);
+            for p in [&mut self.gpu_a, &mut self.gpu_b] {
+                let r = match p.block_hash(b) {
+                    Some(x) if x.key == key => Ok(false),
+                    Some(x) if x.num_tokens < boundary => {
+                        p.evict_blocks(&[b]).map_err(|e| e.to_string())?;
+                        p.insert_hash(b, key, boundary)
+                    }
+                    Some(_) => p.insert_secondary_hash(b, key, 0),
+                    None => p.insert_hash(b, key, boundary),
+                };
+                r.map_err(|e| e.to_string())?;
+            }
+        }
         Ok(())
     }
 
@@ -406,10 +550,15 @@ impl World {
                 }
                 let n = u64::from(blocks % 6 + 1);
                 let t = u64::from(template % 3);
+                // A prompt ending one to three tokens past a block (a partial tail with hashes
+                // finer than the block; prompts of one family then end at different
+                // boundaries inside a block).
+                let num_tokens = n * u64::from(BS) + 1 + u64::from(blocks / 6 % 3);
+                let hashes = num_tokens / u64::from(self.hash);
                 self.reqs.push(Req {
                     id: self.reqs.len() as u64 + 100,
-                    hashes: (0..n).map(|i| t * 1000 + i + 1).collect(),
-                    num_tokens: n * u64::from(BS) + 1,
+                    hashes: (0..hashes).map(|i| t * 1000 + i + 1).collect(),
+                    num_tokens,
                     tables: Vec::new(),
                     cached: 0,
                     computed: 0,
@@ -569,6 +718,7 @@ impl World {
             let upto = ((computed + adv) / u64::from(BS)) as u32;
             self.remove_skipped(j, computed)?;
             self.cache(j, upto)?;
+            self.cache_tail(j, computed + adv)?;
         }
         // A model with a Mamba group hands off its states; any other its attention blocks,
         // to test the rules.
@@ -679,6 +829,13 @@ impl World {
                 cpu.block_hash(b).map(|h| h.key),
                 self.model.cpu.hash[b as usize],
             );
+            let sa: Vec<BlockKey> = cpu.secondary_hashes(b).collect();
+            if sa != self.model.cpu.secondary[b as usize] {
+                return Err(format!(
+                    "CPU block {b}'s secondary hashes: module {sa:?}, model {:?}",
+                    self.model.cpu.secondary[b as usize]
+                ));
+            }
             if ra != rb || ha != hb {
                 return Err(format!(
                     "CPU block {b}: module ({ra}, {ha:?}), model ({rb}, {hb:?})"

@@ -8,7 +8,7 @@
 //! nothing is pending once every transfer has completed.
 
 use kvtier_core::simple::GroupKind;
-use kvtier_tests::simple_ops::{LAYOUTS, SimpleOp, World};
+use kvtier_tests::simple_ops::{Geometry, LAYOUTS, SimpleOp, World};
 use proptest::prelude::*;
 
 fn op() -> impl Strategy<Value = SimpleOp> {
@@ -44,7 +44,31 @@ fn run(
     kinds: &[GroupKind],
     ops: &[SimpleOp],
 ) -> Result<(), TestCaseError> {
-    let mut w = World::with_kinds(cpu, gpu, lazy, world, events, kinds).expect("a valid config");
+    run_geometry(cpu, gpu, lazy, world, events, kinds, Geometry::PLAIN, ops)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_geometry(
+    cpu: u32,
+    gpu: u32,
+    lazy: bool,
+    world: u32,
+    events: bool,
+    kinds: &[GroupKind],
+    geometry: Geometry,
+    ops: &[SimpleOp],
+) -> Result<(), TestCaseError> {
+    let Some(mut w) = World::with_geometry(cpu, gpu, lazy, world, events, kinds, geometry) else {
+        // Refused only: EAGLE's drop on a chunked-local group, a single group hashed finer
+        // than its block (vLLM's unitary coordinator asserts both).
+        let chunked = kinds
+            .iter()
+            .any(|k| matches!(k, GroupKind::ChunkedLocal { .. }));
+        let fine = geometry.hash() < kvtier_tests::simple_ops::BS;
+        let refused = (geometry.eagle && chunked) || (fine && kinds.len() == 1);
+        prop_assert!(refused, "a refused configuration");
+        return Ok(());
+    };
     for (i, o) in ops.iter().enumerate() {
         w.apply(o)
             .map_err(|e| TestCaseError::fail(format!("op {i} {o:?}: {e}")))?;
@@ -193,6 +217,34 @@ proptest! {
 
 }
 
+fn geometry() -> impl Strategy<Value = Geometry> {
+    (0u8..3, any::<bool>()).prop_map(|(hash_shift, eagle)| Geometry { hash_shift, eagle })
+}
+
+proptest! {
+    // Hashes finer than the block (fine-grained hits with a Mamba group in eager mode,
+    // partial prompt tails, secondary hashes) and EAGLE's drop, over every layout.
+    #![proptest_config(ProptestConfig::with_cases(192))]
+
+    #[test]
+    fn geometries_eager_agree_with_the_model(layout in 0..LAYOUTS.len(), g in geometry(), cpu in 2u32..16, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
+        let kinds = LAYOUTS[layout].1;
+        run_geometry(cpu, gpu_for(kinds), false, world, events, kinds, g, &ops)?;
+    }
+
+    #[test]
+    fn geometries_hits_agree_with_the_model(layout in 0..LAYOUTS.len(), g in geometry(), cpu in 4u32..20, ops in hybrid_hit()) {
+        let kinds = LAYOUTS[layout].1;
+        run_geometry(cpu, gpu_for(kinds), false, 1, true, kinds, g, &ops)?;
+    }
+
+    #[test]
+    fn geometries_lazy_agree_with_the_model(layout in 0..LAYOUTS.len(), g in geometry(), cpu in 2u32..16, ops in prop::collection::vec(op(), 0..60)) {
+        let kinds = LAYOUTS[layout].1;
+        run_geometry(cpu, gpu_for(kinds), true, 1, true, kinds, g, &ops)?;
+    }
+}
+
 proptest! {
     // Cases shared out over the layouts: the whole file runs in about the time the dense
     // and Mamba tests alone took.
@@ -208,6 +260,15 @@ proptest! {
     fn layouts_lazy_agree_with_the_model(layout in 0..LAYOUTS.len(), cpu in 2u32..16, world in 1u32..3, events: bool, ops in prop::collection::vec(op(), 0..60)) {
         let kinds = LAYOUTS[layout].1;
         run(cpu, gpu_for(kinds), true, world, events, kinds, &ops)?;
+    }
+}
+
+/// Runs a scripted sequence, failing at the first difference.
+fn play(w: &mut World, ops: &[SimpleOp]) {
+    for (i, o) in ops.iter().enumerate() {
+        if let Err(e) = w.apply(o) {
+            panic!("op {i} {o:?}: {e}");
+        }
     }
 }
 
@@ -254,9 +315,67 @@ fn chunk_not_a_multiple_of_the_block() {
             computed: 0,
         },
     ];
-    for (i, o) in ops.iter().enumerate() {
-        if let Err(e) = w.apply(o) {
-            panic!("op {i} {o:?}: {e}");
-        }
+    play(&mut w, &ops);
+}
+
+/// Fine-grained hits probe a block's hash boundaries from the longest down. Full attention and
+/// Mamba, 4-token blocks hashed every token, EAGLE's drop: producers of 10 and 11 tokens (two
+/// blocks and a partial tail, each tail's attention block flushed when it finishes and its
+/// Mamba state handed off) leave the attention keys at 10 and 11 tokens and the states at 10
+/// and 11 on the CPU. A 13-token request of the same prompt family: attention's two whole
+/// blocks, then block 2's boundaries from 11 down: 11 held, less EAGLE's token: 10; Mamba's
+/// last state at or below 10: 10. Probing from the shortest would find 10, drop to 9, and
+/// leave Mamba no state: no hit.
+#[test]
+fn fine_hits_probe_the_longest_boundary_first() {
+    let kinds: &[GroupKind] = &[GroupKind::FullAttention, GroupKind::Mamba];
+    let g = Geometry {
+        hash_shift: 2,
+        eagle: true,
+    };
+    let mut w = World::with_geometry(16, 48, false, 1, true, kinds, g).expect("a valid config");
+    let step = |handoffs: Vec<(u8, u8)>| SimpleOp::Step {
+        sched: 0xff,
+        advance: 2,
+        handoffs,
+        preempt: 0,
+        finish: 0,
+    };
+    let done = SimpleOp::CompleteStore { which: 0, count: 1 };
+    let mut ops = Vec::new();
+    // `blocks` 7: two blocks and 2 tokens; 13: two blocks and 3 tokens.
+    for (req, blocks) in [(0u8, 7u8), (1, 13)] {
+        ops.extend([
+            SimpleOp::Arrive {
+                template: 0,
+                blocks,
+            },
+            SimpleOp::Alloc {
+                req: 0,
+                hashed: 2,
+                take: 0,
+            },
+            step(Vec::new()),
+            done.clone(),
+            // The tail's Mamba state (table position 2) handed off.
+            step(vec![(req, 2)]),
+            done.clone(),
+            done.clone(),
+            SimpleOp::Finish { req: 0 },
+            step(Vec::new()),
+            done.clone(),
+        ]);
     }
+    ops.extend([
+        SimpleOp::Arrive {
+            template: 0,
+            blocks: 2,
+        },
+        SimpleOp::Lookup {
+            req: 0,
+            computed: 0,
+        },
+    ]);
+    play(&mut w, &ops);
+    assert_eq!(w.hit(2), 10);
 }

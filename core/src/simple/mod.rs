@@ -247,7 +247,8 @@ impl SimpleScheduler {
         let fail = |_| NewError::AllocFailed;
         let mut pool_config = BlockPoolConfig::new(v.num_cpu_blocks, true);
         pool_config.enable_events = config.enable_events;
-        pool_config.event_capacity = v.num_cpu_blocks;
+        // One call hands out at most every block, each losing its hash and secondary hashes.
+        pool_config.event_capacity = v.num_cpu_blocks.saturating_add(v.secondary_capacity);
         pool_config.secondary_capacity = v.secondary_capacity;
         let cpu = BlockPool::new(pool_config).map_err(|_| NewError::AllocFailed)?;
         let n_cpu = v.num_cpu_blocks as usize;

@@ -399,5 +399,17 @@ fn a_store_copies_the_gpu_blocks_secondary_hashes_with_their_payloads() {
             s.cpu_pool().block_hash(c_block).map(|h| h.num_tokens),
             Some(64)
         );
+        // Handing every free block out evicts the block's hash and secondary hashes, an
+        // event each (the pool's queue has room for every key it can hold).
+        let free = s.cpu_pool().free_count();
+        s.cpu_get_new_blocks(free, |_| {}).unwrap();
+        let removed: Vec<BlockKey> = s
+            .take_events()
+            .filter_map(|e| match e {
+                SimpleEvent::Removed { key, .. } => Some(key),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(removed, [a(4), a(2), a(99)][..=kept]);
     }
 }

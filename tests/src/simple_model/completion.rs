@@ -8,7 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use kvtier_core::simple::{Finished, SimpleEvent};
+use kvtier_core::BlockKey;
+use kvtier_core::simple::{Finished, SimpleEvent, StoredMeta};
 
 use super::{Gpu, LoadSt, ModelStats, SimpleModel, Transfer, get, pop};
 
@@ -46,17 +47,38 @@ impl SimpleModel {
             let h = gpu
                 .block_hash(g)
                 .expect("stored GPU blocks keep their hash");
-            self.cpu.hash[c as usize] = Some(h.key);
-            self.cpu.map.entry(h.key).or_default().push(c);
+            self.cpu.insert(c, h.key);
+            let secondaries: Vec<_> = gpu.secondary_hashes(g).collect();
+            for &k in &secondaries {
+                self.cpu.insert(c, k);
+            }
             if self.events_on {
-                let meta = t.meta.get(i).copied().flatten();
                 let medium = self.medium();
                 self.events.push(SimpleEvent::Stored {
                     key: h.key,
-                    block_size: self.bs as u32,
-                    meta,
+                    block_size: self.blocks[h.key.group as usize] as u32,
+                    meta: t.meta.get(i).copied().flatten(),
                     medium,
                 });
+                let bounds = t.bounds.get(i).map_or(&[][..], Vec::as_slice);
+                let req = t.meta.get(i).copied().flatten().map(|m| m.req);
+                for k in secondaries {
+                    let meta = req.and_then(|req| {
+                        let &(_, parent_hash, token_start) =
+                            bounds.iter().find(|(key, _, _)| *key == k)?;
+                        Some(StoredMeta {
+                            req,
+                            parent_hash,
+                            token_start,
+                        })
+                    });
+                    self.events.push(SimpleEvent::Stored {
+                        key: k,
+                        block_size: if meta.is_some() { self.hash as u32 } else { 0 },
+                        meta,
+                        medium,
+                    });
+                }
             }
         }
         self.cpu.free_blocks(&t.cpu);
@@ -116,28 +138,65 @@ impl SimpleModel {
         }
     }
 
-    /// `request_finished_all_groups`.
+    /// `request_finished_all_groups`: the confirmed blocks not yet stored, and with
+    /// fine-grained hits the prompt's partial full-attention tail, queued as a flush.
     pub fn finished_all(&mut self, gpu: &mut Gpu, f: &Finished<'_>) {
         if let Some(st) = get(&mut self.reqs_to_store, f.req) {
             let stored = st.stored.clone();
-            let (sel, meta, _) = self.select(gpu, f.req, f.block_ids, &stored, &f.progress);
+            let (mut sel, mut meta, mut bounds, _) =
+                self.select(gpu, f.req, f.block_ids, &stored, &f.progress);
+            if let Some(tail) = self.partial_tail(gpu, f)
+                && !sel.contains(&tail)
+                && sel.len() < self.cpu.free.len()
+            {
+                sel.push(tail);
+                meta.push(None);
+                bounds.push(Vec::new());
+            }
             if !sel.is_empty() {
                 let cpu = self.get_new(sel.len());
                 self.in_flight.extend(&sel);
                 gpu.touch(&sel).expect("in range");
-                let meta = if self.events_on {
-                    meta
-                } else {
-                    vec![None; sel.len()]
-                };
                 self.flushes.push(Transfer {
                     gpu: sel,
                     cpu,
                     meta,
+                    bounds,
                 });
             }
         }
         self.finished(gpu, f.req);
+    }
+
+    /// `_find_fa_partial_tail_source`.
+    fn partial_tail(&self, gpu: &Gpu, f: &Finished<'_>) -> Option<u32> {
+        if !self.fine {
+            return None;
+        }
+        let fa = self
+            .kinds
+            .iter()
+            .position(|&k| k == kvtier_core::simple::GroupKind::FullAttention)?;
+        let boundary = f.num_prompt_tokens / self.hash * self.hash;
+        let fa_block = self.blocks[fa];
+        if boundary == 0
+            || boundary > f.progress.num_computed_tokens
+            || boundary.is_multiple_of(fa_block)
+        {
+            return None;
+        }
+        let b = *f.block_ids.get(fa)?.get((boundary / fa_block) as usize)?;
+        if b == 0 || self.in_flight.contains(&b) {
+            return None;
+        }
+        let h = *f
+            .progress
+            .block_hashes
+            .get((boundary / self.hash - 1) as usize)?;
+        let key = BlockKey::new(h, fa as u32);
+        let holds = gpu.block_hash(b).map(|x| x.key) == Some(key)
+            || gpu.secondary_hashes(b).any(|k| k == key);
+        (holds && self.cpu.get_one(&key).is_none()).then_some(b)
     }
 
     /// `reset`.
@@ -178,6 +237,7 @@ impl SimpleModel {
         }
         self.cpu.map = BTreeMap::new();
         self.cpu.hash.iter_mut().for_each(|h| *h = None);
+        self.cpu.secondary.iter_mut().for_each(Vec::clear);
         if self.events_on {
             self.events.push(SimpleEvent::AllCleared);
         }

@@ -42,6 +42,8 @@ pub struct NaivePool {
     pub refs: Vec<u32>,
     /// Each block's hash.
     pub hash: Vec<Option<BlockKey>>,
+    /// Each block's secondary hashes (`cached_block_hashes_by_block`), in insertion order.
+    pub secondary: Vec<Vec<BlockKey>>,
     /// Key → blocks holding it, first inserted first.
     pub map: BTreeMap<BlockKey, Vec<u32>>,
 }
@@ -52,8 +54,23 @@ impl NaivePool {
             free: (1..n).collect(),
             refs: vec![0; n as usize],
             hash: vec![None; n as usize],
+            secondary: vec![Vec::new(); n as usize],
             map: BTreeMap::new(),
         }
+    }
+    /// `_insert_block_hash(key, block)`: a block without a hash takes it as its hash, one
+    /// with a hash as a secondary one, unless it holds `key` already.
+    pub(crate) fn insert(&mut self, b: u32, key: BlockKey) {
+        let holds = self.map.get(&key).is_some_and(|v| v.contains(&b));
+        if holds {
+            return;
+        }
+        if self.hash[b as usize].is_none() {
+            self.hash[b as usize] = Some(key);
+        } else {
+            self.secondary[b as usize].push(key);
+        }
+        self.map.entry(key).or_default().push(b);
     }
     /// `get_one_block`.
     pub fn get_one(&self, k: &BlockKey) -> Option<u32> {
@@ -62,7 +79,13 @@ impl NaivePool {
     fn get_new(&mut self, n: usize, removed: &mut Vec<BlockKey>) -> Vec<u32> {
         let got: Vec<u32> = self.free.drain(..n).collect();
         for &b in &got {
-            if let Some(k) = self.hash[b as usize].take() {
+            // `_remove_cached_block_hashes`: its hash, then its secondary hashes.
+            let keys: Vec<BlockKey> = self.hash[b as usize]
+                .take()
+                .into_iter()
+                .chain(std::mem::take(&mut self.secondary[b as usize]))
+                .collect();
+            for k in keys {
                 let v = self.map.get_mut(&k).expect("hashed blocks are mapped");
                 v.retain(|&x| x != b);
                 if v.is_empty() {
@@ -101,12 +124,27 @@ impl NaivePool {
     }
 }
 
+/// The payload of a secondary hash: its key, parent hash and first token (vLLM's
+/// `meta_by_hash` entries other than the block's own hash).
+pub(crate) type Boundary = (BlockKey, Option<u64>, u64);
+
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Transfer {
     pub(crate) gpu: Vec<u32>,
     pub(crate) cpu: Vec<u32>,
     pub(crate) meta: Vec<Option<StoredMeta>>,
+    /// Per block: the request's hash boundaries inside it (positional stores, events on).
+    pub(crate) bounds: Vec<Vec<Boundary>>,
 }
+
+/// What `_select_eager_blocks_to_store` picks: GPU blocks, their payloads and boundaries,
+/// each group's cursor advance.
+pub(crate) type Selection = (
+    Vec<u32>,
+    Vec<Option<StoredMeta>>,
+    Vec<Vec<Boundary>>,
+    Vec<usize>,
+);
 
 #[derive(Clone, Debug)]
 pub(crate) struct LoadSt {
@@ -158,7 +196,18 @@ pub struct ModelPlan {
 /// The model.
 #[derive(Clone, Debug)]
 pub struct SimpleModel {
+    /// The scheduler's block size.
     pub(crate) bs: u64,
+    /// The hash block size.
+    pub(crate) hash: u64,
+    /// Each group's block size.
+    pub(crate) blocks: Vec<u64>,
+    /// Each group drops EAGLE's block.
+    pub(crate) drop: Vec<bool>,
+    /// Fine-grained hits (`enable_partial_hash_hits`).
+    pub(crate) fine: bool,
+    /// `max(0, num_prefill_lookahead − 1)`.
+    pub(crate) reprefillable: u64,
     pub(crate) num_cpu: u32,
     pub(crate) lazy: bool,
     pub(crate) target_free: usize,
@@ -221,6 +270,11 @@ impl SimpleModel {
     ) -> Self {
         SimpleModel {
             bs: u64::from(bs),
+            hash: u64::from(bs),
+            blocks: vec![u64::from(bs)],
+            drop: vec![false],
+            fine: false,
+            reprefillable: 0,
             num_cpu,
             lazy,
             target_free: target_free as usize,
@@ -246,6 +300,42 @@ impl SimpleModel {
             interval_load: 0,
             events: Vec::new(),
         }
+    }
+
+    /// Sets the layout: the groups' kinds and block sizes, the hash block size, EAGLE's drop
+    /// (`use_eagle`: the `marked` groups, all when none is), and decides fine-grained hits
+    /// as vLLM's `partial_hash_hits_enabled` does (eager only; a Mamba group whose block is
+    /// larger than the hash block; every other prefix-cacheable group full attention, Mamba
+    /// or of the hash block size).
+    pub fn set_layout(
+        &mut self,
+        kinds: &[GroupKind],
+        blocks: &[u32],
+        hash: u32,
+        use_eagle: bool,
+        marked: &[bool],
+    ) {
+        self.kinds = kinds.to_vec();
+        self.blocks = blocks.iter().map(|&b| u64::from(b)).collect();
+        self.hash = u64::from(hash);
+        let none_marked = !marked.iter().any(|&m| m);
+        self.drop = (0..kinds.len())
+            .map(|g| use_eagle && (none_marked || marked.get(g).copied().unwrap_or(false)))
+            .collect();
+        let cacheable: Vec<(GroupKind, u64)> = kinds
+            .iter()
+            .zip(&self.blocks)
+            .filter(|(k, _)| k.is_cacheable())
+            .map(|(&k, &b)| (k, b))
+            .collect();
+        self.fine = !self.lazy
+            && kinds.len() > 1
+            && cacheable
+                .iter()
+                .any(|&(k, b)| k == GroupKind::Mamba && b > self.hash)
+            && cacheable.iter().all(|&(k, b)| {
+                matches!(k, GroupKind::FullAttention | GroupKind::Mamba) || b == self.hash
+            });
     }
 
     pub(crate) fn medium(&self) -> Medium {
@@ -282,6 +372,24 @@ impl SimpleModel {
         None
     }
 
+    /// `get_num_cacheable_tokens(num_computed_tokens, group)`.
+    fn cacheable(&self, n: u64, g: usize) -> u64 {
+        if self.kinds.len() == 1 {
+            // The unitary coordinator: all but the re-prefillable tail.
+            return n.saturating_sub(self.reprefillable);
+        }
+        let align = |n: u64| if self.fine { n } else { n / self.bs * self.bs };
+        let cached = align(n);
+        // The hybrid coordinator propagates the spec group's EAGLE flag to its managers.
+        let specs = lookup::spec_groups(&self.kinds, &self.blocks, &self.drop);
+        let eagle = specs.iter().any(|s| s.eagle && s.ids.contains(&(g as u32)));
+        if eagle && cached > 0 {
+            let finalized = n.saturating_sub(self.reprefillable);
+            return finalized.min(align(finalized) + self.blocks[g]);
+        }
+        cached
+    }
+
     /// `_select_eager_blocks_to_store`: the confirmed blocks of every positional
     /// prefix-cacheable group, group after group from each group's cursor `stored[g]`, that
     /// are ready to store while CPU blocks are free (a null entry is stored from the GPU's
@@ -294,20 +402,14 @@ impl SimpleModel {
         tables: &[&[u32]],
         stored: &[usize],
         p: &Progress<'_>,
-    ) -> (Vec<u32>, Vec<Option<StoredMeta>>, Vec<usize>) {
-        let (mut sel, mut meta) = (Vec::new(), Vec::new());
+    ) -> Selection {
+        let (mut sel, mut meta, mut bounds) = (Vec::new(), Vec::new(), Vec::new());
         let mut adv = vec![0; self.kinds.len()];
         let num_free = self.cpu.free.len();
         let confirmed = p
             .num_computed_tokens
             .saturating_sub(p.num_output_placeholders);
-        // `get_num_cacheable_tokens`: rounded down to the block for the hybrid coordinator,
-        // as is (no re-prefillable tail here) for the unitary one; only whole blocks count.
-        let cacheable = if self.kinds.len() > 1 {
-            confirmed / self.bs * self.bs
-        } else {
-            confirmed
-        };
+        let hashes = p.block_hashes;
         for (g, ids) in tables.iter().enumerate() {
             let Some(&kind) = self.kinds.get(g) else {
                 continue;
@@ -322,15 +424,15 @@ impl SimpleModel {
             if kind == GroupKind::Mamba {
                 continue;
             }
-            let ready = ids.len().min((cacheable / self.bs) as usize);
+            let gb = self.blocks[g];
+            let per = (gb / self.hash) as usize;
+            let ready = ids.len().min((self.cacheable(confirmed, g) / gb) as usize);
             let start = stored.get(g).copied().unwrap_or(0);
+            let key = |k: usize| hashes.get(k).map(|&h| BlockKey::new(h, g as u32));
             for i in start..ready {
                 let mut b = ids[i];
                 if b == 0 {
-                    let cached = p
-                        .block_hashes
-                        .get(i)
-                        .and_then(|&h| gpu.get_one_block(&BlockKey::new(h, g as u32)));
+                    let cached = key((i + 1) * per - 1).and_then(|k| gpu.get_one_block(&k));
                     match cached {
                         Some(c) => b = c,
                         None => {
@@ -349,20 +451,26 @@ impl SimpleModel {
                 sel.push(b);
                 adv[g] += 1;
                 if self.events_on {
-                    let parent_hash = if i == 0 {
-                        None
-                    } else {
-                        Some(p.block_hashes[i - 1])
-                    };
+                    let parent = |k: usize| k.checked_sub(1).map(|j| hashes[j]);
                     meta.push(Some(StoredMeta {
                         req,
-                        parent_hash,
-                        token_start: i as u64 * self.bs,
+                        parent_hash: parent(i * per),
+                        token_start: i as u64 * gb,
                     }));
+                    let primary = gpu.block_hash(b).map(|h| h.key);
+                    bounds.push(
+                        (i * per..(i + 1) * per)
+                            .filter_map(|k| Some((key(k)?, parent(k), k as u64 * self.hash)))
+                            .filter(|&(k, _, _)| Some(k) != primary)
+                            .collect(),
+                    );
+                } else {
+                    meta.push(None);
+                    bounds.push(Vec::new());
                 }
             }
         }
-        (sel, meta, adv)
+        (sel, meta, bounds, adv)
     }
 
     /// `build_connector_meta(scheduler_output)`.
@@ -378,6 +486,7 @@ impl SimpleModel {
             t.gpu.extend(f.gpu);
             t.cpu.extend(f.cpu);
             t.meta.extend(f.meta);
+            t.bounds.extend(f.bounds);
         }
         let mut plan = ModelPlan {
             store_event: None,
@@ -447,6 +556,7 @@ impl SimpleModel {
         if !t.gpu.is_empty() {
             t.cpu = self.get_new(t.gpu.len());
             t.meta = vec![None; t.gpu.len()];
+            t.bounds = vec![Vec::new(); t.gpu.len()];
             gpu.touch(&t.gpu).expect("in range");
         }
     }
@@ -484,6 +594,7 @@ impl SimpleModel {
                 t.gpu.push(g);
                 t.cpu.push(c);
                 t.meta.push(None);
+                t.bounds.push(Vec::new());
                 self.in_flight.insert(g);
                 gpu.touch(&[g]).expect("in range");
                 num_free -= 1;
@@ -531,18 +642,15 @@ impl SimpleModel {
         let ids = st.block_ids.clone();
         let tables: Vec<&[u32]> = ids.iter().map(Vec::as_slice).collect();
         let stored = st.stored.clone();
-        let (sel, meta, adv) = self.select(gpu, sc.req, &tables, &stored, &sc.progress);
+        let (sel, meta, bounds, adv) = self.select(gpu, sc.req, &tables, &stored, &sc.progress);
         if !sel.is_empty() {
             let cpu = self.get_new(sel.len());
             req_ids.push(sc.req);
             t.gpu.extend(&sel);
             t.cpu.extend(cpu);
             self.in_flight.extend(&sel);
-            t.meta.extend(if self.events_on {
-                meta
-            } else {
-                vec![None; sel.len()]
-            });
+            t.meta.extend(meta);
+            t.bounds.extend(bounds);
             gpu.touch(&sel).expect("in range");
         }
         if let Some(st) = get(&mut self.reqs_to_store, sc.req) {

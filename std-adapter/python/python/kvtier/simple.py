@@ -511,10 +511,6 @@ class SimpleCPUOffloadScheduler:
             pool_blocks = aligned_num_cpu_blocks
         else:
             pool_blocks = max(1, local_capacity)
-        # One call records at most one event per CPU block (a removal when a step hands it
-        # out, a store when its copy completes) plus a reset's clear; the queue is drained
-        # after every call.
-        event_capacity = min(max(pool_blocks, 0) + 64, 2**32 - 1)
         # Room for the secondary hashes a stored block brings: one per hash boundary inside
         # the largest group block, and at least one per block (vLLM's pool keeps any).
         cacheable_sizes = [
@@ -528,6 +524,10 @@ class SimpleCPUOffloadScheduler:
                 "kvtier_secondary_hashes", min(max(pool_blocks, 1) * per_block, 2**32 - 1)
             )
         )
+        # One call records at most one event per key the CPU pool holds (a removal when a
+        # step hands its block out, a store when its copy completes) plus a reset's clear;
+        # the queue is drained after every call.
+        event_capacity = min(max(pool_blocks, 0) + secondary_hashes + 64, 2**32 - 1)
         self._native = _native.SimpleScheduler(
             self.block_size,
             num_gpu_blocks,
