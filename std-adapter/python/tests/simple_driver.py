@@ -19,9 +19,11 @@ With ``Shape.hybrid`` the model is a hybrid one: a full-attention group and a Ma
 vLLM's ``align`` mode, both of 16-token blocks (``Shape.mamba_first`` puts the Mamba group
 first). The manager then keeps one running Mamba state per request, nulling the older ones, and
 hands every state it caches to the connector (``take_boundary_state_offloads``, read into the
-step's ``kv_connector_block_state`` as vLLM's scheduler does); prefill chunks end on block
-boundaries and at the prompt's last cacheable boundary, as vLLM's scheduler splits them in
-``align`` mode, so that those states exist.
+step's ``kv_connector_block_state`` as vLLM's scheduler does); prefill chunks are cut by vLLM's
+own engine-scheduler function (``_mamba_block_aligned_split``: block boundaries, the prompt's
+last cacheable boundary, its hash-aligned checkpoint), so that those states exist; the
+copy-on-write copies of a fine-grained Mamba hit are taken each step and their blocks
+released, as vLLM's engine does.
 
 With ``Shape.sliding_window`` = w (or ``Shape.attention_chunk`` = c) the model has a
 full-attention group and a sliding-window group of a w-token window (a chunked-local group of
@@ -33,19 +35,37 @@ Admission counts the blocks of both groups: a request is admitted only when the 
 hold its whole length in each of them (the local group's frees are not counted on), so no
 running request ever waits for blocks another running request holds.
 
-Requests come from a trace (kvtrace or Mooncake JSONL): each block id of a request becomes 16
-tokens derived from the id alone, so that requests sharing trace blocks share prompt prefixes
-and vLLM's chained block hashes. Everything the offloader returns is recorded per step
-(``Record``), so that two runs can be compared step by step.
+With ``Shape.hash_block`` below the block size (8 or 4 tokens) the request's hashes, the GPU
+prefix cache's and the offloader's are that fine (vLLM's hash block is the groups' smallest
+block; its single-group coordinator takes no finer one). In a hybrid model the attention
+group's blocks are that small (with as many more KV heads) and the Mamba group's stay 16
+tokens, which is where vLLM allows partial hash hits: eager hits end on any hash block, loads
+start mid-block. In a dense model a second full-attention group of blocks that small sits
+beside the 16-token one: hits stay block-aligned, and a 16-token block is stored with the
+hashes of the hash blocks inside it (secondary hashes, a prompt's partial last block). With
+``Shape.eagle`` the model drafts with EAGLE (a speculative config whose
+``use_eagle_block_drop()`` is true, as vLLM's own tests give it): the GPU manager and the
+offloader both drop a hit's last block.
+
+Requests come from a trace (kvtrace or Mooncake JSONL): each block id of a request becomes
+``Shape.hash_block`` tokens (16 unless the hashes are finer) derived from the id alone, so
+that requests sharing trace blocks share prompt prefixes and vLLM's chained block hashes; with
+finer hashes, two requests that share an odd number of ids share part of a block. Everything
+the offloader returns is recorded per step (``Record``), so that two runs can be compared step
+by step.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from types import SimpleNamespace
+from unittest.mock import Mock
 
 import vllm_stubs
 
@@ -65,6 +85,7 @@ from vllm.config import (  # noqa: E402
     ModelConfig,
     ParallelConfig,
     SchedulerConfig,
+    SpeculativeConfig,
     VllmConfig,
 )
 from vllm.utils.hashing import sha256  # noqa: E402
@@ -91,6 +112,7 @@ from vllm.v1.kv_cache_interface import (  # noqa: E402
     MambaSpec,
     SlidingWindowSpec,
     get_mamba_prefill_checkpoint_position,
+    is_mamba_prefill_checkpoint_valid,
 )
 from vllm.v1.outputs import KVConnectorOutput  # noqa: E402
 from vllm.v1.request import Request, RequestStatus  # noqa: E402
@@ -131,6 +153,11 @@ class Shape:
     sliding_window: int = 0
     # A chunked-local-attention group of chunks of this many tokens beside it (0: none).
     attention_chunk: int = 0
+    # The hash block size in tokens (divides BLOCK; below it, a second full-attention group of
+    # blocks this small, and hits are fine-grained).
+    hash_block: int = BLOCK
+    # EAGLE drafting (vLLM's use_eagle_block_drop): hits drop their last block.
+    eagle: bool = False
 
 
 # A hybrid model's Mamba blocks each reserve this many more GPU blocks per request: the
@@ -144,15 +171,23 @@ def kv_cache_config(
     mamba_first: bool = False,
     sliding_window: int = 0,
     attention_chunk: int = 0,
+    fine_block: int = BLOCK,
 ) -> KVCacheConfig:
     """One full-attention group of one layer, float16, ``gpu_blocks`` blocks; with ``hybrid``,
     a Mamba group (``align`` mode, one float32 state of one element a block) beside it; with
     ``sliding_window`` (``attention_chunk``), a second attention layer of that window (chunk)
-    in a group after it, the same per-block bytes, in its own tensor."""
-    if hybrid + bool(sliding_window) + bool(attention_chunk) > 1:
-        raise ValueError("one layout at a time: hybrid, sliding window or chunked local")
+    in a group after it, the same per-block bytes, in its own tensor. With ``fine_block``
+    below ``BLOCK``, blocks of that many tokens (and as many more heads: the same per-block
+    bytes): in a hybrid model the attention group's (the Mamba group keeps ``BLOCK``), in a
+    dense one a second full-attention layer's, in a group of its own."""
+    fine = fine_block < BLOCK
+    if hybrid + bool(sliding_window) + bool(attention_chunk) + (fine and not hybrid) > 1:
+        raise ValueError("one layout at a time: hybrid, sliding window, chunked local or fine")
     spec = FullAttentionSpec(
-        block_size=BLOCK, num_kv_heads=HEADS, head_size=HEAD_SIZE, dtype=torch.float16
+        block_size=fine_block if hybrid else BLOCK,
+        num_kv_heads=HEADS * BLOCK // fine_block if hybrid else HEADS,
+        head_size=HEAD_SIZE,
+        dtype=torch.float16,
     )
     size = BYTES_PER_BLOCK * gpu_blocks
     # The attention layer's tensor first: the offloader sizes its pool from the first.
@@ -192,11 +227,24 @@ def kv_cache_config(
             )
         )
         groups.append(KVCacheGroupSpec(["layer_1"], local))
+    if fine and not hybrid:
+        spec = FullAttentionSpec(
+            block_size=fine_block,
+            num_kv_heads=HEADS * BLOCK // fine_block,
+            head_size=HEAD_SIZE,
+            dtype=torch.float16,
+        )
+        tensors.append(
+            KVCacheTensor(
+                size=size, layers=["layer_1"], layer_stride=size, block_stride=BYTES_PER_BLOCK
+            )
+        )
+        groups.append(KVCacheGroupSpec(["layer_1"], spec))
     return KVCacheConfig(num_blocks=gpu_blocks, kv_cache_tensors=tensors, kv_cache_groups=groups)
 
 
 def vllm_config(shape: Shape) -> VllmConfig:
-    return VllmConfig(
+    cfg = VllmConfig(
         model_config=ModelConfig(model="facebook/opt-125m", max_model_len=1 << 16),
         scheduler_config=SchedulerConfig(
             max_num_seqs=shape.max_seqs,
@@ -212,6 +260,14 @@ def vllm_config(shape: Shape) -> VllmConfig:
             kv_connector="SimpleCPUOffloadConnector", kv_role="kv_both"
         ),
     )
+    if shape.eagle:
+        spec = Mock(spec=SpeculativeConfig)
+        spec.num_speculative_tokens = 1
+        spec.use_eagle.return_value = True
+        spec.use_eagle_block_drop.return_value = True
+        spec.use_multi_module_mtp.return_value = False
+        cfg.speculative_config = spec
+    return cfg
 
 
 # --- traces -----------------------------------------------------------------------------
@@ -247,12 +303,13 @@ def mooncake_requests(path: str, limit: int, max_blocks: int = 64) -> list[list[
     return out
 
 
-def prompt(block_ids: list[int], tail: int) -> list[int]:
-    """16 tokens per block id (from the id alone), then ``tail`` tokens of a partial block."""
+def prompt(block_ids: list[int], tail: int, per: int = BLOCK) -> list[int]:
+    """``per`` tokens per block id (from the id alone), then ``tail`` tokens of a partial
+    block."""
     tokens: list[int] = []
     for h in block_ids:
         base = (h * 2654435761) % 50000
-        tokens.extend((base + j * 7919) % 50000 for j in range(BLOCK))
+        tokens.extend((base + j * 7919) % 50000 for j in range(per))
     tokens.extend(50000 + j for j in range(tail))
     return tokens
 
@@ -331,36 +388,57 @@ def run(
         shape.mamba_first,
         shape.sliding_window,
         shape.attention_chunk,
+        shape.hash_block,
     )
-    # The groups a request's GPU blocks are counted in: the attention group (a Mamba group's
-    # blocks are a fixed reserve), or both attention groups of a local layout.
-    local = bool(shape.sliding_window or shape.attention_chunk)
-    counted = (0, 1) if local else (1,) if shape.hybrid and shape.mamba_first else (0,)
+    # The groups a request's GPU blocks are counted in, with their block sizes: the attention
+    # group (a Mamba group's blocks are a fixed reserve), or both attention groups of a local
+    # or fine layout.
+    if shape.sliding_window or shape.attention_chunk:
+        counted = ((0, BLOCK), (1, BLOCK))
+    elif shape.hybrid:
+        counted = ((1 if shape.mamba_first else 0, shape.hash_block),)
+    elif shape.hash_block < BLOCK:
+        counted = ((0, BLOCK), (1, shape.hash_block))
+    else:
+        counted = ((0, BLOCK),)
     reserve = MAMBA_RESERVE if shape.hybrid else 0
+
+    def blocks_for(tokens: int) -> int:
+        return sum(-(-tokens // size) for _, size in counted) + reserve
+
     sched = scheduler_cls(
         vllm_config=cfg,
         kv_cache_config=kcfg,
         cpu_capacity_bytes=BYTES_PER_BLOCK * shape.cpu_blocks,
         scheduler_block_size=BLOCK,
-        hash_block_size=BLOCK,
+        hash_block_size=shape.hash_block,
         lazy_offload=shape.lazy,
     )
     kvm = KVCacheManager(
         kcfg,
         max_model_len=1 << 16,
         scheduler_block_size=BLOCK,
-        hash_block_size=BLOCK,
+        hash_block_size=shape.hash_block,
         max_in_flight_tokens=shape.step_tokens,
+        use_eagle=shape.eagle,
     )
     sched.bind_gpu_block_pool(kvm.block_pool)
-    hasher = get_request_block_hasher(BLOCK, sha256)
+    chunk = _splitter(shape, kvm)
+    hasher = get_request_block_hasher(shape.hash_block, sha256)
+    # A partial tail shorter than a hash block.
+    tail = min(5, shape.hash_block - 1)
     waiting = deque(
-        _Req(f"r{i}", prompt(ids, 1 + i % 5), shape.decode_tokens, hasher)
+        _Req(
+            f"r{i}",
+            prompt(ids, 1 + i % tail, shape.hash_block),
+            shape.decode_tokens,
+            hasher,
+        )
         for i, ids in enumerate(requests)
     )
     for r in waiting:
         # A request whose whole length does not fit the GPU pool would never be admitted.
-        need = len(counted) * -(-(r.req.num_tokens + r.decode_left) // BLOCK) + reserve
+        need = blocks_for(r.req.num_tokens + r.decode_left)
         if need > shape.gpu_blocks - 1:
             raise ValueError(
                 f"request {r.req.request_id} needs {need} GPU blocks; the pool has "
@@ -430,7 +508,7 @@ def run(
             left = req.num_tokens - req.num_computed_tokens
             if left == 0:
                 continue
-            n = _chunk(req, req.num_computed_tokens, min(left, shape.chunk_tokens, budget), shape)
+            n = chunk(req, min(left, shape.chunk_tokens, budget), 0)
             if n == 0:
                 continue
             new_blocks = kvm.allocate_slots(req, n)
@@ -453,13 +531,13 @@ def run(
         while waiting and budget > 0 and len(running) + len(loading) < shape.max_seqs:
             r = waiting[0]
             req = r.req
-            need = len(counted) * -(-(req.num_tokens + r.decode_left) // BLOCK) + reserve
+            need = blocks_for(req.num_tokens + r.decode_left)
             # Blocks the admitted requests will still allocate stay reserved for them (a
             # local group's nulled entries count as allocated: their blocks were).
             reserved = 0
             for o in (*running, *loading.values()):
                 ids = kvm.get_block_ids(o.req.request_id)
-                reserved += o.need - sum(len(ids[g]) for g in counted)
+                reserved += o.need - sum(len(ids[g]) for g, _ in counted)
             if kvm.block_pool.get_num_free_blocks() - reserved < need:
                 break
             r.need = need
@@ -486,7 +564,7 @@ def run(
                 r.scheduled_once = False
                 continue
             n = min(req.num_tokens - n_local, shape.chunk_tokens, budget)
-            n = _chunk(req, n_local, n, shape)
+            n = chunk(req, n, n_local)
             if n == 0:
                 break
             blocks = kvm.allocate_slots(req, n, n_local, computed)
@@ -531,6 +609,11 @@ def run(
             resolve_block_ids=kvm.get_block_ids,
             boundary_state_offloads=handoffs,
         )
+        # A fine-grained Mamba hit copied its state to a block of its own (copy-on-write): as
+        # vLLM's engine scheduler does, the step takes the copies and releases the blocks the
+        # manager retained for them (the copy runs with the step).
+        _, retained = kvm.take_kv_cache_block_copies()
+        kvm.block_pool.free_blocks(retained)
         meta = sched.build_connector_meta(out)
         if record:
             rec.meta = _meta(meta)
@@ -583,28 +666,52 @@ def run(
             raise RuntimeError("the step loop did not drain")
 
 
-def _chunk(req: Request, start: int, n: int, shape: Shape) -> int:
-    """The tokens of a chunk of at most ``n`` from token ``start``. In a hybrid model (Mamba
-    ``align`` mode) a prefill chunk that does not reach the prompt's end is cut back to a block
-    boundary, and stops at the prompt's last cacheable boundary and at a shared prefix's
-    junction (block-floored) when either falls inside it, so that a Mamba state is written
-    at each of them; 0 when no boundary is reached."""
+def _splitter(shape: Shape, kvm: KVCacheManager) -> Callable[[Request, int, int], int]:
+    """The prefill chunk cut of vLLM's engine scheduler (``Scheduler._mamba_block_aligned_
+    split``, vLLM's own function on the few settings it reads): ``(request, tokens,
+    local_computed)`` -> the chunk's tokens. In a hybrid model (Mamba ``align`` mode) a chunk
+    that does not reach the prompt's end is cut back to a block boundary and stops at the
+    prompt's last cacheable boundary, at its hash-aligned checkpoint when hits are
+    fine-grained, and at a shared prefix's junction, so that a Mamba state is written at each
+    of them (0 when no boundary is reached); otherwise chunks are not cut."""
     if not shape.hybrid:
-        return n
-    prefill_end = max(req.num_prompt_tokens, req.num_tokens - 1)
-    if start >= prefill_end:
-        return n
-    end = start + n
-    if end < prefill_end:
-        end -= end % BLOCK
-    stops = [get_mamba_prefill_checkpoint_position(req.num_tokens, BLOCK, False)]
-    if start % BLOCK:
-        stops.append(start - start % BLOCK + BLOCK)
-    junction = req.shared_prefix_boundary
-    if start < junction < end:
-        stops.append(start + (junction - start) // BLOCK * BLOCK)
-    end = min([x for x in stops if start < x < end], default=end)
-    return max(end - start, 0)
+        return lambda req, n, local: n
+    partial = shape.hash_block < BLOCK and kvm.coordinator.enable_partial_hash_hits
+    engine = SimpleNamespace(
+        cache_config=SimpleNamespace(block_size=BLOCK),
+        block_size=BLOCK,
+        hash_block_size=shape.hash_block,
+        mamba_partial_cache_hit=partial,
+        use_eagle_block_drop=shape.eagle,
+        num_hash_lookahead_tokens=0,
+        mamba_has_prefill_checkpoint_blocks=False,
+        mamba_prefill_checkpoint_alignment=None,
+        max_num_scheduled_tokens=shape.step_tokens,
+        scheduler_config=SimpleNamespace(long_prefill_token_threshold=0),
+        mamba_shared_prefix_checkpoint=partial and kvm.mamba_shared_prefix_checkpoint,
+    )
+    split = _vllm_split()
+    return lambda req, n, local: split(engine, req, n, local)
+
+
+def _vllm_split() -> Callable:
+    """vLLM's ``Scheduler._mamba_block_aligned_split``, compiled from its own source file
+    (the engine scheduler's module imports far more than the torch-free stubs provide)."""
+    path = importlib.util.find_spec("vllm.v1.core.sched.scheduler").origin
+    with open(path) as f:
+        tree = ast.parse(f.read(), path)
+    cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Scheduler")
+    fn = next(
+        n for n in cls.body
+        if isinstance(n, ast.FunctionDef) and n.name == "_mamba_block_aligned_split"
+    )
+    scope = {
+        "Request": Request,
+        "get_mamba_prefill_checkpoint_position": get_mamba_prefill_checkpoint_position,
+        "is_mamba_prefill_checkpoint_valid": is_mamba_prefill_checkpoint_valid,
+    }
+    exec(compile(ast.Module([fn], type_ignores=[]), path, "exec"), scope)
+    return scope["_mamba_block_aligned_split"]
 
 
 def _schedule_first(r, kvm, new_reqs, cached_ids, cached_blocks, resumed) -> None:

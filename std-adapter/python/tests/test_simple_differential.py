@@ -15,7 +15,12 @@ them off), and the hybrid one with its groups in the other order too. Then local
 full-attention group beside a sliding-window group of a 49-token window, or beside a
 chunked-local group of 64-token chunks, on fewer requests of both traces (vLLM's manager
 nulls and frees the blocks that left the window or chunk, and its hits carry null blocks
-there; KVTIER_SIMPLE_LOCAL_REQUESTS sets how many, 0 the whole trace).
+there; KVTIER_SIMPLE_LOCAL_REQUESTS sets how many, 0 the whole trace). Then, on as many
+requests, hashes finer than the block and EAGLE: a hybrid model whose attention blocks (and
+hashes) are 8 tokens beside 16-token Mamba blocks (vLLM's partial hash hits: hits ending
+inside a block, mid-block loads), the same with 4-token hashes and EAGLE's block drop, a dense
+model with attention groups of 16- and 8-token blocks (blocks stored with the finer hashes
+inside them), and a dense model with EAGLE.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ PREEMPT_EVERY = 13
 
 
 def _requests(trace: str, model: str = "dense") -> list[list[int]]:
-    n = _N_LOCAL if model in LOCAL else PREFIX[trace]
+    n = _N_LOCAL if model in LOCAL or model in FINE else PREFIX[trace]
     if trace == "small-a":
         return driver.kvtrace_requests(os.path.join(TRACES, "small-a.kvtrace"), n)
     return driver.mooncake_requests(os.path.join(TRACES, "mooncake-synthetic.jsonl"), n)
@@ -70,6 +75,15 @@ LOCAL_GPU_BLOCKS = 256
 # first.
 MODELS = ("dense", "hybrid", "mamba-first")
 LOCAL = ("window", "chunked")
+# The dense model's geometries: (hash block size, EAGLE).
+# "fine": a hybrid model whose attention blocks (and hashes) are finer than its Mamba
+# blocks; "groups": a dense one with two attention groups of different block sizes.
+FINE = {
+    "fine8": (8, False),
+    "fine4-eagle": (4, True),
+    "groups8": (8, False),
+    "eagle": (16, True),
+}
 
 CASES = [
     (trace, lazy, cpu, model)
@@ -79,7 +93,7 @@ CASES = [
     for cpu in (48, 512)
 ] + [
     (trace, lazy, cpu, model)
-    for model in LOCAL
+    for model in (*LOCAL, *FINE)
     for trace in ("small-a", "mooncake")
     for lazy in (False, True)
     for cpu in (48, 512)
@@ -93,16 +107,19 @@ def _ids(case) -> str:
 
 def _shape(case) -> driver.Shape:
     _, lazy, cpu, model = case
+    hash_block, eagle = FINE.get(model, (driver.BLOCK, False))
     return driver.Shape(
         lazy=lazy,
         cpu_blocks=cpu,
         preempt_every=PREEMPT_EVERY,
         kv_events=True,
-        hybrid=model in ("hybrid", "mamba-first"),
+        hybrid=model in ("hybrid", "mamba-first") or model.startswith("fine"),
         mamba_first=model == "mamba-first",
         sliding_window=WINDOW if model == "window" else 0,
         attention_chunk=CHUNK if model == "chunked" else 0,
         gpu_blocks=LOCAL_GPU_BLOCKS if model in LOCAL else driver.Shape().gpu_blocks,
+        hash_block=hash_block,
+        eagle=eagle,
     )
 
 
@@ -136,7 +153,7 @@ def test_driver_exercises_the_offloader(case):
     if case[2] > _shape(case).gpu_blocks:
         assert hits > 0 and loaded > 0
     outcomes = _outcomes(recs)
-    if case[3] in ("dense", *LOCAL) or case[1]:
+    if case[3] in ("dense", *LOCAL, "groups8", "eagle") or case[1]:
         # No Mamba group, or lazy offloading, which stores no hand-off.
         assert outcomes == {}
     else:
@@ -185,3 +202,30 @@ def test_kvtier_matches_vllm_step_by_step(case):
             )
         n += 1
     assert n > 0
+
+
+def test_finer_hashes_reach_the_offloader_in_vllm():
+    """The fine geometries are live in the driver, on vLLM's scheduler: in the hybrid model
+    with 8-token hashes a CPU hit ends inside a 16-token block (a partial hash hit, its Mamba
+    state copied on write by vLLM's manager); with two attention groups of 16- and 8-token
+    blocks, a 16-token block is stored with an 8-token hash beside its own (a secondary
+    hash, or a prompt's partial last block)."""
+    fine = _records(VllmScheduler, ("mooncake", False, 512, "fine8"))
+    assert any(n and n % driver.BLOCK for r in fine for _, n, _ in r.hits)
+    groups = _records(VllmScheduler, ("mooncake", False, 512, "groups8"))
+    stored = [e for r in groups for e in r.events if e.startswith("BlockStored(")]
+    assert any("block_size=8," in e and "group_idx=0," in e for e in stored)
+    assert any("block_size=16," in e and "group_idx=0," in e for e in stored)
+
+
+def test_eagle_drops_hit_blocks_in_vllm():
+    """EAGLE's block drop is live in the driver: vLLM's scheduler finds fewer CPU hit tokens
+    on the same requests with it than without it."""
+    case = ("small-a", False, 512, "eagle")
+    plain = driver.Shape(**{**_shape(case).__dict__, "eagle": False})
+    reqs = _requests(case[0], case[3])
+
+    def hit_tokens(shape) -> int:
+        return sum(n or 0 for r in driver.run(VllmScheduler, reqs, shape) for _, n, _ in r.hits)
+
+    assert 0 < hit_tokens(_shape(case)) < hit_tokens(plain)

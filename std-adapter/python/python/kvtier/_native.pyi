@@ -60,7 +60,12 @@ class CpuBlockPool:
     def free_blocks(self, blocks: list[int]) -> None: ...
     def get_new_blocks(self, n: int) -> list[int]: ...
     def cache_full_blocks(
-        self, blocks: list[int], keys: list[bytes], num_cached: int, num_full: int
+        self,
+        blocks: list[int],
+        keys: list[bytes],
+        num_cached: int,
+        num_full: int,
+        block_size: int,
     ) -> None: ...
 
 class SimpleScheduler:
@@ -138,6 +143,7 @@ class SimpleScheduler:
         num_computed_tokens: int,
         num_output_placeholders: int,
         block_hashes: Sequence[bytes],
+        num_prompt_tokens: int,
     ) -> int | None: ...
     def reset(self) -> bool: ...
     def has_pending_stores(self) -> bool: ...

@@ -624,9 +624,11 @@ class SimpleCPUOffloadScheduler:
         for r in (*scheduled, *self._flush_requests.values()):
             if r is not None and req_id is not None and r.request_id == req_id:
                 return r
+        # A first block's hash is the request's hash at the block's end.
         raw = get_block_hash(key)
+        last = self.group_block_sizes[get_group_id(key)] // self.hash_block_size - 1
         for r in self._flush_requests.values():
-            if r.block_hashes and r.block_hashes[0] == raw:
+            if len(r.block_hashes) > last and r.block_hashes[last] == raw:
                 return r
         raise AssertionError(f"the request {req_id!r} of a stored block is unknown")
 
