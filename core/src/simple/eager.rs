@@ -405,11 +405,17 @@ impl SimpleScheduler {
     /// Counts slot `s` once in store event `event`, marking CPU block `c` as its reference.
     fn mark_request(&mut self, s: u32, c: u32, event: u64) {
         let slot = &mut self.reqs.slots[s as usize];
-        if slot.store.last_event == Some(event) {
-            return;
+        let id = slot.id;
+        if slot.store.last_event != Some(event) {
+            slot.store.last_event = Some(event);
+            slot.store.events += 1;
+            self.xfer.req[c as usize] = (s, slot.generation);
         }
-        slot.store.last_event = Some(event);
-        slot.store.events += 1;
-        self.xfer.req[c as usize] = (s, slot.generation);
+        if self.collect_reqs
+            && !self.store_reqs.contains(&id)
+            && self.store_reqs.len() < self.store_reqs.capacity()
+        {
+            self.store_reqs.push(id);
+        }
     }
 }

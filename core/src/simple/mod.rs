@@ -43,6 +43,7 @@
 //! | [`get_num_new_matched_tokens`](SimpleScheduler::get_num_new_matched_tokens) | nothing | nothing |
 //! | [`update_state_after_alloc`](SimpleScheduler::update_state_after_alloc) | nothing | touches the load targets |
 //! | [`build_connector_meta`](SimpleScheduler::build_connector_meta) | hashes of handed-off / scanned blocks, `cached_block` for null table entries; lazy: ref counts and the free queue | touches every block it stores |
+//! | [`prepare_store_specs`](SimpleScheduler::prepare_store_specs) | as `build_connector_meta`'s stores | touches every block it stores |
 //! | [`update_connector_output`](SimpleScheduler::update_connector_output) | the stored blocks' hashes (copied to the CPU) | frees loaded and stored blocks |
 //! | [`request_finished_all_groups`](SimpleScheduler::request_finished_all_groups) | hashes of the final flush's blocks | touches the flush, frees an unissued load |
 //! | [`request_finished`](SimpleScheduler::request_finished) | nothing | frees an unissued load |
@@ -101,6 +102,8 @@ mod tests_fine;
 mod tests_hybrid;
 #[cfg(test)]
 mod tests_layout;
+#[cfg(test)]
+mod tests_prepare;
 mod transfers;
 
 use alloc::collections::VecDeque;
@@ -186,6 +189,20 @@ pub struct StepPlan<'a> {
     pub need_flush: bool,
 }
 
+/// What [`SimpleScheduler::prepare_store_specs`] planned: vLLM's `(gpu_block_ids,
+/// cpu_block_ids, req_ids, block_meta)` without the metadata (see
+/// [`SimpleScheduler::stored_meta`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PreparedStores<'a> {
+    /// GPU sources, in order.
+    pub gpu_blocks: &'a [u32],
+    /// CPU destinations, index-parallel.
+    pub cpu_blocks: &'a [u32],
+    /// The requests whose blocks are stored, each once, in first-stored order (empty in
+    /// lazy mode).
+    pub requests: &'a [u64],
+}
+
 /// vLLM's `SimpleCPUOffloadScheduler`. See the [module docs](self).
 ///
 /// A clone decides exactly as the original (every bound comes from the configuration), but
@@ -214,6 +231,9 @@ pub struct SimpleScheduler {
     // Scratch and output lists, reserved at construction.
     store_gpu: Vec<u32>,
     store_cpu: Vec<u32>,
+    /// The requests of a prepared store (`max_requests`), collected while `collect_reqs`.
+    store_reqs: Vec<u64>,
+    collect_reqs: bool,
     load_gpu: Vec<u32>,
     load_cpu: Vec<u32>,
     sel_gpu: Vec<u32>,
@@ -302,6 +322,8 @@ impl SimpleScheduler {
             dropped_events: 0,
             store_gpu: with_capacity(n_cpu).map_err(fail)?,
             store_cpu: with_capacity(n_cpu).map_err(fail)?,
+            store_reqs: with_capacity(config.max_requests as usize).map_err(fail)?,
+            collect_reqs: false,
             load_gpu: with_capacity(n_gpu).map_err(fail)?,
             load_cpu: with_capacity(n_gpu).map_err(fail)?,
             sel_gpu: with_capacity(max_b.min(n_cpu)).map_err(fail)?,
@@ -489,6 +511,7 @@ impl SimpleScheduler {
                 + self.got.capacity()
                 + self.tmp.capacity())
                 * 4
+            + self.store_reqs.capacity() * 8
             + self.sel_meta.capacity() * size_of::<Option<StoredMeta>>()
             + self.sel_keys.capacity() * size_of::<BlockKey>()
             + self

@@ -1,8 +1,9 @@
 //! `build_connector_meta`: the step's stores (eager or lazy, then the queued flushes) under
-//! one store event, and the step's loads under one load event.
+//! one store event, and the step's loads under one load event; `prepare_store_specs`, its
+//! store half alone.
 
 use super::gpu::{GpuBlocks, StepInput};
-use super::{InputError, SimpleScheduler, StepPlan};
+use super::{InputError, PreparedStores, SimpleScheduler, StepPlan};
 
 impl SimpleScheduler {
     /// vLLM's `build_connector_meta`: plans this step's transfers.
@@ -22,18 +23,7 @@ impl SimpleScheduler {
         gpu: &mut impl GpuBlocks,
         step: &StepInput<'_>,
     ) -> Result<StepPlan<'_>, InputError> {
-        self.check_gpu(gpu, &[])?;
-        if !self.config.lazy_offload {
-            for h in step.handoffs {
-                self.check_gpu(gpu, h.gpu_blocks)?;
-            }
-            for sc in step.scheduled {
-                for t in sc.new_block_ids.unwrap_or_default() {
-                    self.check_gpu(gpu, t)?;
-                }
-            }
-            self.check_eager_step(step)?;
-        }
+        self.check_step(gpu, step)?;
         let load_blocks: usize = self
             .reqs
             .load_order
@@ -44,13 +34,7 @@ impl SimpleScheduler {
         if load_blocks > self.config.num_gpu_blocks as usize {
             return Err(InputError::TooManyLoadBlocks);
         }
-        self.store_gpu.clear();
-        self.store_cpu.clear();
-        if self.config.lazy_offload {
-            self.lazy_stores(gpu);
-        } else {
-            self.eager_stores(gpu, step);
-        }
+        self.plan_stores(gpu, step, false);
         let fresh = self.store_gpu.len() as u64;
         for i in 0..self.xfer.flushes.len() {
             let chain = self.xfer.flushes[i];
@@ -95,5 +79,70 @@ impl SimpleScheduler {
             load_cpu_blocks: &self.load_cpu,
             need_flush: !step.preempted.is_empty(),
         })
+    }
+
+    /// vLLM's `prepare_store_specs`, the store half of
+    /// [`build_connector_meta`](Self::build_connector_meta): plans this step's stores as it
+    /// would (the same outcomes counted, CPU blocks allocated, GPU blocks pinned, cursors
+    /// advanced) and returns them with the requests they came from, without a store event.
+    ///
+    /// vLLM's own method leaves such stores in no event: their CPU blocks and pins are never
+    /// released. Here they are queued like a finishing request's flush: the next
+    /// `build_connector_meta` issues them in its store event after that step's own stores,
+    /// [`reset`](Self::reset) releases them, and
+    /// [`pending_store_blocks`](Self::pending_store_blocks) counts them meanwhile.
+    ///
+    /// # Errors
+    /// As [`build_connector_meta`](Self::build_connector_meta), for the same inputs (the
+    /// loads are not read). Nothing changes then.
+    pub fn prepare_store_specs(
+        &mut self,
+        gpu: &mut impl GpuBlocks,
+        step: &StepInput<'_>,
+    ) -> Result<PreparedStores<'_>, InputError> {
+        self.check_step(gpu, step)?;
+        self.plan_stores(gpu, step, true);
+        if !self.store_gpu.is_empty() {
+            let chain = self.xfer.thread(&self.store_gpu, &self.store_cpu);
+            self.xfer.flushes.push(chain);
+            self.xfer.pending_blocks += u64::from(chain.len);
+        }
+        Ok(PreparedStores {
+            gpu_blocks: &self.store_gpu,
+            cpu_blocks: &self.store_cpu,
+            requests: &self.store_reqs,
+        })
+    }
+
+    /// The checks both step calls make before anything changes.
+    fn check_step(&mut self, gpu: &impl GpuBlocks, step: &StepInput<'_>) -> Result<(), InputError> {
+        self.check_gpu(gpu, &[])?;
+        if !self.config.lazy_offload {
+            for h in step.handoffs {
+                self.check_gpu(gpu, h.gpu_blocks)?;
+            }
+            for sc in step.scheduled {
+                for t in sc.new_block_ids.unwrap_or_default() {
+                    self.check_gpu(gpu, t)?;
+                }
+            }
+            self.check_eager_step(step)?;
+        }
+        Ok(())
+    }
+
+    /// Fills the store lists with this step's eager or lazy stores; with `collect`, also the
+    /// requests they came from, in first-stored order.
+    fn plan_stores(&mut self, gpu: &mut impl GpuBlocks, step: &StepInput<'_>, collect: bool) {
+        self.store_gpu.clear();
+        self.store_cpu.clear();
+        self.store_reqs.clear();
+        self.collect_reqs = collect;
+        if self.config.lazy_offload {
+            self.lazy_stores(gpu);
+        } else {
+            self.eager_stores(gpu, step);
+        }
+        self.collect_reqs = false;
     }
 }

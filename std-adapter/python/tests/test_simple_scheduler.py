@@ -557,7 +557,10 @@ class Driver:
         self.preempted_now.append(r.request_id)
         self.waiting.append(r)
 
-    def step(self):
+    def step(self, prepare: bool = False):
+        """One step; with ``prepare``, the step's ``prepare_store_specs`` instead of its
+        ``build_connector_meta`` (both answers in ``self.prepared``, the twins no longer
+        alike after it: vLLM's leaves its stores in no event)."""
         t, rng = self.t, self.rng
         scheduled, new, cached = {}, [], []
         # Running requests: prefill chunks and decodes.
@@ -598,6 +601,9 @@ class Driver:
                 handoffs[self.finished_last[0]] = [1]
         out = step_output(new, cached, scheduled, self.finished_last, self.preempted_now,
                           handoffs)
+        if prepare:
+            self.prepared = [s.prepare_store_specs(out) for s, _ in t.sides]
+            return
         meta = t.call("build_connector_meta", out)
         self.finished_last, self.preempted_now = [], []
         if meta.store_event >= 0:
@@ -648,6 +654,38 @@ def test_twin_runs_agree_call_by_call(seed, lazy, world_size, events):
     # The run exercised stores, hits, loads, partial takes and retries.
     assert all(d.seen.values()), d.seen
     assert d.seen_events > 0 if events else d.seen_events == 0
+
+
+@pytest.mark.parametrize("lazy", [False, True])
+@pytest.mark.parametrize("events", [False, True])
+def test_prepare_store_specs_answers_as_vllms(lazy, events):
+    """``prepare_store_specs`` (the store half of ``build_connector_meta``) at the end of
+    random runs: kvtier's answers equal vLLM's (GPU and CPU blocks, requests, the payloads
+    of every block), and kvtier's next ``build_connector_meta`` issues the prepared stores
+    (vLLM's leaves them in no event)."""
+    stored = payloads = handoffs = 0
+    for seed in range(40):
+        d = Driver(100 + seed, lazy, 1, events)
+        for _ in range(d.rng.randrange(4, 60)):
+            d.step()
+        d.step(prepare=True)
+        want, got = d.prepared
+        assert got == want, seed
+        gpu, cpu, req_ids, meta = got
+        stored += bool(gpu)
+        assert meta is None if lazy or not events else len(meta) == len(gpu)
+        payloads += sum(1 for m in meta or () if m)
+        handoffs += sum(1 for m in meta or () if not m)
+        assert (req_ids == []) if lazy else len(set(req_ids)) == len(req_ids)
+        kv = d.t.kv
+        plan = kv.build_connector_meta(step_output([], [], {}, [], [], None))
+        if gpu:
+            # After that step's own stores and the flushes queued before them.
+            assert list(plan.store_gpu_blocks[-len(gpu):]) == gpu
+            assert list(plan.store_cpu_blocks[-len(cpu):]) == cpu
+    assert stored > 10
+    if events and not lazy:
+        assert payloads > 0 and handoffs > 0
 
 
 def test_readme_connector_example_runs(capsys):

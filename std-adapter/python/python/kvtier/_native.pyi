@@ -68,6 +68,17 @@ class CpuBlockPool:
         block_size: int,
     ) -> None: ...
 
+# One step as ``kvtier.simple`` passes it: boundary hand-offs ``(req_id, GPU blocks)``,
+# preempted and finished request ids, and each scheduled request's ``(req_id, new block ids
+# per group or None, is_full_table, num_scheduled_tokens, num_computed_tokens,
+# num_output_placeholders, block_hashes or None)``.
+_Step = tuple[
+    list[tuple[str, list[int]]],
+    list[str],
+    list[str],
+    list[tuple[str, list[list[int]] | None, bool, int, int, int, Sequence[bytes] | None]],
+]
+
 class SimpleScheduler:
     """kvtier's simple offloader (``kvtier_core::simple``) on vLLM's Python GPU ``BlockPool``;
     ``kvtier.simple.SimpleCPUOffloadScheduler`` is its typed, public face."""
@@ -119,19 +130,10 @@ class SimpleScheduler:
         block_ids: list[list[int]],
         num_external_tokens: int,
     ) -> None: ...
-    def build_connector_meta(
-        self,
-        handoffs: list[tuple[str, list[int]]],
-        preempted: list[str],
-        finished: list[str],
-        scheduled: list[
-            tuple[
-                str, list[list[int]] | None, bool, int, int, int, Sequence[bytes] | None
-            ]
-        ],
-    ) -> tuple[
+    def build_connector_meta(self, step: _Step) -> tuple[
         int, list[int], list[int], int, list[int], list[int], dict[int, list[str]], bool
     ]: ...
+    def prepare_store_specs(self, step: _Step) -> tuple[list[int], list[int], list[str]]: ...
     def update_connector_output(
         self, finished_recving: list[str], completed_stores: list[tuple[int, int]]
     ) -> None: ...

@@ -58,6 +58,7 @@ from vllm.distributed.kv_events import (
 from vllm.distributed.kv_transfer.kv_connector.utils import yield_req_data
 from vllm.logger import init_logger
 from vllm.v1.core.kv_cache_utils import (
+    BlockHashWithGroupId,
     generate_block_hash_extra_keys,
     get_block_hash,
     get_group_id,
@@ -77,7 +78,7 @@ from vllm.v1.kv_cache_interface import (
     get_kv_cache_spec_kind,
     get_kv_cache_spec_sliding_window,
 )
-from vllm.v1.simple_kv_offload.manager import BoundaryStoreStats
+from vllm.v1.simple_kv_offload.manager import BlockStoreMeta, BoundaryStoreStats
 from vllm.v1.simple_kv_offload.metadata import (
     SimpleCPUOffloadMetadata,
     SimpleCPUOffloadWorkerMetadata,
@@ -582,6 +583,9 @@ class SimpleCPUOffloadScheduler:
         self._events: list[KVCacheEvent] = []
         self._store_payloads: dict[int, list[tuple[Any, ...]]] = {}
         self._flush_requests: dict[int, Request] = {}
+        # The payload captures of prepared stores (prepare_store_specs), by CPU block, until
+        # the next build_connector_meta issues them.
+        self._prepared: dict[int, tuple[Any, ...]] = {}
 
     def _tables(self, block_ids: Sequence[Sequence[int] | None]) -> list[list[int]]:
         """A request's block ids per group as the native module takes them: every
@@ -753,13 +757,11 @@ class SimpleCPUOffloadScheduler:
         )
         self._drop_forgotten()
 
-    def build_connector_meta(
+    def _step_args(
         self, scheduler_output: SchedulerOutput
-    ) -> SimpleCPUOffloadMetadata:
-        """This step's store and load events."""
-        preempted = list(scheduler_output.preempted_req_ids or ())
-        if self._gpu_block_pool is None:
-            return SimpleCPUOffloadMetadata(need_flush=bool(preempted))
+    ) -> tuple[tuple[Any, ...], list[Request | None]]:
+        """The native step argument ``(handoffs, preempted, finished, scheduled)`` of a
+        scheduler output, and the scheduled requests (``None`` for one not tracked)."""
         handoffs: list[tuple[str, list[int]]] = []
         scheduled: list[tuple[Any, ...]] = []
         scheduled_requests: list[Request | None] = []
@@ -789,6 +791,83 @@ class SimpleCPUOffloadScheduler:
                         request.block_hashes,
                     )
                 )
+        preempted = list(scheduler_output.preempted_req_ids or ())
+        finished = list(scheduler_output.finished_req_ids)
+        return (handoffs, preempted, finished, scheduled), scheduled_requests
+
+    def prepare_store_specs(
+        self, scheduler_output: SchedulerOutput
+    ) -> tuple[
+        list[int], list[int], list[str], list[dict[BlockHashWithGroupId, BlockStoreMeta]] | None
+    ]:
+        """The store half of ``build_connector_meta``: ``(gpu_block_ids, cpu_block_ids,
+        req_ids, block_meta)`` as vLLM's, ``block_meta`` (one dict of payloads a block,
+        empty for a hand-off) ``None`` without KV events or in lazy mode. The stores are
+        planned as ``build_connector_meta`` plans them (outcomes counted, blocks allocated
+        and pinned); vLLM's method then leaves them in no store event, kvtier's next
+        ``build_connector_meta`` issues them after that step's own stores, and ``reset``
+        releases them."""
+        meta: list[dict[BlockHashWithGroupId, BlockStoreMeta]] | None = (
+            [] if self.enable_kv_cache_events and not self._lazy_mode else None
+        )
+        if self._gpu_block_pool is None:
+            return [], [], [], meta
+        args, scheduled_requests = self._step_args(scheduler_output)
+        gpu, cpu, req_ids = self._native.prepare_store_specs(args)
+        if self.enable_kv_cache_events:
+            for g, c in zip(gpu, cpu, strict=True):
+                capture = self._store_capture(g, c, scheduled_requests)
+                self._prepared[c] = capture
+                if meta is not None:
+                    meta.append(self._store_meta(*capture))
+            self._drop_forgotten()
+        return gpu, cpu, req_ids, meta
+
+    def _store_meta(
+        self, gpu_block: int, request: Request | None, start: int
+    ) -> dict[BlockHashWithGroupId, BlockStoreMeta]:
+        """vLLM's event payloads of a positional store of ``gpu_block`` from ``request``'s
+        token ``start``: its own hash's, then each other hash block's inside it; none for a
+        hand-off."""
+        if request is None:
+            return {}
+        assert self._gpu_block_pool is not None
+        key = self._gpu_block_pool.blocks[gpu_block].block_hash
+        group = get_group_id(key)
+        size = self.group_block_sizes[group]
+        hb = self.hash_block_size
+
+        def payload(first: int, end: int, block_size: int | None) -> BlockStoreMeta:
+            h = first // hb
+            lora = request.lora_request
+            extra, _ = generate_block_hash_extra_keys(request, first, end, 0)
+            return BlockStoreMeta(
+                token_ids=list(request.all_token_ids[first:end]),
+                parent_block_hash=(
+                    maybe_convert_block_hash(request.block_hashes[h - 1]) if h else None
+                ),
+                lora_id=lora.adapter_id if lora else None,
+                lora_name=lora.name if lora else None,
+                extra_keys=extra,
+                block_size=block_size,
+            )
+
+        # A block's parent is the request's hash at the previous block's end.
+        out = {key: payload(start, start + size, None)}
+        for h in range(start // hb, (start + size) // hb):
+            k = make_block_hash_with_group_id(request.block_hashes[h], group)
+            if k is not None and k != key:
+                out[k] = payload(h * hb, h * hb + hb, hb)
+        return out
+
+    def build_connector_meta(
+        self, scheduler_output: SchedulerOutput
+    ) -> SimpleCPUOffloadMetadata:
+        """This step's store and load events."""
+        preempted = list(scheduler_output.preempted_req_ids or ())
+        if self._gpu_block_pool is None:
+            return SimpleCPUOffloadMetadata(need_flush=bool(preempted))
+        args, scheduled_requests = self._step_args(scheduler_output)
         (
             store_event,
             store_gpu,
@@ -798,13 +877,11 @@ class SimpleCPUOffloadScheduler:
             load_cpu,
             load_event_to_reqs,
             need_flush,
-        ) = self._native.build_connector_meta(
-            handoffs, preempted, list(scheduler_output.finished_req_ids), scheduled
-        )
+        ) = self._native.build_connector_meta(args)
         if self.enable_kv_cache_events:
             if store_event >= 0:
                 self._store_payloads[store_event] = [
-                    self._store_capture(g, c, scheduled_requests)
+                    self._prepared.pop(c, None) or self._store_capture(g, c, scheduled_requests)
                     for g, c in zip(store_gpu, store_cpu, strict=True)
                 ]
             self._flush_requests.clear()
@@ -919,5 +996,6 @@ class SimpleCPUOffloadScheduler:
         self._requests.clear()
         self._store_payloads.clear()  # abandoned: their completions cache nothing
         self._flush_requests.clear()
+        self._prepared.clear()  # released
         self._drop_forgotten()
         return answer

@@ -14,14 +14,15 @@ mod gpu;
 mod hashes;
 mod ids;
 mod layout;
+mod step;
 mod view;
 
 use std::cell::RefCell;
 use std::collections::HashSet;
 
 use kvtier_core::simple::{
-    Finished, Handoff, LookupRequest, NewError, PoolSize, PoolSizing, Progress, Scheduled,
-    SimpleConfig, SimpleEvent, SimpleScheduler as Core, StepInput, WorkerOutput,
+    Finished, LookupRequest, NewError, PoolSize, PoolSizing, Progress, SimpleConfig, SimpleEvent,
+    SimpleScheduler as Core, WorkerOutput,
 };
 use kvtier_core::stats::Value;
 use kvtier_core::stats::simple_offload::{Backend, SaveOutcome};
@@ -35,19 +36,7 @@ use gpu::PyGpu;
 use hashes::HashKeys;
 use ids::{ReqIds, UNKNOWN};
 use layout::{layout, tables};
-
-/// One scheduled request as `kvtier.simple` passes it: `(req_id, new_block_ids per group or
-/// None, is_full_table, num_scheduled_tokens, num_computed_tokens, num_output_placeholders,
-/// block_hashes or None)`.
-type ScheduledArg<'py> = (
-    Bound<'py, PyAny>,
-    Option<Vec<Vec<u32>>>,
-    bool,
-    u64,
-    u64,
-    u64,
-    Option<Bound<'py, PyAny>>,
-);
+use step::StepArgs;
 
 /// What `build_connector_meta` answers: `(store_event, store_gpu, store_cpu, load_event,
 /// load_gpu, load_cpu, load_event_to_reqs, need_flush)`, events `-1` when absent.
@@ -61,6 +50,9 @@ type PlanTuple<'py> = (
     Bound<'py, PyDict>,
     bool,
 );
+
+/// What `prepare_store_specs` answers: `(gpu_blocks, cpu_blocks, req_ids)`.
+type PreparedTuple = (Vec<u32>, Vec<u32>, Vec<Py<PyString>>);
 
 fn value_error(e: impl std::fmt::Display) -> PyErr {
     PyValueError::new_err(e.to_string())
@@ -273,84 +265,28 @@ impl SimpleScheduler {
         r.map_err(alloc_error)
     }
 
-    /// `build_connector_meta`'s plan (see [`PlanTuple`]).
+    /// `build_connector_meta`'s plan (see [`PlanTuple`]) for `step` ([`StepArgs`]).
     fn build_connector_meta<'py>(
         &mut self,
         py: Python<'py>,
-        handoffs: Vec<(Bound<'py, PyAny>, Vec<u32>)>,
-        preempted: Vec<Bound<'py, PyAny>>,
-        finished: Vec<Bound<'py, PyAny>>,
-        scheduled: Vec<ScheduledArg<'py>>,
+        step: StepArgs<'py>,
     ) -> PyResult<PlanTuple<'py>> {
-        let pool = self.pool(py)?;
-        let handoff_ids = handoffs
-            .iter()
-            .map(|(r, _)| self.ids.get(r))
-            .collect::<PyResult<Vec<u64>>>()?;
-        let preempted = preempted
-            .iter()
-            .map(|r| self.ids.get(r))
-            .collect::<PyResult<Vec<u64>>>()?;
-        let finished = finished
-            .iter()
-            .map(|r| self.ids.get(r))
-            .collect::<PyResult<Vec<u64>>>()?;
-        self.positions.clear();
-        let mut lists = Vec::with_capacity(scheduled.len());
-        let mut ranges = Vec::with_capacity(scheduled.len());
-        let mut sched_ids = Vec::with_capacity(scheduled.len());
-        for (i, sc) in scheduled.iter().enumerate() {
-            sched_ids.push(self.ids.get(&sc.0)?);
-            ranges.push(self.push_positions(i, sc.6.as_ref())?);
-            lists.push(sc.6.clone().unwrap_or_else(|| py.None().into_bound(py)));
-        }
-        let handoff_list: Vec<Handoff<'_>> = handoffs
-            .iter()
-            .zip(&handoff_ids)
-            .map(|((_, g), &req)| Handoff { req, gpu_blocks: g })
-            .collect();
-        let new: Vec<Option<Vec<&[u32]>>> = scheduled
-            .iter()
-            .map(|sc| sc.1.as_deref().map(tables))
-            .collect();
-        let sched_list: Vec<Scheduled<'_>> = scheduled
-            .iter()
-            .zip(&sched_ids)
-            .zip(&ranges)
-            .zip(&new)
-            .map(|(((sc, &req), &(a, b)), new)| Scheduled {
-                req,
-                new_block_ids: new.as_deref(),
-                full_table: sc.2,
-                num_scheduled_tokens: sc.3,
-                progress: Progress {
-                    num_computed_tokens: sc.4,
-                    num_output_placeholders: sc.5,
-                    block_hashes: &self.positions[a..b],
-                },
-            })
-            .collect();
-        let step = StepInput {
-            handoffs: &handoff_list,
-            preempted: &preempted,
-            finished: &finished,
-            scheduled: &sched_list,
-        };
         let queued: Vec<u64> = self.s.queued_loads().collect();
-        self.keys.borrow_mut().maybe_sweep(&self.s);
-        let mut view = PyGpu::new(&pool, &self.keys, &lists, 0)?;
-        let plan = self.s.build_connector_meta(&mut view, &step);
-        let py_err = view.finish();
-        let plan = plan.map_err(input_error)?;
-        let (store_event, load_event, need_flush) =
-            (plan.store_event, plan.load_event, plan.need_flush);
-        let out_lists = (
-            plan.store_gpu_blocks.to_vec(),
-            plan.store_cpu_blocks.to_vec(),
-            plan.load_gpu_blocks.to_vec(),
-            plan.load_cpu_blocks.to_vec(),
-        );
-        py_err?;
+        let (store_event, load_event, need_flush, out_lists) =
+            self.run_step(py, &step, |s, view, step| {
+                let plan = s.build_connector_meta(view, step)?;
+                Ok((
+                    plan.store_event,
+                    plan.load_event,
+                    plan.need_flush,
+                    (
+                        plan.store_gpu_blocks.to_vec(),
+                        plan.store_cpu_blocks.to_vec(),
+                        plan.load_gpu_blocks.to_vec(),
+                        plan.load_cpu_blocks.to_vec(),
+                    ),
+                ))
+            })?;
         if let Some(e) = load_event {
             self.load_reqs.push((e, queued));
         }
@@ -379,6 +315,29 @@ impl SimpleScheduler {
             to_reqs,
             need_flush,
         ))
+    }
+
+    /// `prepare_store_specs`: the store half of `build_connector_meta` for `step`
+    /// ([`StepArgs`]), `(gpu_blocks, cpu_blocks, req_ids)`; the stores are issued with the
+    /// next store event (vLLM's leaves them in none).
+    fn prepare_store_specs<'py>(
+        &mut self,
+        py: Python<'py>,
+        step: StepArgs<'py>,
+    ) -> PyResult<PreparedTuple> {
+        let (gpu, cpu, reqs) = self.run_step(py, &step, |s, view, step| {
+            let p = s.prepare_store_specs(view, step)?;
+            Ok((
+                p.gpu_blocks.to_vec(),
+                p.cpu_blocks.to_vec(),
+                p.requests.to_vec(),
+            ))
+        })?;
+        let names = reqs
+            .iter()
+            .filter_map(|r| self.ids.name(*r).map(|n| n.clone_ref(py)))
+            .collect();
+        Ok((gpu, cpu, names))
     }
 
     /// `update_connector_output`: the requests whose loads finished and the store reports
