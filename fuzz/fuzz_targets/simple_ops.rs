@@ -49,6 +49,8 @@ enum RawOp {
         preempted: Vec<u8>,
         finished: Vec<u8>,
         scheduled: Vec<RawSched>,
+        /// `prepare_store_specs` instead of `build_connector_meta`.
+        prepare: bool,
     },
     Output {
         recv: Vec<u8>,
@@ -184,6 +186,7 @@ fn raw(s: &mut SimpleScheduler, g: &mut Gpu, op: &RawOp) -> bool {
             preempted,
             finished,
             scheduled,
+            prepare,
         } => {
             let hb: Vec<(u64, Vec<u32>)> = handoffs
                 .iter()
@@ -224,7 +227,11 @@ fn raw(s: &mut SimpleScheduler, g: &mut Gpu, op: &RawOp) -> bool {
                 finished: &f,
                 scheduled: &sc,
             };
-            s.build_connector_meta(g, &step).is_err()
+            if *prepare {
+                s.prepare_store_specs(g, &step).is_err()
+            } else {
+                s.build_connector_meta(g, &step).is_err()
+            }
         }
         RawOp::Output { recv, stores } => {
             let r: Vec<u64> = recv.iter().map(|&x| u64::from(x % 8)).collect();
