@@ -547,6 +547,9 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
     fn evict_hash(&mut self, block: u32) {
         if let Some(h) = self.index.remove(block) {
             self.push_event(PoolEvent::Removed { key: h.key, block });
+            if self.config.secondary_capacity == 0 {
+                return; // no block holds secondary hashes (every GPU pool)
+            }
             let (index, events) = (&mut self.index, &mut self.events);
             let (enabled, cap) = (self.config.enable_events, self.config.event_capacity);
             let dropped = &mut self.dropped_events;

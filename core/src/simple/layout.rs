@@ -318,7 +318,15 @@ pub(crate) struct SpecGroup {
 impl SpecGroup {
     /// The member group ids, in group order (`members` has one bit per group: 8 = MAX_GROUPS).
     pub(crate) fn groups(self) -> impl Iterator<Item = u32> {
-        (0..8u32).filter(move |g| self.members & (1 << g) != 0)
+        // The set bits, lowest first: one step per member (the lookup's hot path).
+        let mut bits = self.members;
+        core::iter::from_fn(move || {
+            (bits != 0).then(|| {
+                let g = bits.trailing_zeros();
+                bits &= bits - 1;
+                g
+            })
+        })
     }
 }
 
