@@ -247,6 +247,7 @@ impl<K: Copy + Eq + Hash> KeyIndex<K> {
     }
 
     /// Takes node `block`'s hash (`block` in range), unlinking it; `None` when it held none.
+    #[inline]
     pub(super) fn remove(&mut self, block: u32) -> Option<BlockHash<K>> {
         let Slot {
             entry,

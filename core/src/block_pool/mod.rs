@@ -544,26 +544,33 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
 
     /// Drops `block`'s hash and secondary hashes, if any, from the block and the index,
     /// emitting `Removed` for each (its hash first, as vLLM's `_remove_cached_block_hashes`).
+    #[inline]
     fn evict_hash(&mut self, block: u32) {
         if let Some(h) = self.index.remove(block) {
             self.push_event(PoolEvent::Removed { key: h.key, block });
-            if self.config.secondary_capacity == 0 {
-                return; // no block holds secondary hashes (every GPU pool)
+            if self.config.secondary_capacity > 0 {
+                self.evict_secondaries(block);
             }
-            let (index, events) = (&mut self.index, &mut self.events);
-            let (enabled, cap) = (self.config.enable_events, self.config.event_capacity);
-            let dropped = &mut self.dropped_events;
-            index.remove_secondaries(block, |key| {
-                if !enabled {
-                    return;
-                }
-                if events.len() < cap as usize {
-                    events.push_back(PoolEvent::Removed { key, block });
-                } else {
-                    *dropped = dropped.saturating_add(1);
-                }
-            });
         }
+    }
+
+    /// Drops `block`'s secondary hashes, emitting `Removed` for each (out of the eviction's
+    /// hot path: only a CPU pool of a fine-grained layout has them).
+    #[inline(never)]
+    fn evict_secondaries(&mut self, block: u32) {
+        let (index, events) = (&mut self.index, &mut self.events);
+        let (enabled, cap) = (self.config.enable_events, self.config.event_capacity);
+        let dropped = &mut self.dropped_events;
+        index.remove_secondaries(block, |key| {
+            if !enabled {
+                return;
+            }
+            if events.len() < cap as usize {
+                events.push_back(PoolEvent::Removed { key, block });
+            } else {
+                *dropped = dropped.saturating_add(1);
+            }
+        });
     }
 
     fn push_event(&mut self, event: PoolEvent<K>) {
