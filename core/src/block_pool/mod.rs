@@ -409,8 +409,8 @@ impl<K: Copy + Eq + Hash> BlockPool<K> {
     ///
     /// # Errors
     /// [`InsertHashError`] for a block out of range, the null block, or a block holding another
-    /// hash (where vLLM would add a secondary hash, which this pool does not keep); nothing
-    /// changes then.
+    /// hash (where vLLM adds a secondary hash:
+    /// [`insert_secondary_hash`](Self::insert_secondary_hash)); nothing changes then.
     pub fn insert_hash(
         &mut self,
         block: u32,

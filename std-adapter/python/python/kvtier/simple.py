@@ -648,37 +648,57 @@ class SimpleCPUOffloadScheduler:
         key = self._gpu_block_pool.blocks[gpu_block].block_hash
         return (gpu_block, self._payload_request(lst, req_id, key, scheduled), start)
 
+    def _payload(
+        self, request: Request, first: int, end: int, block_size: int | None = None
+    ) -> BlockStoreMeta:
+        """vLLM's payload of ``request``'s tokens ``first..end``: the tokens, the hash before
+        them (the parent), the LoRA and the extra keys."""
+        h = first // self.hash_block_size
+        lora = request.lora_request
+        extra, _ = generate_block_hash_extra_keys(request, first, end, 0)
+        return BlockStoreMeta(
+            token_ids=list(request.all_token_ids[first:end]),
+            parent_block_hash=(
+                maybe_convert_block_hash(request.block_hashes[h - 1]) if h else None
+            ),
+            lora_id=lora.adapter_id if lora else None,
+            lora_name=lora.name if lora else None,
+            extra_keys=extra,
+            block_size=block_size,
+        )
+
+    def _inner_hashes(self, key: bytes, request: Request, start: int) -> dict[bytes, int]:
+        """The keys of ``request``'s hash blocks inside the block stored under ``key`` from
+        token ``start``, other than ``key`` itself, each with its first token."""
+        group = get_group_id(key)
+        hb = self.hash_block_size
+        inner: dict[bytes, int] = {}
+        for h in range(start // hb, (start + self.group_block_sizes[group]) // hb):
+            if h < len(request.block_hashes):
+                k = make_block_hash_with_group_id(request.block_hashes[h], group)
+                if k != key:
+                    inner[k] = h * hb
+        return inner
+
     def _block_stored(
-        self, key: bytes, request: Request | None, start: int, size: int, event_size: int
+        self, key: bytes, request: Request | None, start: int, size: int
     ) -> BlockStored:
-        """vLLM's ``BlockStored`` for ``key``: with ``request``, the payload of its
-        ``size`` tokens from ``start`` (empty when they are not ``event_size``)."""
+        """vLLM's ``BlockStored`` for ``key`` of ``size`` tokens: with ``request``, the
+        payload of its tokens from ``start`` (empty when the request has fewer)."""
         group = get_group_id(key)
         kind, window = self._spec_meta[group]
-        token_ids: list[int] = []
-        parent = lora_id = lora_name = extra = None
-        if request is not None:
-            end = start + size
-            token_ids = list(request.all_token_ids[start:end])
-            if len(token_ids) == event_size:
-                h = start // self.hash_block_size
-                if h > 0:
-                    parent = maybe_convert_block_hash(request.block_hashes[h - 1])
-                lora = request.lora_request
-                lora_id = lora.adapter_id if lora else None
-                lora_name = lora.name if lora else None
-                extra, _ = generate_block_hash_extra_keys(request, start, end, 0)
-            else:
-                token_ids = []
+        meta = None
+        if request is not None and start + size <= len(request.all_token_ids):
+            meta = self._payload(request, start, start + size)
         return BlockStored(
             block_hashes=[maybe_convert_block_hash(get_block_hash(key))],
-            parent_block_hash=parent,
-            token_ids=token_ids,
-            block_size=event_size,
-            lora_id=lora_id,
+            parent_block_hash=meta and meta.parent_block_hash,
+            token_ids=meta.token_ids if meta else [],
+            block_size=size,
+            lora_id=meta and meta.lora_id,
             medium=self.kv_event_medium,
-            lora_name=lora_name,
-            extra_keys=to_event_extra_keys(extra and [extra]),
+            lora_name=meta and meta.lora_name,
+            extra_keys=to_event_extra_keys(meta and meta.extra_keys and [meta.extra_keys]),
             group_idx=group,
             kv_cache_spec_kind=kind,
             kv_cache_spec_sliding_window=window,
@@ -694,22 +714,15 @@ class SimpleCPUOffloadScheduler:
         hb = self.hash_block_size
         for gpu_block, request, start in captures:
             key = pool.blocks[gpu_block].block_hash
-            group = get_group_id(key)
-            size = self.group_block_sizes[group]
-            yield self._block_stored(key, request, start, size, size)
-            boundary: dict[bytes, int] = {}
-            if request is not None:
-                for h in range(start // hb, (start + size) // hb):
-                    if h < len(request.block_hashes):
-                        k = make_block_hash_with_group_id(request.block_hashes[h], group)
-                        if k != key:
-                            boundary[k] = h * hb
+            size = self.group_block_sizes[get_group_id(key)]
+            yield self._block_stored(key, request, start, size)
+            inner = self._inner_hashes(key, request, start) if request is not None else {}
             for secondary in pool.cached_block_hashes_by_block.get(gpu_block, ()):
-                at = boundary.get(secondary)
+                at = inner.get(secondary)
                 if at is None:
-                    yield self._block_stored(secondary, None, 0, 0, 0)
+                    yield self._block_stored(secondary, None, 0, 0)
                 else:
-                    yield self._block_stored(secondary, request, at, hb, hb)
+                    yield self._block_stored(secondary, request, at, hb)
 
     def bind_gpu_block_pool(self, gpu_block_pool: BlockPool) -> None:
         """The GPU pool the scheduler built; every later call reads and pins it."""
@@ -833,31 +846,10 @@ class SimpleCPUOffloadScheduler:
             return {}
         assert self._gpu_block_pool is not None
         key = self._gpu_block_pool.blocks[gpu_block].block_hash
-        group = get_group_id(key)
-        size = self.group_block_sizes[group]
-        hb = self.hash_block_size
-
-        def payload(first: int, end: int, block_size: int | None) -> BlockStoreMeta:
-            h = first // hb
-            lora = request.lora_request
-            extra, _ = generate_block_hash_extra_keys(request, first, end, 0)
-            return BlockStoreMeta(
-                token_ids=list(request.all_token_ids[first:end]),
-                parent_block_hash=(
-                    maybe_convert_block_hash(request.block_hashes[h - 1]) if h else None
-                ),
-                lora_id=lora.adapter_id if lora else None,
-                lora_name=lora.name if lora else None,
-                extra_keys=extra,
-                block_size=block_size,
-            )
-
-        # A block's parent is the request's hash at the previous block's end.
-        out = {key: payload(start, start + size, None)}
-        for h in range(start // hb, (start + size) // hb):
-            k = make_block_hash_with_group_id(request.block_hashes[h], group)
-            if k is not None and k != key:
-                out[k] = payload(h * hb, h * hb + hb, hb)
+        hb, size = self.hash_block_size, self.group_block_sizes[get_group_id(key)]
+        out = {key: self._payload(request, start, start + size)}
+        for k, at in self._inner_hashes(key, request, start).items():
+            out[k] = self._payload(request, at, at + hb, hb)
         return out
 
     def build_connector_meta(
