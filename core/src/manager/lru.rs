@@ -32,18 +32,9 @@ use alloc::vec::Vec;
 
 use super::chunks::PROTECTED;
 use super::links::{Links, List, NIL};
-use super::request::Requests;
+use super::request::{RequestRank, Requests};
 use crate::key::OffloadKey;
 use crate::reserve::{AllocError, Lazy};
-
-/// The rank state of a request, kept in the request's own state.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub(crate) struct RequestRank {
-    /// The request's major value; 0 means none allocated.
-    pub(crate) major: u64,
-    /// The policy generation the major belongs to.
-    pub(crate) generation: u64,
-}
 
 /// A node's rank `(major, minor)`, smallest evicted first.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]

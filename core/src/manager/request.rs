@@ -7,7 +7,6 @@ use core::fmt;
 use core::hash::BuildHasher;
 
 use super::entry_index::EntryIndex;
-use super::lru::RequestRank;
 use crate::hashing::FixedState;
 use crate::key::OffloadKey;
 use crate::reserve::{AllocError, array_bytes, with_capacity};
@@ -83,6 +82,16 @@ impl<K> Entry<K> {
     pub(crate) fn pos(&self) -> Option<u64> {
         (self.pos != NO_POS).then_some(self.pos)
     }
+}
+
+/// A request's place in the LRU policy's order (see the `lru` module), kept in the request's
+/// own state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct RequestRank {
+    /// The request's major value; 0 means none allocated.
+    pub(crate) major: u64,
+    /// The policy generation the major belongs to.
+    pub(crate) generation: u64,
 }
 
 #[derive(Clone, Debug)]
