@@ -6,7 +6,7 @@ use core::mem;
 
 use super::DecodeError;
 use super::reader::{Checked, to_text, utf8};
-use super::view::ValueView;
+use super::value::ValueView;
 use super::walk::{InfoRaw, Tuple, Visitor, walk};
 use crate::stats::MetricKind;
 use crate::stats::catalogue::{self, CATALOGUE};

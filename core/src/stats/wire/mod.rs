@@ -106,6 +106,7 @@ mod decode;
 mod encode;
 mod fixed;
 mod reader;
+mod value;
 mod view;
 mod walk;
 
@@ -113,7 +114,8 @@ pub use decode::decode;
 pub use encode::{encode, encode_to_vec, encoded_len};
 #[cfg(test)]
 use reader::Reader;
-pub use view::{PayloadView, SeriesIter, SeriesView, ValueView, decode_view};
+pub use value::ValueView;
+pub use view::{PayloadView, SeriesIter, SeriesView, decode_view};
 
 /// The format version this module writes and reads.
 pub const VERSION: u8 = 1;

@@ -20,7 +20,7 @@
 use core::cmp::Ordering;
 
 use super::reader::{Checked, Reader, after, cmp_words, is_utf8};
-use super::view::{HistogramView, ValueView};
+use super::value::{HistogramView, ValueView};
 use super::{DecodeError, Limit, VERSION, unzigzag};
 use crate::stats::MetricKind;
 use crate::stats::histogram::MAX_BOUNDS;
