@@ -16,7 +16,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::manager::State;
+use crate::manager::state::State;
 use crate::status::{Status, fail, fail_plain};
 
 /// An offload manager behind the C ABI (opaque to C).

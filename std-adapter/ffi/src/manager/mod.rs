@@ -23,64 +23,24 @@
 use core::ffi::c_int;
 
 use kvtier_core::manager::{
-    CompleteLoadError, ConfigError, LoadError, OffloadManager, RequestError, RequestId, StoreError,
-    StoreOutcome, StorePlan,
+    CompleteLoadError, LoadError, RequestError, RequestId, StoreError, StoreOutcome,
 };
-use kvtier_core::stats::Payload;
 
 mod reports;
+pub(crate) mod state;
 
 pub use reports::{
     kvtier_drain_events, kvtier_events_dropped, kvtier_inspect, kvtier_stats_max_len,
     kvtier_take_stats,
 };
 
+use self::state::State;
 use crate::handle::{self, kvtier_manager, with_state};
 use crate::ptr::{OutBuf, OutRef, input, input_ref, optional_input};
 use crate::status::{Status, fail};
 use crate::types::{
-    KVTIER_STORE_FAILED, KVTIER_STORE_SUCCEEDED, kvtier_config, kvtier_event, kvtier_key,
-    lookup_code,
+    KVTIER_STORE_FAILED, KVTIER_STORE_SUCCEEDED, kvtier_config, kvtier_key, lookup_code,
 };
-
-/// What a handle holds: the manager, and what a call could not hand over because the caller's
-/// buffer was too short (kept for the next call, so nothing is lost).
-#[derive(Debug)]
-pub(crate) struct State {
-    manager: OffloadManager<kvtier_key>,
-    /// The last store decision (reused: the warm path allocates nothing).
-    plan: StorePlan<kvtier_key>,
-    /// Drained events not yet delivered (at most `max_event_keys` keys).
-    events: Vec<kvtier_event>,
-    event_keys: Vec<kvtier_key>,
-    /// Drained stats not yet delivered, aggregated.
-    stats: Option<Payload>,
-    /// The encoding of `stats` (at most `wire::MAX_ENCODED_LEN` bytes).
-    wire: Vec<u8>,
-}
-
-impl State {
-    /// A manager built from `cfg`.
-    pub(crate) fn new(cfg: &kvtier_config) -> Result<Self, Status> {
-        let manager = OffloadManager::new(cfg.to_core()?).map_err(config_status)?;
-        Ok(State {
-            manager,
-            plan: StorePlan::new(),
-            events: Vec::new(),
-            event_keys: Vec::new(),
-            stats: None,
-            wire: Vec::new(),
-        })
-    }
-}
-
-fn config_status(e: ConfigError) -> Status {
-    let status = match e {
-        ConfigError::OutOfMemory { .. } => Status::KVTIER_OUT_OF_MEMORY,
-        _ => Status::KVTIER_INVALID_CONFIG,
-    };
-    fail(status, e)
-}
 
 fn request_status(e: RequestError) -> Status {
     let status = match e {
