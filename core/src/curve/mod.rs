@@ -136,7 +136,6 @@ mod shadows;
 mod shards;
 mod stack;
 mod stamps;
-mod state;
 
 pub use hot::{HotCounter, HotKeys};
 pub use mini::{MiniCounts, MiniReplay};

@@ -7,7 +7,6 @@ use super::absent::Absent;
 use super::flags::Flags;
 use super::shadows::Shadows;
 use super::stamps::Stamps;
-use super::state::{NONE, Open, Slots};
 use super::{Curve, CurveError, DIGEST_MULTIPLIER, inverse, power};
 use crate::hashing::{FixedState, Map};
 use crate::reserve::filled;
@@ -581,4 +580,104 @@ impl LruStack {
         }
         Ok(out)
     }
+}
+
+// What the stack knows of each key and of each open request.
+
+/// No handle (a key met for the first time).
+const NONE: u32 = u32::MAX;
+
+/// What the stack knows of one key.
+#[derive(Clone, Copy, Debug, Default)]
+struct KeyState {
+    key: u64,
+    /// Its time stamp; 0 while its slot is free.
+    ts: u32,
+    /// Below this capacity the key is not readable: an open request met it absent there and
+    /// its store has not completed (0: readable wherever resident).
+    floor: u32,
+    /// The open request (`rid + 1`, 0: none yet) whose store holds the key below its floor:
+    /// the first of the requests holding it to reach its store phase.
+    storer: u64,
+    /// The last batch of moves that moved it.
+    batch: u32,
+    /// Its live refresh shadow's id (see [`Shadows`]), 0 for none.
+    shadow: u32,
+    /// While an open request holds it resident behind a miss: the mark of its old stamp
+    /// (where it really stands), 0 otherwise.
+    y_mark: u32,
+}
+
+/// The keys the stack knows, each in a slot named by a handle it keeps while it is known: the
+/// stamps name their keys by handle, so a compaction renumbers them without the map, and an
+/// open request remembers its keys' handles, so its store and its end need no look-up.
+#[derive(Clone, Debug, Default)]
+struct Slots {
+    states: Vec<KeyState>,
+    free: Vec<u32>,
+}
+
+impl Slots {
+    /// Room for `n` more keys, so that [`add`](Self::add) and [`drop`](Self::drop) need no
+    /// allocation.
+    fn reserve(&mut self, n: usize) -> Result<(), CurveError> {
+        let total = self.states.len() + n;
+        self.states
+            .try_reserve(n)
+            .and_then(|()| self.free.try_reserve(total.saturating_sub(self.free.len())))
+            .map_err(|_| CurveError::OutOfMemory)
+    }
+
+    /// A slot for `key`, its stamp 0.
+    fn add(&mut self, key: u64) -> u32 {
+        let fresh = KeyState {
+            key,
+            ..KeyState::default()
+        };
+        if let Some(h) = self.free.pop() {
+            self.states[h as usize] = fresh;
+            return h;
+        }
+        self.states.push(fresh);
+        #[expect(clippy::cast_possible_truncation, reason = "one slot per stamp, u32")]
+        {
+            (self.states.len() - 1) as u32
+        }
+    }
+
+    /// Frees slot `h`.
+    fn drop(&mut self, h: u32) {
+        self.states[h as usize].ts = 0;
+        self.free.push(h);
+    }
+
+    /// `hint` when it is still `key`'s slot, else `key`'s slot from the map.
+    #[inline]
+    fn find(&self, map: &Map<u64, u32>, key: u64, hint: u32) -> Option<u32> {
+        match self.states.get(hint as usize) {
+            Some(st) if st.ts != 0 && st.key == key => Some(hint),
+            _ => map.get(&key).copied(),
+        }
+    }
+
+    fn heap_bytes(&self) -> usize {
+        self.states.capacity() * size_of::<KeyState>() + self.free.capacity() * 4
+    }
+}
+
+/// One open request.
+#[derive(Clone, Debug, Default)]
+struct Open {
+    keys: Vec<u64>,
+    /// Per key: its slot when last met ([`NONE`] before its first move).
+    hs: Vec<u32>,
+    /// Per key: the capacity from which it was resident when the request arrived.
+    pre: Vec<u32>,
+    /// Per key: `(u32::MAX, _)` when the request never observes it (pending under another store at
+    /// every capacity that offers it, so its end does not refresh it); `(f, storer)` when it
+    /// is pending under `storer`'s store below capacity `f` only; `(0, 0)` otherwise.
+    skip: Vec<(u32, u64)>,
+    /// The first stamp its arrival gave.
+    ts_start: u32,
+    started: bool,
 }
