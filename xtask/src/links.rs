@@ -79,6 +79,7 @@ fn findings(root: &Path) -> Vec<String> {
             }
         }
     }
+    findings.dedup(); // a path named twice on one line is one finding
     findings
 }
 
