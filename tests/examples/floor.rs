@@ -6,7 +6,8 @@
 //! digests of kvtier's runs are checked against each other).
 //!
 //! ```sh
-//! python3 ../shared/tools/gen_trace.py --ops 100000 -o /tmp/g100k.kvtrace
+//! # gen_trace.py: the reference harness's generator, not in this repository (docs/benchmarks.md)
+//! python3 gen_trace.py --ops 100000 -o /tmp/g100k.kvtrace
 //! cargo run --release -p kvtier-tests --example floor -- /tmp/g100k.kvtrace 16384 5
 //! # one of them alone (e.g. to count its instructions under valgrind): floor, lru or arc
 //! cargo run --release -p kvtier-tests --example floor -- /tmp/g100k.kvtrace 16384 1 lru

@@ -1,11 +1,11 @@
-//! Scenario ports of `spec/vllm-semantics.md` (c): C1, C3, C4, C5, C7, C9 and ARC's basics,
-//! with vLLM 0.33.0's exact ids, victims, events and gauges.
+//! Scenario ports of vLLM 0.33.0's behaviour (`docs/vllm-behaviour.md`): C1, C3, C4, C5, C7,
+//! C9 and ARC's basics, with vLLM 0.33.0's exact ids, victims, events and gauges.
 //!
 //! `no_std` + `alloc` on purpose: the host tests (`tests/tests/manager_scenarios.rs`) and the
 //! Cortex-M firmware (`tests/firmware`, which includes this file by path) run the same bodies.
 //! Each function panics at the first value that differs from vLLM's. Also here, for the same
-//! two audiences: [`capacity_llama_3_8b`] (the README's hand check) and [`workload`], a
-//! deterministic request stream whose digest must be equal on every target.
+//! two audiences: [`capacity_llama_3_8b`] (the hand check of `docs/sizing.md`) and
+//! [`workload`], a deterministic request stream whose digest must be equal on every target.
 
 #![allow(
     clippy::unwrap_used,
@@ -521,9 +521,9 @@ pub fn arc_policy_basics() {
     h.m.inspect().check_invariants().unwrap();
 }
 
-/// The README's hand check of Llama-3-8B (32 full-attention layers, 8 KV heads of 128, bf16,
-/// 16-token blocks): 2 MiB per block; 70 GiB hold 35,840 blocks, 70 requests of 8,192 tokens
-/// (573,440 tokens); a 100 GiB CPU tier holds 51,200 chunks (819,200 tokens).
+/// The hand check of Llama-3-8B in docs/sizing.md (32 full-attention layers, 8 KV heads of
+/// 128, bf16, 16-token blocks): 2 MiB per block; 70 GiB hold 35,840 blocks, 70 requests of
+/// 8,192 tokens (573,440 tokens); a 100 GiB CPU tier holds 51,200 chunks (819,200 tokens).
 pub fn capacity_llama_3_8b() {
     let spec = LayerSpec::attention(LayerKind::Full, 16, 8, 128, 2);
     let layout = GroupedLayout::from_layers(&[spec; 32]).unwrap();

@@ -1,6 +1,6 @@
-//! Scenario ports of `spec/vllm-semantics.md` (c): C1, C3, C4, C5, C7, C9, with vLLM 0.33.0's
-//! exact ids, victims, events and gauges. The bodies live in `kvtier_tests::scenarios`, shared
-//! with the Cortex-M firmware (`tests/firmware`).
+//! Scenario ports of vLLM 0.33.0's behaviour (`docs/vllm-behaviour.md`): C1, C3, C4, C5, C7,
+//! C9, with its exact ids, victims, events and gauges. The bodies live in
+//! `kvtier_tests::scenarios`, shared with the Cortex-M firmware (`tests/firmware`).
 
 use kvtier_tests::scenarios;
 

@@ -1,4 +1,4 @@
-//! Mooncake JSONL traces: the records of `spec/mooncake.md` exactly, vLLM 0.33.0's own results
+//! Mooncake JSONL traces: the records of `docs/formats/mooncake.md` exactly, vLLM 0.33.0's own results
 //! on the sample trace (`expected-mooncake.tsv`), and malformed lines that name their line.
 
 #![allow(

@@ -256,7 +256,7 @@ fn memory_is_eight_bytes_per_open_block_plus_slack_and_does_not_grow_with_the_tr
 
 // ---------------------------------------------------------------------------------------------
 // Proptest: the replayer against a plain reference (per-request vectors of keys, the protocol
-// of spec/kvtrace.md written out), on random interleavings with few distinct hashes, so that
+// of docs/formats/kvtrace.md written out), on random interleavings with few distinct hashes, so that
 // hits, pending stops, evictions, store failures, repeated hashes and the open-block limit all
 // occur.
 

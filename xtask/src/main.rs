@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 mod layout;
+mod links;
 
 /// How a need is checked.
 #[derive(Clone, Copy, Debug)]
@@ -169,7 +170,7 @@ fn main() -> ExitCode {
     let result = match command.as_str() {
         "test" => test(&rest),
         "provision" => provision(rest.iter().any(|a| a == "--check")),
-        "layout" => layout::check(&root()),
+        "layout" => layout::check(&root()).and(links::check(&root())),
         "help" | "--help" | "-h" => {
             print_help();
             Ok(())

@@ -1,7 +1,7 @@
 /*
  * replay TRACE [CAPACITY] [lru|arc] [STORE_THRESHOLD]
  *
- * Replays a kvtrace v1 file (spec/kvtrace.md) through kvtier's C ABI and prints the hit digest
+ * Replays a kvtrace v1 file (docs/formats/kvtrace.md) through kvtier's C ABI and prints the hit digest
  * as 16 hex digits on stdout; the counts go to stderr. CAPACITY defaults to the trace header's
  * `capacity`, the policy to LRU, the store threshold to 0 (no filter).
  *

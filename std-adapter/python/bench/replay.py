@@ -15,7 +15,7 @@ a single-threaded loop, trace parsing excluded as for the Python loops) is print
 its row; the row itself is the whole process's CPU time, reading the trace included (an
 overestimate of the loop's, but one the machine's load does not inflate).
 
-The protocol is kvtrace v1's (spec/kvtrace.md): per request a ReqContext with end-token
+The protocol is kvtrace v1's (docs/formats/kvtrace.md): per request a ReqContext with end-token
 positions (i + 1) · block_tokens, on_new_request, lookups while HIT, prepare_load of the hit
 prefix; then complete_load and prepare_store of the rest; then complete_store of the keys to
 store and on_request_finished. The trace is parsed, and each request's ReqContext built with
@@ -307,7 +307,7 @@ def main() -> int:
     p.add_argument(
         "--gen-trace",
         default=os.path.join(ROOT, "..", "shared", "tools", "gen_trace.py"),
-        help="the trace generator (spec/kvtrace.md's gen_trace.py)",
+        help="the reference harness's kvtrace generator, gen_trace.py (not in this repository)",
     )
     p.add_argument("--policy", default="lru,arc")
     p.add_argument("--capacity", type=int, default=0, help="default: the trace's")

@@ -9,8 +9,8 @@ finished request after a reset, completing transfers from before a reset). A cal
 vLLM's manager asserts ends the sequence once both raised the same exception type, because
 vLLM has then half-applied the call.
 
-Not generated, because kvtier deliberately differs there (README "Known differences", each
-checked in ``test_plugin.py``): a store offer naming a key twice, a call where only
+Not generated, because kvtier deliberately differs there (docs/vllm.md, "Known differences",
+each checked in ``test_plugin.py``): a store offer naming a key twice, a call where only
 some keys have an end-token position, a store or load for a request after its
 ``on_request_finished`` in the same cache generation.
 """

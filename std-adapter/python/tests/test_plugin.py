@@ -252,7 +252,7 @@ def test_where_vllm_asserts_kvtier_raises_the_same_type_and_changes_nothing():
         m.complete_load([key(2)], ctx)
 
 
-# ----- known differences (README) -----
+# ----- known differences (docs/vllm.md) -----
 
 
 def test_known_difference_a_store_offer_naming_a_key_twice_is_rejected():

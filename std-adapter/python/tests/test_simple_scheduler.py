@@ -693,10 +693,9 @@ def test_readme_connector_example_runs(capsys):
     import re
 
     root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-    text = open(os.path.join(root, "README.md")).read()
-    section = text.split("## Use from vLLM: the simple CPU offloader", 1)[1].split("\n## ")[0]
-    (code,) = re.findall(r"```python\n(.*?)```", section, re.S)
-    exec(compile(code, "README.md", "exec"), {})
+    text = open(os.path.join(root, "docs", "simple-offloader.md")).read()
+    (code,) = re.findall(r"```python\n(.*?)```", text, re.S)
+    exec(compile(code, "docs/simple-offloader.md", "exec"), {})
     out = capsys.readouterr().out.splitlines()
     # Blocks 1 and 2 (the first free GPU blocks) go to CPU blocks 1 and 2; 32 of the 33
     # tokens then hit (the last is always recomputed); the pool of 8 CPU blocks (8 · 64 KiB

@@ -1,6 +1,6 @@
 //! The smallest image worth measuring: one 1,024-chunk LRU manager running the shared workload
 //! in a 96 KiB heap, nothing else. `size` of this image is the flash and RAM a manager of
-//! 1,024 chunks costs on a Cortex-M4 (see the README's "On a microcontroller").
+//! 1,024 chunks costs on a Cortex-M4 (see docs/embedded.md).
 #![no_std]
 #![no_main]
 
