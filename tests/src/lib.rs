@@ -30,3 +30,9 @@ pub mod xorshift;
 #[doc = include_str!("../../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The kvtrace format page's Rust example (a whole replay through the library), run as a
+/// doctest like the README's.
+#[doc = include_str!("../../docs/formats/kvtrace.md")]
+#[cfg(doctest)]
+pub struct KvtraceFormatDoctests;
