@@ -1,15 +1,9 @@
 //! The `kvtier` Python package's native module, `kvtier._native`: kvtier's offload manager
 //! behind vLLM 0.33.0's `OffloadingManager` calling conventions (see `python/kvtier/vllm.py`).
 
-mod collect;
-mod fastcall;
 mod keys;
 mod manager;
-mod positions;
-mod request;
-mod reuse;
 mod simple;
-mod vocab;
 
 use pyo3::prelude::*;
 
@@ -18,7 +12,7 @@ use pyo3::prelude::*;
 #[pyo3(name = "_native")]
 fn native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<manager::Manager>()?;
-    m.add_class::<request::RequestState>()?;
+    m.add_class::<manager::request::RequestState>()?;
     m.add_class::<simple::SimpleScheduler>()?;
     m.add_class::<simple::CpuBlockPool>()?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -24,7 +24,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3::{Borrowed, ffi, intern};
 
-use crate::manager::Manager;
+use super::Manager;
 
 /// A `PyMethodDef` that can live in a `static`.
 struct MethodDef(ffi::PyMethodDef);
