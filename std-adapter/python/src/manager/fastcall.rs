@@ -15,7 +15,6 @@
 //! to Python and drops none; only the raising of an error (a key that is not bytes, a hash
 //! that raises, a manager called from inside its own call) drops the exception's type and
 //! value that way, which the manager's next call through PyO3 then releases.
-#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
