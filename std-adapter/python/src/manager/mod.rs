@@ -2,13 +2,22 @@
 //!
 //! It takes vLLM's arguments as vLLM passes them (bytes keys, a `ReqContext`) and answers with
 //! vLLM's own objects, whose classes `kvtier.vllm` hands over at construction. Reading the key
-//! arguments is [`collect`](crate::collect)'s, the request state on the context
-//! [`request`](crate::request)'s; this module converts each method's answer.
+//! arguments is [`collect`]'s (with [`positions`], the request's end-token positions), the
+//! request state on the context [`request`]'s, the vLLM objects it answers with [`vocab`]'s,
+//! the reuse tracker's order [`reuse`]'s, and `lookup`'s raw entry [`fastcall`]'s; this module
+//! converts each method's answer.
 //!
 //! A call reads and checks all its arguments (keys, context, positions) before it touches the
 //! manager or the request's state, so a bad argument raises with nothing changed. A call the
 //! manager refuses (where vLLM's manager asserts) changes nothing either, except that a context
 //! seen for the first time keeps the request state made for it, as vLLM's keeps its own.
+
+mod collect;
+mod fastcall;
+mod positions;
+pub(crate) mod request;
+mod reuse;
+mod vocab;
 
 use kvtier_core::manager::{
     CompleteLoadError, EventKind, LoadError, LookupResult, ManagerConfig, OffloadManager,
@@ -19,12 +28,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use pyo3::{ffi, intern};
 
-use crate::collect::{KeyArgs, Unknown, resolve};
-use crate::fastcall;
+use collect::{KeyArgs, Unknown, resolve};
+use request::{Contexts, request_error};
+use reuse::ReuseOrder;
+use vocab::Vocab;
+
 use crate::keys::{Interner, VKey};
-use crate::request::{Contexts, request_error};
-use crate::reuse::ReuseOrder;
-use crate::vocab::Vocab;
 
 /// The most request states live at once (contexts between their first call and
 /// `on_request_finished`, or until Python frees them).

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString, PyTuple, PyType};
 use pyo3::{ffi, intern};
 
-use crate::request::Context;
+use super::request::Context;
 
 /// Makes attribute-less instances of one class with `object.__new__(cls)`.
 #[derive(Debug)]

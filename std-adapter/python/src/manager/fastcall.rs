@@ -15,7 +15,6 @@
 //! to Python and drops none; only the raising of an error (a key that is not bytes, a hash
 //! that raises, a manager called from inside its own call) drops the exception's type and
 //! value that way, which the manager's next call through PyO3 then releases.
-#![deny(clippy::undocumented_unsafe_blocks)]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -24,7 +23,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use pyo3::{Borrowed, ffi, intern};
 
-use crate::manager::Manager;
+use super::Manager;
 
 /// A `PyMethodDef` that can live in a `static`.
 struct MethodDef(ffi::PyMethodDef);

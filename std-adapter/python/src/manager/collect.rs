@@ -8,9 +8,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyTuple};
 use pyo3::{ffi, intern};
 
+use super::positions::{Cursors, PositionMap, Step, position};
+use super::request::Context;
 use crate::keys::{Interner, VKey};
-use crate::positions::{Cursors, PositionMap, Step, position};
-use crate::request::Context;
 
 /// How a call treats keys the manager has never seen.
 #[derive(Clone, Copy, PartialEq, Eq)]
