@@ -7,7 +7,7 @@
 /// assert_eq!(kvtier_cli::numfmt::thousands(999), "999");
 /// ```
 #[must_use]
-pub fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {

@@ -14,7 +14,7 @@ use super::OutputError;
 
 /// Options of `kvtier events`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct EventsArgs {
+pub(crate) struct EventsArgs {
     /// The publisher's endpoint (connected to, unless --bind).
     #[arg(long, value_name = "ENDPOINT")]
     pub endpoint: String,
@@ -131,7 +131,7 @@ fn event(e: &KvEvent) -> Value {
 
 /// A batch as msgspec's `to_builtins` shows it (bytes as hex).
 #[must_use]
-pub fn batch_json(b: &EventBatch) -> Value {
+pub(crate) fn batch_json(b: &EventBatch) -> Value {
     json!([
         b.ts,
         b.events.iter().map(event).collect::<Vec<_>>(),
@@ -143,7 +143,7 @@ pub fn batch_json(b: &EventBatch) -> Value {
 ///
 /// # Errors
 /// A socket that cannot be opened, a message that cannot be read or decoded, or stdout.
-pub fn run(args: &EventsArgs) -> Result<(), crate::Error> {
+pub(crate) fn run(args: &EventsArgs) -> Result<(), crate::Error> {
     let sub = Subscriber::open(&args.endpoint, &args.topic, args.bind)?;
     if let Some(e) = sub.bound_endpoint().filter(|_| args.bind) {
         eprintln!("kvtier events: bound {e}");

@@ -3,7 +3,7 @@
 
 use std::thread;
 
-pub use crate::serve::{MIN_RATE, ServeOptions, ServeSummary, Serving};
+use crate::serve::ServeOptions;
 
 use super::replay::ReplayArgs;
 use crate::serve::start;
@@ -11,7 +11,7 @@ use crate::sizing::{CapacityOptions, PoolLayoutArg, parse_size_floor};
 
 /// Options of `kvtier serve`: every `replay` option, plus where to listen and how fast to go.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// The replay.
     #[command(flatten)]
     pub replay: ReplayArgs,
@@ -42,7 +42,7 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// What these options ask to serve.
     #[must_use]
-    pub fn options(&self) -> ServeOptions {
+    pub(crate) fn options(&self) -> ServeOptions {
         let simple = self.replay.tier.simple();
         let gpu = self.gpu_options();
         let mut replay = self.replay.replay_options();
@@ -54,7 +54,7 @@ impl ServeArgs {
                 .and_then(|g| crate::sizing::report(g).ok())
                 .and_then(|r| r.num_blocks)
                 .and_then(|n| u32::try_from(n).ok());
-            replay.gpu = blocks.map(|num_gpu_blocks| crate::replay_run::GpuFront {
+            replay.gpu = blocks.map(|num_gpu_blocks| crate::replay::GpuFront {
                 num_gpu_blocks,
                 engine: self.replay.engine,
             });
@@ -105,7 +105,7 @@ impl ServeArgs {
 ///
 /// # Errors
 /// Any error of starting or of the replay.
-pub fn run(args: &ServeArgs) -> Result<(), crate::Error> {
+pub(crate) fn run(args: &ServeArgs) -> Result<(), crate::Error> {
     let mut serving = start(&args.options())?;
     eprintln!(
         "kvtier serve: metrics at http://{}/metrics",

@@ -20,8 +20,23 @@ use kvtier_core::manager::{
 use crate::trace::Record;
 
 mod error;
+mod gpu;
+mod manager;
+mod run;
+mod simple;
+mod stats;
 
 pub use error::ReplayError;
+pub use gpu::{GpuFront, GpuReport};
+pub(crate) use gpu::{add_gpu_series, finish as finish_engine};
+pub use manager::{ManagerArgs, ManagerError, parse_policy};
+pub(crate) use run::progress_bar;
+pub use run::{ReplayOptions, ReplayReport, RunError, replay};
+pub use simple::{SimpleReport, SimpleRun, SimpleRunError, pool_sizing, replay_simple};
+pub use stats::{
+    DEFAULT_TRANSFER_GBPS, ReplayStats, TransferArgs, TransferError, TransferModel,
+    TransferModelError,
+};
 
 /// The multiplier of the hit digest: `d = d · 1000003 + k (mod 2^64)` per `L` record.
 pub const DIGEST_MULTIPLIER: u64 = 1_000_003;

@@ -15,8 +15,8 @@ use plotters::prelude::*;
 use plotters::series::DashedLineSeries;
 use plotters::style::FontStyle;
 
+use crate::sweep::Checkpoint;
 use crate::sweep::{Sweep, SweepPoint};
-use crate::sweep_curve::Checkpoint;
 
 /// The margin of [`Sweep::knee`] the plot marks: one percentage point.
 pub const KNEE_MARGIN: f64 = 0.01;

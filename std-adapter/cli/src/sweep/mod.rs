@@ -37,6 +37,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod curve;
+pub mod plot;
+mod run;
+mod simple;
+
+pub(crate) use curve::points;
+pub use curve::{
+    Checkpoint, CurveRunError, MAX_SEEN_KEYS, Method, MethodError, MethodPoints, MethodSpec, Source,
+};
+pub use run::{
+    ChunkBytesError, GridError, SweepOptions, SweepReport, SweepRow, SweepRunError, sweep,
+};
+pub use simple::{SimpleSweepReport, SimpleSweepRow, sweep_simple};
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -45,7 +59,7 @@ use kvtier_core::manager::PolicyKind;
 
 use crate::engine::{Engine, EngineError};
 use crate::replay::{ReplayCounts, ReplayError, Replayer};
-use crate::replay_run::TierConnector;
+use crate::tier::TierConnector;
 use crate::trace::Record;
 
 /// The configurations of a sweep, as three lists.

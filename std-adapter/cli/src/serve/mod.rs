@@ -3,10 +3,14 @@
 //!
 //! The replay runs on its own thread and sends the manager's drained stats (plus the
 //! `allocation_failure` increments, once the tier's `config_info`, and the replay's own stats:
-//! modelled transfers, lookup-scan times, requests running, see [`crate::replay_stats`]) to a
+//! modelled transfers, lookup-scan times, requests running, see [`crate::replay`]) to a
 //! [`StatsCollector`], which feeds an [`OffloadExporter`] on a private registry; the
 //! [`MetricsServer`] encodes that registry on every scrape. Every family of the offloading
 //! connector and `vllm:num_requests_running` is served from the first scrape on.
+
+mod simple;
+
+pub use simple::SimpleSummary;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -17,13 +21,14 @@ use std::time::{Duration, Instant};
 use prometheus::Registry;
 
 use crate::engine::{Engine, EngineCounts};
-use crate::kv_events_run::EventStream;
+use crate::replay::ReplayStats;
+use crate::replay::SimpleRunError;
 use crate::replay::{ReplayCounts, Replayer};
-use crate::replay_run::{ReplayOptions, RunError, TierConnector, add_gpu_series, finish_engine};
-use crate::replay_simple::{SimpleOptions, SimpleRunError};
-use crate::replay_stats::ReplayStats;
-use crate::serve_simple::{self, SimpleSummary};
+use crate::replay::{ReplayOptions, RunError, add_gpu_series, finish_engine};
 use crate::sizing::{self, CapacityOptions, ReportError};
+use crate::tier::EventStream;
+use crate::tier::SimpleOptions;
+use crate::tier::TierConnector;
 use crate::trace::{Record, RecordSource};
 use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
 use kvtier::http::{MetricsServer, ServerConfig};
@@ -357,7 +362,7 @@ pub(crate) struct ReplayContext<'a> {
 fn replay_thread(args: &ServeOptions, ctx: &ReplayContext<'_>) -> Result<ServeSummary, ServeError> {
     let replay = &args.replay;
     if let Some(simple) = args.simple {
-        return Ok(serve_simple::replay_thread(replay, simple, ctx)?);
+        return Ok(simple::replay_thread(replay, simple, ctx)?);
     }
     Ok(match &replay.trace {
         Some(path) => {
