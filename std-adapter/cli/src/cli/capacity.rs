@@ -1,6 +1,8 @@
 //! `kvtier capacity`: parses the options, computes [`crate::sizing::report`] and prints it as
 //! a table (with vLLM's log lines) or one JSON object.
+use std::io::Write;
 
+use super::OutputError;
 use crate::sizing::CapacityOptions;
 
 use crate::numfmt::thousands;
@@ -127,12 +129,12 @@ pub(crate) fn report_json(r: &CapacityReport) -> Result<String, serde_json::Erro
 ///
 /// # Errors
 /// Any error of reading the layout or computing the figures.
-pub(crate) fn run(args: &CapacityArgs) -> Result<(), crate::Error> {
+pub(crate) fn run(args: &CapacityArgs, out: &mut dyn Write) -> Result<(), crate::Error> {
     let r = report(&args.options)?;
     if args.json {
-        println!("{}", report_json(&r)?);
+        writeln!(out, "{}", report_json(&r)?).map_err(OutputError::Write)?;
     } else {
-        print!("{}", render_table(&r));
+        write!(out, "{}", render_table(&r)).map_err(OutputError::Write)?;
     }
     Ok(())
 }

@@ -13,6 +13,7 @@ mod serve;
 mod sweep;
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -101,20 +102,28 @@ impl Cli {
     /// Runs the command, printing what it prints; an error is printed to stderr and exits 2.
     #[must_use]
     pub fn run(self) -> ExitCode {
-        let result: Result<(), crate::Error> = match self.command {
-            Command::Replay(args) => replay::run(&args),
-            Command::Capacity(args) => capacity::run(&args),
-            Command::Serve(args) => serve::run(&args),
-            Command::Convert(args) => convert::run(&args).map_err(Into::into),
-            Command::Sweep(args) => sweep::run(&args),
-            Command::Events(args) => events::run(&args),
-        };
-        match result {
+        match self.run_to(&mut std::io::stdout().lock()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("kvtier: {e}");
                 ExitCode::from(2)
             }
+        }
+    }
+
+    /// Runs the command with what it prints to stdout written to `out` instead (progress,
+    /// notes and errors still go to stderr).
+    ///
+    /// # Errors
+    /// The error the command prints before exiting 2.
+    pub fn run_to(self, out: &mut dyn Write) -> Result<(), crate::Error> {
+        match self.command {
+            Command::Replay(args) => replay::run(&args, out),
+            Command::Capacity(args) => capacity::run(&args, out),
+            Command::Serve(args) => serve::run(&args),
+            Command::Convert(args) => convert::run(&args).map_err(Into::into),
+            Command::Sweep(args) => sweep::run(&args, out),
+            Command::Events(args) => events::run(&args, out),
         }
     }
 

@@ -72,19 +72,19 @@ impl ReplayArgs {
 ///
 /// # Errors
 /// Any error of reading or replaying the trace, or of printing the report.
-pub(crate) fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
+pub(crate) fn run(args: &ReplayArgs, out: &mut dyn Write) -> Result<(), crate::Error> {
     match args.tier.offloader {
         Offloader::Offloading => {
             let report = replay(&args.replay_options(), std::io::stderr().is_terminal())?;
             print_kv_events(report.kv_events);
             let json = || serde_json::to_string(&json_value(&report));
-            print_report(args, json, || human(&report), &report.payload)?;
+            print_report(args, json, || human(&report), &report.payload, out)?;
         }
         Offloader::Simple => {
             let report = replay_simple(&args.replay_options(), args.simple_options())?;
             print_kv_events(report.kv_events);
             let json = || serde_json::to_string(&report);
-            print_report(args, json, || human_simple(&report), &report.payload)?;
+            print_report(args, json, || human_simple(&report), &report.payload, out)?;
         }
     }
     Ok(())
@@ -100,7 +100,7 @@ pub(crate) fn print_kv_events(stats: Option<kvtier::kv_events::PublisherStats>) 
     }
 }
 
-/// Prints a replay's report to stdout: one JSON line (`--json`) or the text for people, then
+/// Prints a replay's report to `out`: one JSON line (`--json`) or the text for people, then
 /// with `--metrics` the Prometheus exposition of `payload` under `--model-name`.
 ///
 /// # Errors
@@ -110,6 +110,7 @@ fn print_report(
     json: impl FnOnce() -> Result<String, serde_json::Error>,
     human: impl FnOnce() -> String,
     payload: &Payload,
+    out: &mut dyn Write,
 ) -> Result<(), OutputError> {
     let mut text = if args.json {
         let mut s = json().map_err(OutputError::Json)?;
@@ -126,7 +127,6 @@ fn print_report(
         }
         text.push_str(&exposition);
     }
-    let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).map_err(OutputError::Write)
 }
 
@@ -309,4 +309,37 @@ pub(crate) fn human_simple(r: &SimpleReport) -> String {
         wall = r.wall_s,
     ));
     s
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        reason = "test code: a failed unwrap is a failed test"
+    )]
+
+    use super::*;
+
+    #[test]
+    fn human_report_shows_each_time_and_both_rates() {
+        let trace = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/data/small-a.kvtrace"
+        );
+        let cli = crate::Cli::try_parse_from(["kvtier", "replay", "--trace", trace]).unwrap();
+        let r = replay(&cli.replay_options().unwrap(), false).unwrap();
+        let text = human(&r);
+        for label in [
+            "parse time",
+            "read time",
+            "replay time",
+            "other time",
+            "wall time",
+            "replay throughput",
+            "wall throughput",
+        ] {
+            assert!(text.contains(label), "{label} missing in\n{text}");
+        }
+        assert!(text.contains(&format!("{:>12.3} s", r.replay_s)), "{text}");
+    }
 }

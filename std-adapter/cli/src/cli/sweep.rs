@@ -3,7 +3,7 @@
 //! hit-rate table, CSV or one JSON object (the plot is drawn by the run).
 
 use std::fmt::Write as _;
-use std::io::{IsTerminal, Write as _};
+use std::io::{IsTerminal, Write};
 
 use kvtier_core::stats::simple_offload::SaveOutcome;
 
@@ -187,7 +187,7 @@ pub(crate) fn csv(r: &SweepReport) -> String {
 ///
 /// # Errors
 /// See [`sweep`]; or printing the report failed.
-pub(crate) fn run(args: &SweepArgs) -> Result<(), crate::Error> {
+pub(crate) fn run(args: &SweepArgs, out: &mut dyn Write) -> Result<(), crate::Error> {
     let text = match args.options.tier.offloader {
         Offloader::Offloading => offloading_text(args)?,
         Offloader::Simple => {
@@ -203,10 +203,7 @@ pub(crate) fn run(args: &SweepArgs) -> Result<(), crate::Error> {
             }
         }
     };
-    std::io::stdout()
-        .lock()
-        .write_all(text.as_bytes())
-        .map_err(OutputError::Write)?;
+    out.write_all(text.as_bytes()).map_err(OutputError::Write)?;
     Ok(())
 }
 
