@@ -69,7 +69,7 @@ enum Command {
 /// ```
 /// let cli = kvtier_cli::Cli::try_parse_from(["kvtier", "replay", "--requests", "50"])?;
 /// let report = kvtier_cli::replay::replay(&cli.replay_options().unwrap(), false)?;
-/// assert!(report.counts.lookups > 0);
+/// assert_eq!(report.counts.requests, 50);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug)]

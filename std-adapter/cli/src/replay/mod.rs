@@ -1,7 +1,7 @@
 //! The kvtrace replay protocol: drives one [`OffloadManager`] with a trace's records and counts
 //! what happened.
 //!
-//! Per request (`spec/kvtrace.md`): on `L`, a new request context, then `lookup` of the keys in
+//! Per request (`docs/formats/kvtrace.md`): on `L`, a new request context, then `lookup` of the keys in
 //! order while they are HITs; `k` leading hits are loaded (`prepare_load`) and `k` is folded
 //! into the hit digest. On `S`, the loads complete and the rest of the keys are offered
 //! (`prepare_store`); `NoRoom` counts a store failure. On `C`, the stored keys complete and the

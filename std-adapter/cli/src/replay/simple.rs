@@ -146,7 +146,7 @@ pub struct SimpleReport {
 }
 
 /// The CPU pool's size for `opts` and `simple`: `--capacity` blocks (default: the trace
-/// header's, else 1024), or sized from `--cpu-bytes` (see the [module docs](self)).
+/// header's, else 1024), or sized from `--cpu-bytes` as vLLM's `_derive_cpu_config` sizes it.
 ///
 /// # Errors
 /// [`SimpleRunError`] for `--cpu-bytes` without a model, or a model whose bytes per block

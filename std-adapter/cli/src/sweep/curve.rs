@@ -264,7 +264,7 @@ pub enum MethodError {
     Sweep(SweepError),
 }
 
-/// What [`points`] needs besides the trace and the cases.
+/// What the curve methods need besides the trace and the cases.
 #[derive(Clone, Copy, Debug)]
 pub struct MethodSpec {
     /// The method.

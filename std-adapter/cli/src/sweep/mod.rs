@@ -2,7 +2,7 @@
 //! be, with which policy?".
 //!
 //! A sweep is the cross product of capacities, policies and store thresholds
-//! ([`SweepGrid::cases`]). [`run`] replays every case from its own cursor over one shared,
+//! ([`SweepGrid::cases`]). [`run`](fn@run) replays every case from its own cursor over one shared,
 //! already parsed trace (a source factory that is `Sync`), on `jobs` threads that take cases
 //! from a shared counter, so the parse is never repeated per case and memory is the trace plus
 //! one manager per thread. Each case is exactly the single replay of that configuration.

@@ -100,9 +100,9 @@ impl core::error::Error for SizeSyntaxError {}
 /// Parses `WxH` (e.g. `1200x750`).
 ///
 /// ```
-/// assert_eq!(kvtier_cli::plot::parse_size("1200x750"), Ok((1200, 750)));
+/// assert_eq!(kvtier_cli::sweep::plot::parse_size("1200x750"), Ok((1200, 750)));
 /// assert_eq!(
-///     kvtier_cli::plot::parse_size("1200").unwrap_err().to_string(),
+///     kvtier_cli::sweep::plot::parse_size("1200").unwrap_err().to_string(),
 ///     "\"1200\" is not WIDTHxHEIGHT in pixels (e.g. 1200x750)"
 /// );
 /// ```

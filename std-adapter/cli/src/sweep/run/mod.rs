@@ -4,7 +4,7 @@
 //! CPU tier, with which policy?".
 //!
 //! The trace is parsed once into a [`CompactTrace`]; every configuration replays its own
-//! cursor over it ([`crate::sweep::run`]), with the manager [`ManagerArgs::manager`] builds (as
+//! cursor over it ([`run`](fn@crate::sweep::run)), with the manager [`ManagerArgs::manager`] builds (as
 //! `kvtier replay` does for the same options), so each row equals that single replay.
 
 mod error;
