@@ -4,6 +4,7 @@
 use std::thread;
 
 use crate::serve::ServeOptions;
+use crate::tier::Offloader;
 
 use super::replay::ReplayArgs;
 use crate::serve::start;
@@ -43,7 +44,8 @@ impl ServeArgs {
     /// What these options ask to serve.
     #[must_use]
     pub(crate) fn options(&self) -> ServeOptions {
-        let simple = self.replay.tier.simple();
+        let offloader = self.replay.tier.offloader;
+        let simple = offloader == Offloader::Simple;
         let gpu = self.gpu_options();
         let mut replay = self.replay.replay_options();
         if simple && replay.gpu.is_none() {
@@ -66,7 +68,8 @@ impl ServeArgs {
             rate: self.rate,
             export_interval_ms: self.export_interval_ms,
             gpu,
-            simple: simple.then(|| self.replay.simple_options()),
+            offloader,
+            simple: self.replay.simple_options(),
         }
     }
 }

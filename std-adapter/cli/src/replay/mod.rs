@@ -7,6 +7,13 @@
 //! (`prepare_store`); `NoRoom` counts a store failure. On `C`, the stored keys complete and the
 //! request finishes. Key of block `i`: its hash in group 0, end-token position
 //! `(i + 1) · block_tokens`.
+//!
+//! Around the protocol, what `kvtier replay` runs, one child module each: a whole run of a
+//! trace or the built-in workload into a [`ReplayReport`] ([`replay`], with the manager of
+//! [`ManagerArgs`]), the replay's own stats and transfer model ([`ReplayStats`],
+//! [`TransferModel`]), the GPU front of `--gpu-blocks` ([`GpuFront`]), and the run of the
+//! simple CPU offloader behind it ([`replay_simple`], [`SimpleRun`]). The offloader a run
+//! drives is chosen by [`crate::tier::Offloader`].
 
 use std::time::{Duration, Instant};
 

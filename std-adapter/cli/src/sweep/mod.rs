@@ -11,6 +11,11 @@
 //! earlier request hits), [`Sweep::knee`] the smallest capacity within a margin of the best
 //! hit rate, [`geometric_capacities`] a log-spaced capacity range.
 //!
+//! What `kvtier sweep` runs, one child module each: a whole sweep of one trace file into a
+//! [`SweepReport`] ([`sweep`], with the curve methods of [`Method`]: exact, stack distances,
+//! sampling), the simple CPU offloader at many pool sizes ([`sweep_simple`]), and the
+//! hit-rate plot ([`plot`]).
+//!
 //! ```
 //! use kvtier_cli::replay::Replayer;
 //! use kvtier_cli::sweep::{CaseReplay, SweepGrid, run};
