@@ -13,7 +13,7 @@
 
 use divan::{Bencher, counter::ItemsCount};
 use kvtier_cli::engine::{self, Engine, EngineConfig, NoConnector};
-use kvtier_cli::replay_simple::SimpleTier;
+use kvtier_cli::tier::SimpleTier;
 use kvtier_core::simple::{SimpleConfig, SimpleScheduler};
 use kvtier_tests::simple_drive::{feed, small_a_requests};
 

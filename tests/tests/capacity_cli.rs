@@ -1,8 +1,7 @@
 //! `kvtier capacity` as a library: options → report value → table / JSON, with the sample
 //! layouts and config.json files in `tests/data/capacity/`.
 
-use kvtier_cli::cli::capacity::{CapacityArgs, render_table, report_json};
-use kvtier_cli::numfmt::thousands;
+use kvtier_cli::Cli;
 use kvtier_cli::sizing::{CapacityReport, ReportError, report};
 
 /// A size as `--memory` reads it, its error as the message the command prints.
@@ -14,19 +13,36 @@ fn data(name: &str) -> String {
     format!("{}/data/capacity/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
+/// `kvtier capacity` with `args`, parsed.
+fn cli(args: &[&str]) -> Result<Cli, clap::Error> {
+    Cli::try_parse_from(["kvtier", "capacity"].iter().chain(args))
+}
+
 fn run(args: &[&str]) -> Result<CapacityReport, ReportError> {
     report(
-        &CapacityArgs::parse_from_args(args)
+        cli(args)
             .expect("options parse")
-            .options,
+            .capacity_options()
+            .expect("a capacity command"),
     )
 }
 
 fn err(args: &[&str]) -> String {
-    match CapacityArgs::parse_from_args(args) {
-        Ok(a) => report(&a.options).map_or_else(|e| e.to_string(), |_| String::from("no error")),
+    match cli(args) {
+        Ok(a) => report(a.capacity_options().expect("a capacity command"))
+            .map_or_else(|e| e.to_string(), |_| String::from("no error")),
         Err(e) => e.to_string(),
     }
+}
+
+/// What `kvtier capacity` prints with `args`.
+fn output(args: &[&str]) -> String {
+    let mut out = Vec::new();
+    cli(args)
+        .expect("options parse")
+        .run_to(&mut out)
+        .expect("capacity runs");
+    String::from_utf8(out).expect("the output is UTF-8")
 }
 
 #[test]
@@ -48,21 +64,19 @@ fn sizes_with_units() {
     );
     assert!(parse_size_floor("1.2.3G").is_err());
     assert!(parse_size_floor("").is_err());
-    assert_eq!(thousands(1_234_567), "1,234,567");
-    assert_eq!(thousands(999), "999");
 }
 
 #[test]
 fn llama3_8b_preset_70gib() {
-    let r = run(&[
+    let args = [
         "--model",
         "llama-3-8b",
         "--memory",
         "70GiB",
         "--cpu-bytes",
         "100GiB",
-    ])
-    .unwrap();
+    ];
+    let r = run(&args).unwrap();
     // page = 8 heads · 16 · (128 + 128) · 2 = 65 536; × 32 layers = 2 MiB per block.
     assert_eq!(r.bytes_per_block, 2_097_152);
     assert_eq!(r.num_blocks, Some(35_840));
@@ -75,14 +89,14 @@ fn llama3_8b_preset_70gib() {
         (51_200, 2_097_152)
     );
     assert_eq!(cpu.kv_cache_size_tokens, Some(819_200));
-    let json = report_json(&r).unwrap();
+    let json = output(&[&args[..], &["--json"]].concat());
     assert!(json.contains("\"max_concurrency\": 70.0,"), "{json}");
     assert!(
         json.contains("\"max_concurrency_exact\": \"70/1\","),
         "{json}"
     );
     assert!(json.contains("\"kv_cache_size_tokens\": 819200"), "{json}");
-    let table = render_table(&r);
+    let table = output(&args);
     assert!(table.contains("GPU KV cache size: 573,440 tokens, Maximum concurrency for 8,192 tokens per request: 70.00x"));
     assert!(table.contains("CPU KV cache size: 819,200 tokens"));
 }
@@ -200,7 +214,7 @@ fn layout_file_explicit_groups() {
 
 #[test]
 fn cpu_only_and_json_fields() {
-    let r = run(&[
+    let args = [
         "--model",
         "qwen2.5-7b",
         "--cpu-bytes",
@@ -209,11 +223,11 @@ fn cpu_only_and_json_fields() {
         "4",
         "--world-size",
         "2",
-    ])
-    .unwrap();
+    ];
+    let r = run(&args).unwrap();
     assert_eq!(r.num_blocks, None);
     assert_eq!(r.max_concurrency, None);
-    let json = report_json(&r).unwrap();
+    let json = output(&[&args[..], &["--json"]].concat());
     for key in [
         "\"bytes_per_block\"",
         "\"num_blocks\"",

@@ -19,9 +19,7 @@ use std::path::PathBuf;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-use kvtier_cli::cli::serve::ServeArgs;
-use kvtier_cli::cli::{Cli, Command as Sub};
+use kvtier_cli::Cli;
 use kvtier_cli::serve::{Serving, start};
 use kvtier_tests::prometheus_server::{PrometheusServer, require_prometheus};
 
@@ -256,11 +254,8 @@ fn serve_and_scrape(extra: &[&str]) -> (Serving, PrometheusServer, Queries) {
         "100",
     ];
     argv.extend_from_slice(extra);
-    let args: ServeArgs = match Cli::try_parse_from(argv).unwrap().command {
-        Sub::Serve(a) => a,
-        other => panic!("parsed {other:?}"),
-    };
-    let serving = start(&args.options()).unwrap();
+    let args = Cli::try_parse_from(argv).unwrap();
+    let serving = start(&args.serve_options().unwrap()).unwrap();
     let addr = serving.local_addr();
     let prom = PrometheusServer::start(addr, "kvtier", SCRAPE_INTERVAL_S).unwrap();
 

@@ -9,47 +9,39 @@
 use std::error::Error as _;
 use std::path::PathBuf;
 
-use clap::Parser;
 use kvtier::export::EncodeError;
 use kvtier::http::{MetricsServer, ServerConfig};
-use kvtier_cli::Error;
-use kvtier_cli::cli::{Cli, Command, OutputError};
 use kvtier_cli::convert::{ConvertError, ConvertOptions, FromArg, convert};
 use kvtier_cli::input::{
     FormatArgs, FormatError, OpenError, ReaderError, TraceFormat, TraceInputError, detect_format,
 };
 use kvtier_cli::replay::ReplayError;
-use kvtier_cli::replay_run::{ManagerError, ReplayOptions, RunError, replay};
-use kvtier_cli::replay_stats::{TransferError, TransferModelError};
+use kvtier_cli::replay::{ManagerError, ReplayOptions, RunError, replay};
+use kvtier_cli::replay::{TransferError, TransferModelError};
 use kvtier_cli::serve::{ServeError, start};
 use kvtier_cli::sizing::{ReportError, SizeError, parse_dtype, parse_size_floor, report};
+use kvtier_cli::sweep::{GridError, SweepOptions, SweepRunError, sweep};
 use kvtier_cli::sweep::{RangeError, SweepError};
-use kvtier_cli::sweep_run::{GridError, SweepOptions, SweepRunError, sweep};
 use kvtier_cli::trace::CompactError;
+use kvtier_cli::{Cli, Error, OutputError};
 use kvtier_tests::expected::data;
 
-fn parse(argv: &[&str]) -> Result<Command, clap::Error> {
+fn parse(argv: &[&str]) -> Result<Cli, clap::Error> {
     let mut full = vec!["kvtier"];
     full.extend_from_slice(argv);
-    Cli::try_parse_from(full).map(|c| c.command)
+    Cli::try_parse_from(full)
 }
 
 fn replay_options(argv: &[&str]) -> ReplayOptions {
     let mut full = vec!["replay"];
     full.extend_from_slice(argv);
-    match parse(&full).unwrap() {
-        Command::Replay(a) => a.options,
-        other => panic!("parsed {other:?}"),
-    }
+    parse(&full).unwrap().replay_options().unwrap()
 }
 
 fn sweep_options(argv: &[&str]) -> SweepOptions {
     let mut full = vec!["sweep"];
     full.extend_from_slice(argv);
-    match parse(&full).unwrap() {
-        Command::Sweep(a) => a.options,
-        other => panic!("parsed {other:?}"),
-    }
+    parse(&full).unwrap().sweep_options().unwrap().clone()
 }
 
 /// The error of `kvtier sweep --trace TRACE EXTRA…`.
@@ -110,7 +102,7 @@ fn a_bad_size_is_a_size_error_quoting_it() {
 
 #[test]
 fn a_bad_model_is_a_report_error_naming_the_option() {
-    let Command::Capacity(a) = parse(&[
+    let a = parse(&[
         "capacity",
         "--model",
         "llama-3-8b",
@@ -119,10 +111,8 @@ fn a_bad_model_is_a_report_error_naming_the_option() {
         "--memory",
         "1GiB",
     ])
-    .unwrap() else {
-        panic!()
-    };
-    let e = report(&a.options).unwrap_err();
+    .unwrap();
+    let e = report(a.capacity_options().unwrap()).unwrap_err();
     assert!(
         matches!(
             e,
@@ -138,12 +128,8 @@ fn a_bad_model_is_a_report_error_naming_the_option() {
         "--model: give only one of --model, --layout and --hf-config"
     );
     let missing = "/nonexistent/layout.json";
-    let Command::Capacity(a) =
-        parse(&["capacity", "--layout", missing, "--memory", "1GiB"]).unwrap()
-    else {
-        panic!()
-    };
-    let e = report(&a.options).unwrap_err();
+    let a = parse(&["capacity", "--layout", missing, "--memory", "1GiB"]).unwrap();
+    let e = report(a.capacity_options().unwrap()).unwrap_err();
     assert!(matches!(&e, ReportError::Io { path, .. } if path == missing));
     assert!(
         e.to_string().starts_with("/nonexistent/layout.json: "),
@@ -409,23 +395,22 @@ fn sweep_errors_name_the_option_at_fault() {
 
 #[test]
 fn serve_errors_are_typed() {
-    let Command::Serve(a) = parse(&["serve", "--listen", "127.0.0.1:0", "--rate", "0"]).unwrap()
-    else {
-        panic!()
-    };
-    let e = start(&a.options()).map(|s| s.stop()).unwrap_err();
+    let a = parse(&["serve", "--listen", "127.0.0.1:0", "--rate", "0"]).unwrap();
+    let e = start(&a.serve_options().unwrap())
+        .map(|s| s.stop())
+        .unwrap_err();
     assert!(matches!(e, ServeError::Rate(_)), "{e:?}");
     assert!(matches!(
-        Error::from(start(&a.options()).map(|s| s.stop()).unwrap_err()),
+        Error::from(
+            start(&a.serve_options().unwrap())
+                .map(|s| s.stop())
+                .unwrap_err()
+        ),
         Error::Serve(ServeError::Rate(_))
     ));
     assert!(e.to_string().ends_with("up, not 0"), "{e}");
-    let Command::Serve(a) =
-        parse(&["serve", "--listen", "127.0.0.1:0", "--requests", "10"]).unwrap()
-    else {
-        panic!()
-    };
-    let mut serving = start(&a.options()).unwrap();
+    let a = parse(&["serve", "--listen", "127.0.0.1:0", "--requests", "10"]).unwrap();
+    let mut serving = start(&a.serve_options().unwrap()).unwrap();
     assert_eq!(serving.wait_replay().unwrap().counts.requests, 10);
     let e = serving.wait_replay().unwrap_err();
     assert!(matches!(e, ServeError::AlreadyWaited), "{e:?}");
@@ -433,7 +418,7 @@ fn serve_errors_are_typed() {
     serving.stop();
     // The replay thread's error, with the path, through `wait_replay`.
     let trace = small_a();
-    let Command::Serve(a) = parse(&[
+    let a = parse(&[
         "serve",
         "--listen",
         "127.0.0.1:0",
@@ -442,10 +427,8 @@ fn serve_errors_are_typed() {
         "--max-requests",
         "8",
     ])
-    .unwrap() else {
-        panic!()
-    };
-    let mut serving = start(&a.options()).unwrap();
+    .unwrap();
+    let mut serving = start(&a.serve_options().unwrap()).unwrap();
     let e = serving.wait_replay().unwrap_err();
     serving.stop();
     assert!(

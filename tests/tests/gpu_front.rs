@@ -239,9 +239,8 @@ proptest! {
 /// tier behind it never hits: everything it stored is still on the GPU.
 #[test]
 fn a_gpu_that_holds_everything_leaves_the_tier_only_first_time_blocks() {
-    use clap::Parser;
-    use kvtier_cli::cli::{Cli, Command};
-    use kvtier_cli::replay_run::replay;
+    use kvtier_cli::Cli;
+    use kvtier_cli::replay::replay;
 
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
     let argv = [
@@ -256,10 +255,8 @@ fn a_gpu_that_holds_everything_leaves_the_tier_only_first_time_blocks() {
         "--max-num-batched-tokens",
         "1000000000",
     ];
-    let Command::Replay(args) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not a replay");
-    };
-    let report = replay(&args.replay_options(), false).unwrap();
+    let args = Cli::try_parse_from(argv).unwrap();
+    let report = replay(&args.replay_options().unwrap(), false).unwrap();
     let gpu = report.gpu.unwrap();
 
     let text = std::fs::read_to_string(path).unwrap();
@@ -289,18 +286,16 @@ fn a_gpu_that_holds_everything_leaves_the_tier_only_first_time_blocks() {
     assert!(gpu_hit_blocks > 0);
 }
 
-fn parse(argv: &[&str]) -> kvtier_cli::cli::Command {
-    use clap::Parser;
+fn parse(argv: &[&str]) -> kvtier_cli::Cli {
     let mut full = vec!["kvtier"];
     full.extend_from_slice(argv);
-    kvtier_cli::cli::Cli::try_parse_from(full).unwrap().command
+    kvtier_cli::Cli::try_parse_from(full).unwrap()
 }
 
 /// The GPU series `serve --gpu-blocks` exports (one payload per drain, deltas) add up to the
 /// totals `replay --gpu-blocks --metrics` prints.
 #[test]
 fn serve_and_replay_export_the_same_gpu_series() {
-    use kvtier_cli::cli::Command;
     let argv = [
         "serve",
         "--listen",
@@ -314,15 +309,13 @@ fn serve_and_replay_export_the_same_gpu_series() {
         "--model-name",
         "m",
     ];
-    let Command::Serve(args) = parse(&argv) else {
-        panic!("not serve");
-    };
-    let report = kvtier_cli::replay_run::replay(&args.replay.replay_options(), false).unwrap();
+    let args = parse(&argv);
+    let report = kvtier_cli::replay::replay(&args.replay_options().unwrap(), false).unwrap();
     let gpu = report.gpu.unwrap();
     assert!(gpu.counts.prefix_cache_hits > 0 && gpu.counts.external_prefix_cache_hits > 0);
     let config = kvtier::export::ExporterConfig::new("m", 1);
     let printed = kvtier::export::render(&report.payload, config).unwrap();
-    let mut serving = kvtier_cli::serve::start(&args.options()).unwrap();
+    let mut serving = kvtier_cli::serve::start(&args.serve_options().unwrap()).unwrap();
     serving.wait_replay().unwrap();
     let served = kvtier::export::encode_text(serving.registry()).unwrap();
     serving.stop();
@@ -358,9 +351,8 @@ fn serve_and_replay_export_the_same_gpu_series() {
 /// everything, no case's tier hits, and every case sees the same GPU misses.
 #[test]
 fn sweep_behind_a_gpu_that_holds_everything_never_hits() {
-    use kvtier_cli::cli::Command;
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
-    let Command::Sweep(args) = parse(&[
+    let args = parse(&[
         "sweep",
         "--trace",
         path,
@@ -370,20 +362,16 @@ fn sweep_behind_a_gpu_that_holds_everything_never_hits() {
         "1000000",
         "--max-num-batched-tokens",
         "1000000000",
-    ]) else {
-        panic!("not sweep");
-    };
-    let r = kvtier_cli::sweep_run::sweep(&args.options, false).unwrap();
+    ]);
+    let r = kvtier_cli::sweep::sweep(args.sweep_options().unwrap(), false).unwrap();
     assert_eq!(r.rows.len(), 4);
     for row in &r.rows {
         assert_eq!(row.hit_blocks, 0, "{row:?}");
         assert_eq!(row.request_blocks, r.rows[0].request_blocks);
     }
     // Without the GPU, the large tier hits.
-    let Command::Sweep(plain) = parse(&["sweep", "--trace", path, "--capacities", "4096"]) else {
-        panic!("not sweep");
-    };
-    let p = kvtier_cli::sweep_run::sweep(&plain.options, false).unwrap();
+    let plain = parse(&["sweep", "--trace", path, "--capacities", "4096"]);
+    let p = kvtier_cli::sweep::sweep(plain.sweep_options().unwrap(), false).unwrap();
     assert!(p.rows.iter().all(|row| row.hit_blocks > 0));
     assert!(r.rows[0].request_blocks < p.rows[0].request_blocks);
 }

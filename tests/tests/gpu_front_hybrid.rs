@@ -17,7 +17,7 @@ use kvtier_cli::engine::GroupTables;
 use kvtier_cli::engine::{
     Connector, Engine, EngineConfig, FinishedRequest, LookupQuery, MAMBA_GROUP, StepRecord,
 };
-use kvtier_cli::replay_simple::{SimpleTier, SimpleTierError};
+use kvtier_cli::tier::{SimpleTier, SimpleTierError};
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
 use kvtier_core::simple::{Layout, SimpleConfig, SimpleScheduler};

@@ -12,7 +12,7 @@
 )]
 
 use kvtier_cli::engine::{Engine, EngineConfig};
-use kvtier_cli::replay_simple::SimpleTier;
+use kvtier_cli::tier::SimpleTier;
 use kvtier_core::BlockKey;
 use kvtier_core::block_pool::BlockPool;
 use kvtier_core::simple::SimpleScheduler;
@@ -90,17 +90,13 @@ fn the_engine_drives_the_simple_offloader_eager_and_lazy() {
 /// direct drive above, and it needs a GPU.
 #[test]
 fn replay_offloader_simple_reports_what_the_steps_give() {
-    use clap::Parser;
-    use kvtier_cli::cli::{Cli, Command};
-    use kvtier_cli::replay_simple::{SimpleRunError, replay_simple};
+    use kvtier_cli::Cli;
+    use kvtier_cli::replay::{SimpleRunError, replay_simple};
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
     let parse = |extra: &[&str]| {
         let mut argv = vec!["kvtier", "replay", "--trace", path, "--offloader", "simple"];
         argv.extend_from_slice(extra);
-        let Command::Replay(a) = Cli::try_parse_from(argv).unwrap().command else {
-            panic!("not a replay");
-        };
-        a
+        Cli::try_parse_from(argv).unwrap()
     };
     for lazy in [false, true] {
         let mut extra = vec![
@@ -117,7 +113,7 @@ fn replay_offloader_simple_reports_what_the_steps_give() {
             extra.push("--lazy");
         }
         let a = parse(&extra);
-        let r = replay_simple(&a.replay_options(), a.simple_options()).unwrap();
+        let r = replay_simple(&a.replay_options().unwrap(), a.simple_options().unwrap()).unwrap();
         let (mut tier, engine) = drive(lazy, 4096);
         let stats = tier.scheduler().get_stats();
         assert_eq!(
@@ -136,7 +132,7 @@ fn replay_offloader_simple_reports_what_the_steps_give() {
     }
     let a = parse(&["--capacity", "64"]);
     assert!(matches!(
-        replay_simple(&a.replay_options(), a.simple_options()),
+        replay_simple(&a.replay_options().unwrap(), a.simple_options().unwrap()),
         Err(SimpleRunError::NeedsGpu)
     ));
 }

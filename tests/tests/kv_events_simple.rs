@@ -10,13 +10,13 @@
 
 use std::sync::Arc;
 
-use clap::Parser;
 use kvtier::kv_events::{
     FULL_ATTENTION, HashForm, KvEvent, LOCAL, MEDIUM_CPU, Publisher, PublisherConfig, TierEvents,
 };
-use kvtier_cli::cli::{Cli, Command};
-use kvtier_cli::kv_events_run::EventStream;
-use kvtier_cli::replay_simple::{SimpleRun, SimpleTier};
+use kvtier_cli::Cli;
+use kvtier_cli::replay::SimpleRun;
+use kvtier_cli::tier::EventStream;
+use kvtier_cli::tier::SimpleTier;
 use kvtier_cli::trace::Record;
 use kvtier_core::simple::{SimpleConfig, SimpleScheduler};
 use kvtier_tests::kv_events::{ipc, read, subscribed};
@@ -76,14 +76,18 @@ fn a_simple_replay_publishes_the_events_its_steps_record() {
         if lazy {
             argv.push("--lazy");
         }
-        let Command::Replay(args) = Cli::try_parse_from(argv).unwrap().command else {
-            panic!("not a replay");
-        };
-        let front = args.replay_options().gpu.unwrap();
+        let args = Cli::try_parse_from(argv).unwrap();
+        let front = args.replay_options().unwrap().gpu.unwrap();
         let sizing = SimpleConfig::with_cpu_blocks(16, 300, CPU_BLOCKS).sizing;
         let stream = EventStream::new(Arc::clone(&p), 16, HashForm::Int);
-        let mut run =
-            SimpleRun::with_events(front, 16, sizing, args.simple_options(), Some(stream)).unwrap();
+        let mut run = SimpleRun::with_events(
+            front,
+            16,
+            sizing,
+            args.simple_options().unwrap(),
+            Some(stream),
+        )
+        .unwrap();
         for (rid, hashes) in small_a_requests().iter().enumerate() {
             let rec = Record::Load {
                 rid: rid as u64,

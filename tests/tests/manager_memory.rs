@@ -12,8 +12,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::path::PathBuf;
 
-use clap::Parser;
-use kvtier_cli::cli::{Cli, Command};
+use kvtier_cli::Cli;
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{ConfigError, ManagerConfig, OffloadManager, PolicyKind};
 
@@ -213,10 +212,8 @@ fn replay_error(extra: &[&str]) -> String {
         argv.extend(["--trace", trace.as_str()]);
     }
     argv.extend_from_slice(extra);
-    let Command::Replay(args) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not a replay");
-    };
-    kvtier_cli::replay_run::replay(&args.options, false)
+    let args = Cli::try_parse_from(argv).unwrap();
+    kvtier_cli::replay::replay(&args.replay_options().unwrap(), false)
         .unwrap_err()
         .to_string()
 }
@@ -284,13 +281,10 @@ fn lru_overflow_does_not_mention_arc() {
     );
 }
 
-fn replay_args(extra: &[&str]) -> kvtier_cli::replay_run::ReplayOptions {
+fn replay_args(extra: &[&str]) -> kvtier_cli::replay::ReplayOptions {
     let mut argv = vec!["kvtier", "replay"];
     argv.extend_from_slice(extra);
-    let Command::Replay(args) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not a replay");
-    };
-    args.options
+    Cli::try_parse_from(argv).unwrap().replay_options().unwrap()
 }
 
 #[test]

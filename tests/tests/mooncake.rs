@@ -357,11 +357,10 @@ fn timing_parameters_change_the_records_and_are_checked() {
     assert!(MooncakeReader::new(text.as_bytes(), zero).is_err());
 }
 
-fn parse(argv: &[&str]) -> kvtier_cli::cli::Command {
-    use clap::Parser;
+fn parse(argv: &[&str]) -> kvtier_cli::Cli {
     let mut full = vec!["kvtier"];
     full.extend_from_slice(argv);
-    kvtier_cli::cli::Cli::try_parse_from(full).unwrap().command
+    kvtier_cli::Cli::try_parse_from(full).unwrap()
 }
 
 fn tmp(name: &str) -> std::path::PathBuf {
@@ -385,12 +384,8 @@ fn convert(
         out.to_str().unwrap(),
     ];
     argv.extend_from_slice(extra);
-    match parse(&argv) {
-        kvtier_cli::cli::Command::Convert(a) => {
-            kvtier_cli::convert::convert(&a).map_err(|e| e.to_string())
-        }
-        other => panic!("{other:?}"),
-    }
+    let a = parse(&argv);
+    kvtier_cli::convert::convert(a.convert_options().unwrap()).map_err(|e| e.to_string())
 }
 
 #[test]
@@ -458,15 +453,11 @@ fn convert_of_a_bad_line_names_it_and_writes_nothing() {
     assert!(!out.exists());
 }
 
-fn replay(argv: &[&str]) -> Result<kvtier_cli::replay_run::ReplayReport, String> {
+fn replay(argv: &[&str]) -> Result<kvtier_cli::replay::ReplayReport, String> {
     let mut full = vec!["replay"];
     full.extend_from_slice(argv);
-    match parse(&full) {
-        kvtier_cli::cli::Command::Replay(a) => {
-            kvtier_cli::replay_run::replay(&a.options, false).map_err(|e| e.to_string())
-        }
-        other => panic!("{other:?}"),
-    }
+    let a = parse(&full);
+    kvtier_cli::replay::replay(&a.replay_options().unwrap(), false).map_err(|e| e.to_string())
 }
 
 #[test]

@@ -8,14 +8,12 @@
 
 use std::path::PathBuf;
 
-use clap::Parser;
-use kvtier_cli::cli::replay::{ReplayArgs, json_value};
-use kvtier_cli::cli::{Cli, Command};
-use kvtier_cli::replay_run::{ReplayReport, RunError};
+use kvtier_cli::Cli;
+use kvtier_cli::replay::{ReplayReport, RunError};
 
 /// The replay of `args`, its error as the message the command prints.
-fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String> {
-    kvtier_cli::replay_run::replay(&args.options, progress).map_err(|e| e.to_string())
+fn replay(args: &Cli, progress: bool) -> Result<ReplayReport, String> {
+    kvtier_cli::replay::replay(&args.replay_options().unwrap(), progress).map_err(|e| e.to_string())
 }
 
 fn data(name: &str) -> String {
@@ -26,19 +24,32 @@ fn data(name: &str) -> String {
         .to_string()
 }
 
-fn args(extra: &[&str]) -> ReplayArgs {
+/// What `kvtier replay` prints with `extra`.
+fn output(extra: &[&str]) -> String {
+    let mut out = Vec::new();
+    args(extra).run_to(&mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+/// The JSON object `kvtier replay --json` prints with `extra`.
+fn json(extra: &[&str]) -> serde_json::Value {
+    let mut argv = extra.to_vec();
+    if !argv.contains(&"--json") {
+        argv.push("--json");
+    }
+    serde_json::from_str(&output(&argv)).unwrap()
+}
+
+fn args(extra: &[&str]) -> Cli {
     let mut argv = vec!["kvtier", "replay"];
     argv.extend_from_slice(extra);
-    match Cli::try_parse_from(argv).unwrap().command {
-        Command::Replay(a) => a,
-        other => panic!("parsed {other:?}"),
-    }
+    Cli::try_parse_from(argv).unwrap()
 }
 
 #[test]
 fn json_has_every_field_with_vllm_values() {
     let trace = data("small-a.kvtrace");
-    let a = args(&[
+    let extra = [
         "--trace",
         &trace,
         "--policy",
@@ -48,9 +59,8 @@ fn json_has_every_field_with_vllm_values() {
         "--store-threshold",
         "2",
         "--json",
-    ]);
-    let r = replay(&a, false).unwrap();
-    let v = json_value(&r);
+    ];
+    let v = json(&extra);
     let o = v.as_object().unwrap();
     for field in [
         "requests",
@@ -91,8 +101,7 @@ fn json_has_every_field_with_vllm_values() {
 #[test]
 fn no_filter_means_null_stores_skipped_and_header_capacity_is_the_default() {
     let trace = data("small-a.kvtrace");
-    let r = replay(&args(&["--trace", &trace]), false).unwrap();
-    let v = json_value(&r);
+    let v = json(&["--trace", &trace]);
     assert!(v["stores_skipped"].is_null());
     assert_eq!(v["capacity"], 1024, "from the trace header");
     assert_eq!(v["digest"], "bcfa623160a0a602");
@@ -195,8 +204,7 @@ fn assert_timings(v: &serde_json::Value) {
 #[test]
 fn json_times_parsing_and_replay_apart() {
     let trace = data("small-b.kvtrace");
-    let r = replay(&args(&["--trace", &trace, "--json"]), false).unwrap();
-    let v = json_value(&r);
+    let v = json(&["--trace", &trace, "--json"]);
     assert_eq!(v["request_blocks"], 302_290);
     assert!(
         v["parse_s"].as_f64().unwrap() > 0.0,
@@ -208,34 +216,9 @@ fn json_times_parsing_and_replay_apart() {
     );
     assert_timings(&v);
     // The built-in workload: generating counts as parsing.
-    let r = replay(&args(&["--requests", "3000", "--json"]), false).unwrap();
-    assert_timings(&json_value(&r));
+    assert_timings(&json(&["--requests", "3000", "--json"]));
     // With log lines, whose time is neither parsing nor replay.
-    let r = replay(
-        &args(&["--requests", "3000", "--log-interval", "500"]),
-        false,
-    )
-    .unwrap();
-    assert_timings(&json_value(&r));
-}
-
-#[test]
-fn human_report_shows_each_time_and_both_rates() {
-    let trace = data("small-a.kvtrace");
-    let r = replay(&args(&["--trace", &trace]), false).unwrap();
-    let text = kvtier_cli::cli::replay::human(&r);
-    for label in [
-        "parse time",
-        "read time",
-        "replay time",
-        "other time",
-        "wall time",
-        "replay throughput",
-        "wall throughput",
-    ] {
-        assert!(text.contains(label), "{label} missing in\n{text}");
-    }
-    assert!(text.contains(&format!("{:>12.3} s", r.replay_s)), "{text}");
+    assert_timings(&json(&["--requests", "3000", "--log-interval", "500"]));
 }
 
 #[test]
@@ -276,14 +259,16 @@ fn zero_block_tokens_is_refused() {
     let e = Cli::try_parse_from(["kvtier", "replay", "--block-tokens", "0"]).unwrap_err();
     assert!(e.to_string().contains("--block-tokens"), "{e}");
     // Built without clap, the replay refuses it too (positions would all be 0).
-    let mut a = args(&["--requests", "10"]);
-    a.options.block_tokens = Some(0);
+    let mut a = args(&["--requests", "10"]).replay_options().unwrap();
+    a.block_tokens = Some(0);
     assert_eq!(
-        replay(&a, false).unwrap_err(),
+        kvtier_cli::replay::replay(&a, false)
+            .map_err(|e| e.to_string())
+            .unwrap_err(),
         "--block-tokens must be at least 1"
     );
     assert!(matches!(
-        kvtier_cli::replay_run::replay(&a.options, false),
+        kvtier_cli::replay::replay(&a, false),
         Err(RunError::ZeroBlockTokens)
     ));
 }

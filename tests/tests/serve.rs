@@ -13,21 +13,17 @@ use std::net::{SocketAddr, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use kvtier::http::{MetricsServer, ServerConfig};
-use kvtier_cli::cli::serve::{MIN_RATE, ServeArgs};
-use kvtier_cli::cli::{Cli, Command as Sub};
+use kvtier_cli::Cli;
+use kvtier_cli::serve::MIN_RATE;
 use kvtier_cli::serve::start;
 use kvtier_core::stats::catalogue;
 use kvtier_tests::prometheus_server::{PrometheusServer, http_get, require_prometheus};
 
-fn serve_args(extra: &[&str]) -> ServeArgs {
+fn serve_args(extra: &[&str]) -> Cli {
     let mut argv = vec!["kvtier", "serve", "--listen", "127.0.0.1:0"];
     argv.extend_from_slice(extra);
-    match Cli::try_parse_from(argv).unwrap().command {
-        Sub::Serve(a) => a,
-        other => panic!("parsed {other:?}"),
-    }
+    Cli::try_parse_from(argv).unwrap()
 }
 
 /// One HTTP/1.0 GET on loopback: (status line, head, body).
@@ -50,7 +46,7 @@ fn prometheus_scrapes_kvtier_serve() {
         "50",
     ]);
     // The same replay on its own gives the values Prometheus must read back.
-    let expected = kvtier_cli::replay_run::replay(&args.replay.options, false).unwrap();
+    let expected = kvtier_cli::replay::replay(&args.replay_options().unwrap(), false).unwrap();
     let skipped = expected.counts.stores_skipped.unwrap();
     let usage = expected
         .payload
@@ -59,7 +55,7 @@ fn prometheus_scrapes_kvtier_serve() {
         .to_f64();
     assert!(skipped > 1000, "a filter run skips stores: {skipped}");
 
-    let mut serving = start(&args.options()).unwrap();
+    let mut serving = start(&args.serve_options().unwrap()).unwrap();
     let addr = serving.local_addr();
     assert!(addr.ip().is_loopback());
     let summary = serving.wait_replay().unwrap();
@@ -178,8 +174,8 @@ fn log_interval_keeps_the_whole_run_in_the_report() {
         "--store-threshold",
         "2",
     ]);
-    let a = kvtier_cli::replay_run::replay(&with.replay.options, false).unwrap();
-    let b = kvtier_cli::replay_run::replay(&without.replay.options, false).unwrap();
+    let a = kvtier_cli::replay::replay(&with.replay_options().unwrap(), false).unwrap();
+    let b = kvtier_cli::replay::replay(&without.replay_options().unwrap(), false).unwrap();
     // Draining every 300 requests for the log line changes nothing the run reports (but the
     // measured lookup times, of which only the count is fixed).
     assert_eq!(a.counts, b.counts);
@@ -200,7 +196,9 @@ fn serve_rejects_a_rate_that_is_not_a_pace() {
     // panicked in the replay thread.
     for rate in ["1e-300", "0", "-1", "NaN", "inf", "-inf", "5e-20", "-1e300"] {
         let args = serve_args(&[&format!("--rate={rate}")]);
-        let err = start(&args.options()).map(|s| s.stop()).unwrap_err();
+        let err = start(&args.serve_options().unwrap())
+            .map(|s| s.stop())
+            .unwrap_err();
         assert_eq!(
             err.to_string(),
             format!("--rate takes requests per second: a finite number from 1e-19 up, not {rate}")
@@ -211,7 +209,7 @@ fn serve_rejects_a_rate_that_is_not_a_pace() {
 #[test]
 fn the_slowest_rate_is_accepted_and_stops_at_once() {
     let args = serve_args(&["--requests", "10", &format!("--rate={MIN_RATE:e}")]);
-    let serving = start(&args.options()).unwrap();
+    let serving = start(&args.serve_options().unwrap()).unwrap();
     // The replay is paused for 10^19 s before its first request: a stop still ends it.
     serving.stop();
 }
@@ -231,11 +229,11 @@ fn replay_metrics_and_serve_print_the_same_families_and_values() {
         "m",
     ]);
     // `kvtier replay --metrics` prints `render` of the run's payload.
-    let report = kvtier_cli::replay_run::replay(&args.replay.options, false).unwrap();
+    let report = kvtier_cli::replay::replay(&args.replay_options().unwrap(), false).unwrap();
     let replay_text =
         kvtier::export::render(&report.payload, kvtier::export::ExporterConfig::new("m", 1))
             .unwrap();
-    let mut serving = start(&args.options()).unwrap();
+    let mut serving = start(&args.serve_options().unwrap()).unwrap();
     serving.wait_replay().unwrap();
     let served = kvtier::export::encode_text(serving.registry()).unwrap();
     let (status, _, scraped) = get(serving.local_addr(), "/metrics");
@@ -291,7 +289,7 @@ fn serve_holds_the_replayer_to_max_open_blocks() {
     // serve once built its replayer without the option: a trace past it replayed anyway.
     let trace = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
     let args = serve_args(&["--trace", trace, "--max-open-blocks", "10"]);
-    let mut serving = start(&args.options()).unwrap();
+    let mut serving = start(&args.serve_options().unwrap()).unwrap();
     let err = serving.wait_replay().unwrap_err().to_string();
     serving.stop();
     assert!(err.contains("over the limit of 10"), "{err}");
@@ -314,7 +312,6 @@ fn cache_config_label(text: &str, name: &str) -> String {
 
 #[test]
 fn serve_exposes_the_gpu_cache_config_that_capacity_prints() {
-    use kvtier_cli::cli::capacity::{CapacityArgs, report_json};
     for (serve_extra, capacity_extra) in [
         (
             &["--model", "llama-3.1-8b", "--gpu-memory", "70GiB"][..],
@@ -341,17 +338,15 @@ fn serve_exposes_the_gpu_cache_config_that_capacity_prints() {
     ] {
         let mut serve = vec!["--requests", "4"];
         serve.extend_from_slice(serve_extra);
-        let mut serving = start(&serve_args(&serve).options()).unwrap();
+        let mut serving = start(&serve_args(&serve).serve_options().unwrap()).unwrap();
         serving.wait_replay().unwrap();
         let (_, _, text) = get(serving.local_addr(), "/metrics");
         serving.stop();
-        let mut argv = vec!["--json"];
+        let mut argv = vec!["kvtier", "capacity", "--json"];
         argv.extend_from_slice(capacity_extra);
-        let args = CapacityArgs::parse_from_args(argv).unwrap();
-        let json: serde_json::Value = serde_json::from_str(
-            &report_json(&kvtier_cli::sizing::report(&args.options).unwrap()).unwrap(),
-        )
-        .unwrap();
+        let mut out = Vec::new();
+        Cli::try_parse_from(argv).unwrap().run_to(&mut out).unwrap();
+        let json: serde_json::Value = serde_json::from_slice(&out).unwrap();
         let tokens = json["kv_cache_size_tokens"].as_u64().unwrap();
         assert!(tokens > 0, "{json}");
         assert_eq!(
@@ -369,7 +364,7 @@ fn serve_exposes_the_gpu_cache_config_that_capacity_prints() {
         assert_eq!(cache_config_label(&text, "block_size"), "16");
     }
     // Without a GPU budget there is no cache config; a budget without a model names the option.
-    let mut serving = start(&serve_args(&["--requests", "1"]).options()).unwrap();
+    let mut serving = start(&serve_args(&["--requests", "1"]).serve_options().unwrap()).unwrap();
     serving.wait_replay().unwrap();
     assert!(
         !get(serving.local_addr(), "/metrics")
@@ -377,8 +372,12 @@ fn serve_exposes_the_gpu_cache_config_that_capacity_prints() {
             .contains("vllm:cache_config_info")
     );
     serving.stop();
-    let e = start(&serve_args(&["--requests", "1", "--gpu-memory", "1GiB"]).options())
-        .map(|s| s.stop())
-        .unwrap_err();
+    let e = start(
+        &serve_args(&["--requests", "1", "--gpu-memory", "1GiB"])
+            .serve_options()
+            .unwrap(),
+    )
+    .map(|s| s.stop())
+    .unwrap_err();
     assert!(e.to_string().contains("--model"), "{e}");
 }

@@ -15,11 +15,9 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
-use kvtier_cli::cli::serve::ServeArgs;
-use kvtier_cli::cli::{Cli, Command as Sub};
-use kvtier_cli::replay_simple::SimpleTier;
+use kvtier_cli::Cli;
 use kvtier_cli::serve::start;
+use kvtier_cli::tier::SimpleTier;
 use kvtier_core::simple::SimpleScheduler;
 use kvtier_core::stats::catalogue::SIMPLE_LOAD_BLOCKS;
 use kvtier_tests::prometheus_server::http_get;
@@ -39,7 +37,7 @@ const ENGINE: [&str; 8] = [
     "m",
 ];
 
-fn serve_args(extra: &[&str]) -> ServeArgs {
+fn serve_args(extra: &[&str]) -> Cli {
     let mut argv = vec![
         "kvtier",
         "serve",
@@ -54,10 +52,7 @@ fn serve_args(extra: &[&str]) -> ServeArgs {
     ];
     argv.extend_from_slice(&ENGINE);
     argv.extend_from_slice(extra);
-    match Cli::try_parse_from(argv).unwrap().command {
-        Sub::Serve(a) => a,
-        other => panic!("parsed {other:?}"),
-    }
+    Cli::try_parse_from(argv).unwrap()
 }
 
 /// The blocks loaded by the same steps driven by hand, and the engine's external hit tokens.
@@ -98,7 +93,7 @@ fn serve_offloader_simple_serves_the_five_series_of_its_replay() {
             extra.push("--lazy");
         }
         let args = serve_args(&extra);
-        let mut serving = start(&args.options()).unwrap();
+        let mut serving = start(&args.serve_options().unwrap()).unwrap();
         let summary = serving.wait_replay().unwrap();
         let (status, _, text) = http_get(serving.local_addr(), "/metrics").unwrap();
         serving.stop();
@@ -152,7 +147,7 @@ fn serve_offloader_simple_serves_the_five_series_of_its_replay() {
 fn serve_offloader_simple_updates_the_series_as_the_replay_goes() {
     // 1000 requests at 400 per second: about 2.5 s, scraped every 20 ms.
     let args = serve_args(&["--capacity", "512", "--rate", "400"]);
-    let mut serving = start(&args.options()).unwrap();
+    let mut serving = start(&args.serve_options().unwrap()).unwrap();
     let addr = serving.local_addr();
     let (final_loads, _) = loads_by_hand(512, false);
     let mut seen = Vec::new();
@@ -193,10 +188,8 @@ fn serve_offloader_simple_needs_a_gpu_and_publishes_kv_events() {
         "--offloader",
         "simple",
     ];
-    let Sub::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not serve");
-    };
-    let mut serving = start(&args.options()).unwrap();
+    let args = Cli::try_parse_from(argv).unwrap();
+    let mut serving = start(&args.serve_options().unwrap()).unwrap();
     let err = serving.wait_replay().unwrap_err().to_string();
     serving.stop();
     assert!(err.contains("needs a GPU in front"), "{err}");
@@ -208,7 +201,7 @@ fn serve_offloader_simple_needs_a_gpu_and_publishes_kv_events() {
         "--capacity",
         "64",
     ]);
-    let mut serving = start(&args.options()).unwrap();
+    let mut serving = start(&args.serve_options().unwrap()).unwrap();
     serving.wait_replay().unwrap();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut sent = serving.kv_events().unwrap().stats();
@@ -239,10 +232,8 @@ fn serve_offloader_simple_takes_the_gpu_of_gpu_memory_and_a_cpu_budget() {
         "--cpu-bytes",
         "3GiB",
     ];
-    let Sub::Serve(args) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not serve");
-    };
-    let opts = args.options();
+    let args = Cli::try_parse_from(argv).unwrap();
+    let opts = args.serve_options().unwrap();
     // 4 GiB of Llama-3-8B's 2 MiB blocks, as `kvtier capacity --memory 4GiB` prints them.
     let gpu = opts.replay.gpu.unwrap();
     assert_eq!(gpu.num_gpu_blocks, 2048);

@@ -7,31 +7,32 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use clap::Parser;
-use kvtier_cli::cli::replay::ReplayArgs;
-use kvtier_cli::cli::sweep::SweepArgs;
-use kvtier_cli::cli::{Cli, Command};
-use kvtier_cli::replay_run::ReplayReport;
-use kvtier_cli::sweep_run::SweepReport;
+use kvtier_cli::Cli;
+use kvtier_cli::replay::ReplayReport;
+use kvtier_cli::sweep::SweepReport;
 use kvtier_tests::expected::data;
 
 /// The replay of `args`, its error as the message the command prints.
-fn replay(args: &ReplayArgs, progress: bool) -> Result<ReplayReport, String> {
-    kvtier_cli::replay_run::replay(&args.options, progress).map_err(|e| e.to_string())
+fn replay(args: &Cli, progress: bool) -> Result<ReplayReport, String> {
+    kvtier_cli::replay::replay(&args.replay_options().unwrap(), progress).map_err(|e| e.to_string())
 }
 
 /// The sweep of `args`, its error as the message the command prints.
-fn sweep(args: &SweepArgs, progress: bool) -> Result<SweepReport, String> {
-    kvtier_cli::sweep_run::sweep(&args.options, progress).map_err(|e| e.to_string())
+fn sweep(args: &Cli, progress: bool) -> Result<SweepReport, String> {
+    kvtier_cli::sweep::sweep(args.sweep_options().unwrap(), progress).map_err(|e| e.to_string())
 }
 
-fn sweep_args(extra: &[&str]) -> SweepArgs {
+fn sweep_args(extra: &[&str]) -> Cli {
     let mut argv = vec!["kvtier", "sweep"];
     argv.extend_from_slice(extra);
-    match Cli::try_parse_from(argv).unwrap().command {
-        Command::Sweep(a) => a,
-        other => panic!("parsed {other:?}"),
-    }
+    Cli::try_parse_from(argv).unwrap()
+}
+
+/// What the command prints to stdout for `cli`.
+fn output(cli: Cli) -> String {
+    let mut out = Vec::new();
+    cli.run_to(&mut out).unwrap();
+    String::from_utf8(out).unwrap()
 }
 
 /// Every row against a separate `kvtier replay` run (parsed by clap from the same options).
@@ -52,9 +53,7 @@ fn rows_equal_single_replays(r: &SweepReport, trace: &str, extra: &[&str]) {
             &threshold,
         ];
         argv.extend_from_slice(extra);
-        let Command::Replay(a) = Cli::try_parse_from(argv).unwrap().command else {
-            panic!()
-        };
+        let a = Cli::try_parse_from(argv).unwrap();
         let single = replay(&a, false).unwrap();
         let c = single.counts;
         let got = (
@@ -194,7 +193,7 @@ fn a_model_turns_capacities_into_exact_gib() {
     // token; a 512-token id = 32 GPU blocks of 16 tokens = 64 MiB.
     assert_eq!(r.bytes_per_chunk, Some(64 << 20));
     assert_eq!(r.rows[0].gib, Some(16.0));
-    let table = kvtier_cli::cli::sweep::table(&r);
+    let table = output(a);
     assert!(
         table.contains("67,108,864 bytes of CPU memory per chunk"),
         "{table}"
@@ -212,9 +211,9 @@ fn a_model_turns_capacities_into_exact_gib() {
     ]);
     assert!(sweep(&a, false).unwrap_err().contains("--block-size 48"));
     assert!(matches!(
-        kvtier_cli::sweep_run::sweep(&a.options, false),
-        Err(kvtier_cli::sweep_run::SweepRunError::Model(
-            kvtier_cli::sweep_run::ChunkBytesError::BlockSize { block_size: 48, .. }
+        kvtier_cli::sweep::sweep(a.sweep_options().unwrap(), false),
+        Err(kvtier_cli::sweep::SweepRunError::Model(
+            kvtier_cli::sweep::ChunkBytesError::BlockSize { block_size: 48, .. }
         ))
     ));
 }

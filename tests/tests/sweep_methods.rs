@@ -7,9 +7,8 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use clap::Parser;
-use kvtier_cli::cli::{Cli, Command};
-use kvtier_cli::sweep_run::SweepReport;
+use kvtier_cli::Cli;
+use kvtier_cli::sweep::SweepReport;
 use kvtier_tests::expected::data;
 
 fn sweep(extra: &[&str]) -> SweepReport {
@@ -23,10 +22,8 @@ fn sweep(extra: &[&str]) -> SweepReport {
         "2",
     ];
     argv.extend_from_slice(extra);
-    match Cli::try_parse_from(argv).unwrap().command {
-        Command::Sweep(a) => kvtier_cli::sweep_run::sweep(&a.options, false).unwrap(),
-        other => panic!("parsed {other:?}"),
-    }
+    let a = Cli::try_parse_from(argv).unwrap();
+    kvtier_cli::sweep::sweep(a.sweep_options().unwrap(), false).unwrap()
 }
 
 const GRID: [&str; 4] = [
@@ -170,10 +167,8 @@ fn a_bad_rate_is_refused() {
         "--sample",
         "0",
     ];
-    let Command::Sweep(a) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not a sweep");
-    };
-    let e = kvtier_cli::sweep_run::sweep(&a.options, false).unwrap_err();
+    let a = Cli::try_parse_from(argv).unwrap();
+    let e = kvtier_cli::sweep::sweep(a.sweep_options().unwrap(), false).unwrap_err();
     assert!(e.to_string().contains("--sample 0"), "{e}");
 }
 
@@ -193,10 +188,8 @@ fn a_gpu_front_is_refused_outside_exact_sweeps() {
             "--gpu-blocks",
             "4096",
         ];
-        let Command::Sweep(a) = Cli::try_parse_from(argv).unwrap().command else {
-            panic!("not a sweep");
-        };
-        let e = kvtier_cli::sweep_run::sweep(&a.options, false).unwrap_err();
+        let a = Cli::try_parse_from(argv).unwrap();
+        let e = kvtier_cli::sweep::sweep(a.sweep_options().unwrap(), false).unwrap_err();
         assert!(
             e.to_string()
                 .contains("--gpu-blocks works with --method exact only"),

@@ -8,12 +8,9 @@
     reason = "test code: a failed unwrap is a failed test"
 )]
 
-use clap::Parser;
-use kvtier_cli::cli::replay::ReplayArgs;
-use kvtier_cli::cli::sweep::SweepArgs;
-use kvtier_cli::cli::sweep_simple::{csv, sweep_simple};
-use kvtier_cli::cli::{Cli, Command};
-use kvtier_cli::replay_simple::{SimpleRunError, replay_simple};
+use kvtier_cli::Cli;
+use kvtier_cli::replay::{SimpleRunError, replay_simple};
+use kvtier_cli::sweep::sweep_simple;
 use kvtier_core::stats::simple_offload::SaveOutcome;
 
 const TRACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/data/small-a.kvtrace");
@@ -26,7 +23,7 @@ const ENGINE: [&str; 6] = [
     "8",
 ];
 
-fn replay_args(extra: &[&str]) -> ReplayArgs {
+fn replay_args(extra: &[&str]) -> Cli {
     let mut argv = vec![
         "kvtier",
         "replay",
@@ -37,20 +34,21 @@ fn replay_args(extra: &[&str]) -> ReplayArgs {
     ];
     argv.extend_from_slice(&ENGINE);
     argv.extend_from_slice(extra);
-    let Command::Replay(a) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not a replay");
-    };
-    a
+    Cli::try_parse_from(argv).unwrap()
 }
 
-fn sweep_args(extra: &[&str]) -> SweepArgs {
+/// What the command prints to stdout for `cli`.
+fn output(cli: Cli) -> String {
+    let mut out = Vec::new();
+    cli.run_to(&mut out).unwrap();
+    String::from_utf8(out).unwrap()
+}
+
+fn sweep_args(extra: &[&str]) -> Cli {
     let mut argv = vec!["kvtier", "sweep", "--trace", TRACE, "--offloader", "simple"];
     argv.extend_from_slice(&ENGINE);
     argv.extend_from_slice(extra);
-    let Command::Sweep(a) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not a sweep");
-    };
-    a
+    Cli::try_parse_from(argv).unwrap()
 }
 
 #[test]
@@ -62,7 +60,7 @@ fn each_sweep_row_is_the_single_replay_of_its_pool_size() {
         }
         let mut with_model = extra.clone();
         with_model.extend(["--model", "llama-3-8b"]);
-        let r = sweep_simple(&sweep_args(&with_model).options).unwrap();
+        let r = sweep_simple(sweep_args(&with_model).sweep_options().unwrap()).unwrap();
         assert_eq!(r.rows.len(), 3);
         assert_eq!(r.requests, 1000);
         // Llama-3-8B: 32 layers · 8 KV heads · 128 dims · K and V · 2 bytes · 16 tokens.
@@ -74,7 +72,8 @@ fn each_sweep_row_is_the_single_replay_of_its_pool_size() {
                 one.push("--lazy");
             }
             let a = replay_args(&one);
-            let single = replay_simple(&a.replay_options(), a.simple_options()).unwrap();
+            let single =
+                replay_simple(&a.replay_options().unwrap(), a.simple_options().unwrap()).unwrap();
             assert_eq!(row.cpu_blocks, cap);
             assert_eq!(row.load_blocks, single.load_blocks, "lazy {lazy} cap {cap}");
             assert_eq!(row.outcomes, single.outcomes);
@@ -94,7 +93,8 @@ fn each_sweep_row_is_the_single_replay_of_its_pool_size() {
         // A larger pool loads more in this trace (the same requests, more of them kept).
         assert!(r.rows[0].load_blocks < r.rows[1].load_blocks);
         assert!(r.rows[1].load_blocks < r.rows[2].load_blocks);
-        let text = csv(&r);
+        with_model.push("--csv");
+        let text = output(sweep_args(&with_model));
         let header = text.lines().next().unwrap();
         let labels: Vec<&str> = header.split(',').skip(2).take(7).collect();
         assert_eq!(labels, SaveOutcome::ALL.map(SaveOutcome::label));
@@ -115,7 +115,7 @@ fn sweep_offloader_simple_refuses_what_it_does_not_take() {
         ),
         (vec!["--capacities", "64", "--method", "stack"], "--method"),
     ] {
-        let err = sweep_simple(&sweep_args(&extra).options).unwrap_err();
+        let err = sweep_simple(sweep_args(&extra).sweep_options().unwrap()).unwrap_err();
         assert!(err.to_string().contains(says), "{err}");
     }
     let argv = [
@@ -128,10 +128,10 @@ fn sweep_offloader_simple_refuses_what_it_does_not_take() {
         "--capacities",
         "64",
     ];
-    let Command::Sweep(a) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not a sweep");
-    };
-    let err = sweep_simple(&a.options).unwrap_err().to_string();
+    let a = Cli::try_parse_from(argv).unwrap();
+    let err = sweep_simple(a.sweep_options().unwrap())
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("--gpu-blocks"), "{err}");
 }
 
@@ -148,18 +148,22 @@ fn cpu_bytes_sizes_the_pool_per_rank_as_vllm_does() {
             "--world-size",
             ws,
         ]);
-        let r = replay_simple(&a.replay_options(), a.simple_options()).unwrap();
+        let r = replay_simple(&a.replay_options().unwrap(), a.simple_options().unwrap()).unwrap();
         assert_eq!(r.cpu_blocks, blocks, "world size {ws}");
         // Every worker reports each store in its step: the stores complete, none is left.
         assert_eq!((r.used_blocks, r.pending_store_blocks), (1, 0));
         let plain = replay_args(&["--capacity", "500"]);
-        let p = replay_simple(&plain.replay_options(), plain.simple_options()).unwrap();
+        let p = replay_simple(
+            &plain.replay_options().unwrap(),
+            plain.simple_options().unwrap(),
+        )
+        .unwrap();
         assert_eq!(r.load_blocks, p.load_blocks);
         assert_eq!(r.gpu.counts, p.gpu.counts);
     }
     // 1 GiB + 3 MiB: floor(1027 MiB / 2 MiB) = 513.
     let a = replay_args(&["--cpu-bytes", "1076887552", "--model", "llama-3-8b"]);
-    let r = replay_simple(&a.replay_options(), a.simple_options()).unwrap();
+    let r = replay_simple(&a.replay_options().unwrap(), a.simple_options().unwrap()).unwrap();
     assert_eq!(r.cpu_blocks, 513);
     // --capacity is the explicit num_cpu_blocks, within the budget.
     let a = replay_args(&[
@@ -170,7 +174,7 @@ fn cpu_bytes_sizes_the_pool_per_rank_as_vllm_does() {
         "--capacity",
         "400",
     ]);
-    let r = replay_simple(&a.replay_options(), a.simple_options()).unwrap();
+    let r = replay_simple(&a.replay_options().unwrap(), a.simple_options().unwrap()).unwrap();
     assert_eq!(r.cpu_blocks, 400);
     let a = replay_args(&[
         "--cpu-bytes",
@@ -180,7 +184,7 @@ fn cpu_bytes_sizes_the_pool_per_rank_as_vllm_does() {
         "--capacity",
         "501",
     ]);
-    let err = replay_simple(&a.replay_options(), a.simple_options())
+    let err = replay_simple(&a.replay_options().unwrap(), a.simple_options().unwrap())
         .unwrap_err()
         .to_string();
     assert!(err.contains("local offload capacity 500"), "{err}");
@@ -194,23 +198,29 @@ fn cpu_bytes_sizes_the_pool_per_rank_as_vllm_does() {
         "3",
     ]);
     assert!(matches!(
-        replay_simple(&a.replay_options(), a.simple_options()),
+        replay_simple(&a.replay_options().unwrap(), a.simple_options().unwrap()),
         Err(SimpleRunError::UnevenSplit { world_size: 3, .. })
     ));
     let a = replay_args(&["--cpu-bytes", "1000MiB"]);
     assert!(matches!(
-        replay_simple(&a.replay_options(), a.simple_options()),
+        replay_simple(&a.replay_options().unwrap(), a.simple_options().unwrap()),
         Err(SimpleRunError::NeedsModel)
     ));
 }
 
 #[test]
 fn a_hybrid_sweep_row_is_the_single_hybrid_replay() {
-    let r = sweep_simple(&sweep_args(&["--capacities", "64,4096", "--hybrid"]).options).unwrap();
+    let r = sweep_simple(
+        sweep_args(&["--capacities", "64,4096", "--hybrid"])
+            .sweep_options()
+            .unwrap(),
+    )
+    .unwrap();
     assert!(r.hybrid);
     for (row, cap) in r.rows.iter().zip(["64", "4096"]) {
         let a = replay_args(&["--capacity", cap, "--hybrid"]);
-        let single = replay_simple(&a.replay_options(), a.simple_options()).unwrap();
+        let single =
+            replay_simple(&a.replay_options().unwrap(), a.simple_options().unwrap()).unwrap();
         assert!(single.gpu.hybrid);
         assert_eq!(row.outcomes, single.outcomes, "cap {cap}");
         assert_eq!(row.load_blocks, single.load_blocks, "cap {cap}");
@@ -223,10 +233,8 @@ fn a_hybrid_sweep_row_is_the_single_hybrid_replay() {
     let mut argv = vec!["kvtier", "replay", "--trace", TRACE];
     argv.extend_from_slice(&ENGINE);
     argv.push("--hybrid");
-    let Command::Replay(a) = Cli::try_parse_from(argv).unwrap().command else {
-        panic!("not a replay");
-    };
-    let e = kvtier_cli::replay_run::replay(&a.replay_options(), false).unwrap_err();
+    let a = Cli::try_parse_from(argv).unwrap();
+    let e = kvtier_cli::replay::replay(&a.replay_options().unwrap(), false).unwrap_err();
     assert!(
         e.to_string().contains("--hybrid needs --offloader simple"),
         "{e}"

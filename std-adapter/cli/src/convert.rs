@@ -1,4 +1,4 @@
-//! Converting a Mooncake JSONL trace (`spec/mooncake.md`) into a kvtrace (`kvtier convert
+//! Converting a Mooncake JSONL trace (`docs/formats/mooncake.md`) into a kvtrace (`kvtier convert
 //! --from mooncake IN -o OUT`): records exactly the spec's, with the header it lists.
 //!
 //! The input is read twice: once to check every line and count the requests (so the header

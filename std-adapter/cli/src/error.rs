@@ -10,17 +10,17 @@ use std::io;
 use kvtier::export::{EncodeError, ExporterError, ObserveError, RenderError};
 use kvtier::shared::{CollectorClosed, FrameError, MetricsRegisterError};
 
-use crate::cli::output::OutputError;
+use crate::cli::OutputError;
 use crate::convert::ConvertError;
 use crate::from_variants::from_variants;
 use crate::input::{FormatError, OpenError};
-use crate::replay_run::{ManagerError, RunError};
-use crate::replay_simple::SimpleRunError;
-use crate::replay_stats::TransferError;
+use crate::replay::SimpleRunError;
+use crate::replay::TransferError;
+use crate::replay::{ManagerError, RunError};
 use crate::serve::ServeError;
 use crate::sizing::{DtypeError, ReportError, SizeError};
+use crate::sweep::{ChunkBytesError, GridError, SweepRunError};
 use crate::sweep::{RangeError, SweepError};
-use crate::sweep_run::{ChunkBytesError, GridError, SweepRunError};
 
 /// Any error of the `kvtier` command.
 #[derive(Debug)]

@@ -1,5 +1,5 @@
 //! Opening a trace file in either format, for a replay, a sweep and `serve`: kvtrace
-//! (`spec/kvtrace.md`) or Mooncake JSONL (`spec/mooncake.md`), chosen by `--format` or
+//! (`docs/formats/kvtrace.md`) or Mooncake JSONL (`docs/formats/mooncake.md`), chosen by `--format` or
 //! detected from the first non-whitespace byte (`#` kvtrace, `{` Mooncake) by
 //! [`detect_format`]; [`TraceInput`] reads either as one [`RecordSource`].
 

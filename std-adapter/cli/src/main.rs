@@ -1,5 +1,5 @@
 //! The `kvtier` command.
 
 fn main() -> std::process::ExitCode {
-    kvtier_cli::cli::main()
+    kvtier_cli::Cli::parse().run()
 }

@@ -1,13 +1,8 @@
 //! Numbers for people: [`thousands`] groups digits as Python's `{:,}` does.
 
 /// `1234567` → `"1,234,567"` (Python's `{:,}`).
-///
-/// ```
-/// assert_eq!(kvtier_cli::numfmt::thousands(1_234_567), "1,234,567");
-/// assert_eq!(kvtier_cli::numfmt::thousands(999), "999");
-/// ```
 #[must_use]
-pub fn thousands(n: u64) -> String {
+pub(crate) fn thousands(n: u64) -> String {
     let s = n.to_string();
     let mut out = String::with_capacity(s.len() + s.len() / 3);
     for (i, c) in s.chars().enumerate() {
@@ -17,4 +12,15 @@ pub fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::thousands;
+
+    #[test]
+    fn groups_of_three() {
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(999), "999");
+    }
 }

@@ -1,16 +1,16 @@
 //! `kvtier capacity`: parses the options, computes [`crate::sizing::report`] and prints it as
 //! a table (with vLLM's log lines) or one JSON object.
+use std::io::Write;
 
-use clap::Parser;
-
-pub use crate::sizing::{CapacityOptions, ModelArgs, PoolLayoutArg};
+use super::OutputError;
+use crate::sizing::CapacityOptions;
 
 use crate::numfmt::thousands;
 use crate::sizing::{CapacityReport, report};
 
 /// Options of `kvtier capacity`.
 #[derive(Debug, Clone, Default, clap::Args)]
-pub struct CapacityArgs {
+pub(crate) struct CapacityArgs {
     /// What to size.
     #[command(flatten)]
     pub options: CapacityOptions,
@@ -19,32 +19,9 @@ pub struct CapacityArgs {
     pub json: bool,
 }
 
-#[derive(Debug, Parser)]
-#[command(name = "capacity")]
-struct Standalone {
-    #[command(flatten)]
-    args: CapacityArgs,
-}
-
-impl CapacityArgs {
-    /// Parses options as the command line gives them (without the program name).
-    ///
-    /// # Errors
-    /// clap's error for unknown or malformed options.
-    pub fn parse_from_args<I, T>(args: I) -> Result<Self, clap::Error>
-    where
-        I: IntoIterator<Item = T>,
-        T: Into<std::ffi::OsString> + Clone,
-    {
-        let argv = std::iter::once(std::ffi::OsString::from("capacity"))
-            .chain(args.into_iter().map(Into::into));
-        Standalone::try_parse_from(argv).map(|s| s.args)
-    }
-}
-
 /// The table for people, with vLLM's log lines.
 #[must_use]
-pub fn render_table(r: &CapacityReport) -> String {
+pub(crate) fn render_table(r: &CapacityReport) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let _ = writeln!(
@@ -144,7 +121,7 @@ pub fn render_table(r: &CapacityReport) -> String {
 ///
 /// # Errors
 /// serde_json's error (not expected: every field is a plain number, string or null).
-pub fn report_json(r: &CapacityReport) -> Result<String, serde_json::Error> {
+pub(crate) fn report_json(r: &CapacityReport) -> Result<String, serde_json::Error> {
     serde_json::to_string_pretty(r)
 }
 
@@ -152,12 +129,12 @@ pub fn report_json(r: &CapacityReport) -> Result<String, serde_json::Error> {
 ///
 /// # Errors
 /// Any error of reading the layout or computing the figures.
-pub fn run(args: &CapacityArgs) -> Result<(), crate::Error> {
+pub(crate) fn run(args: &CapacityArgs, out: &mut dyn Write) -> Result<(), crate::Error> {
     let r = report(&args.options)?;
     if args.json {
-        println!("{}", report_json(&r)?);
+        writeln!(out, "{}", report_json(&r)?).map_err(OutputError::Write)?;
     } else {
-        print!("{}", render_table(&r));
+        write!(out, "{}", render_table(&r)).map_err(OutputError::Write)?;
     }
     Ok(())
 }

@@ -1,6 +1,6 @@
 //! `kvtier convert --from mooncake IN -o OUT`: runs [`crate::convert`] and prints its summary.
 
-pub use crate::convert::{ConvertOptions, FromArg};
+use crate::convert::ConvertOptions;
 
 use crate::convert::{ConvertError, convert};
 use crate::input::TraceFormat;
@@ -9,7 +9,7 @@ use crate::input::TraceFormat;
 ///
 /// # Errors
 /// See [`convert`].
-pub fn run(options: &ConvertOptions) -> Result<(), ConvertError> {
+pub(crate) fn run(options: &ConvertOptions) -> Result<(), ConvertError> {
     let s = convert(options)?;
     eprintln!(
         "kvtier convert: {} -> {} ({}): {} requests, {} skipped (no full block), {} records, \

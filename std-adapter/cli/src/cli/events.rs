@@ -14,7 +14,7 @@ use super::OutputError;
 
 /// Options of `kvtier events`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct EventsArgs {
+pub(crate) struct EventsArgs {
     /// The publisher's endpoint (connected to, unless --bind).
     #[arg(long, value_name = "ENDPOINT")]
     pub endpoint: String,
@@ -131,7 +131,7 @@ fn event(e: &KvEvent) -> Value {
 
 /// A batch as msgspec's `to_builtins` shows it (bytes as hex).
 #[must_use]
-pub fn batch_json(b: &EventBatch) -> Value {
+pub(crate) fn batch_json(b: &EventBatch) -> Value {
     json!([
         b.ts,
         b.events.iter().map(event).collect::<Vec<_>>(),
@@ -143,14 +143,13 @@ pub fn batch_json(b: &EventBatch) -> Value {
 ///
 /// # Errors
 /// A socket that cannot be opened, a message that cannot be read or decoded, or stdout.
-pub fn run(args: &EventsArgs) -> Result<(), crate::Error> {
+pub(crate) fn run(args: &EventsArgs, out: &mut dyn Write) -> Result<(), crate::Error> {
     let sub = Subscriber::open(&args.endpoint, &args.topic, args.bind)?;
     if let Some(e) = sub.bound_endpoint().filter(|_| args.bind) {
         eprintln!("kvtier events: bound {e}");
     }
     let idle = args.idle_ms.map_or(Duration::MAX, Duration::from_millis);
     let wait = idle.min(Duration::from_secs(3600));
-    let mut out = std::io::stdout().lock();
     let mut n = 0u64;
     while args.count.is_none_or(|c| n < c) {
         let Some(m) = sub.recv(wait).map_err(kvtier::Error::from)? else {

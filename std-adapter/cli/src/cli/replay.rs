@@ -1,19 +1,22 @@
-//! `kvtier replay`: parses the options, runs [`crate::replay_run::replay`] and prints the
+//! `kvtier replay`: parses the options, runs [`crate::replay::replay`] (or
+//! [`crate::replay::replay_simple`] with `--offloader simple`) and prints the
 //! report (hit rates, evictions, skipped stores, the hit digest and the throughput) for people
 //! or as one JSON object, with the manager's final stats in the Prometheus text format.
 
 use std::io::{IsTerminal, Write};
 
-pub use crate::replay_run::{ManagerArgs, ReplayOptions, parse_policy};
-
 use super::OutputError;
 use crate::engine::EngineArgs;
-use crate::replay_run::{GpuFront, GpuReport, ReplayReport, replay};
+use crate::replay::{
+    GpuFront, GpuReport, ReplayOptions, ReplayReport, SimpleReport, replay, replay_simple,
+};
+use crate::tier::{Offloader, OffloaderArgs, SimpleOptions};
 use kvtier_core::stats::Payload;
+use kvtier_core::stats::simple_offload::SaveOutcome;
 
 /// Options of `kvtier replay`.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ReplayArgs {
+pub(crate) struct ReplayArgs {
     /// What to replay and how.
     #[command(flatten)]
     pub options: ReplayOptions,
@@ -46,18 +49,16 @@ pub struct ReplayArgs {
     pub cpu_bytes: Option<u64>,
 }
 
-pub use crate::replay_simple::{Offloader, OffloaderArgs};
-
 impl ReplayArgs {
     /// The simple offloader's options (`--lazy`, `--world-size`, `--cpu-bytes`).
     #[must_use]
-    pub fn simple_options(&self) -> crate::replay_simple::SimpleOptions {
+    pub(crate) fn simple_options(&self) -> SimpleOptions {
         self.tier.options(self.cpu_bytes)
     }
 
     /// The replay options, with the GPU front of `--gpu-blocks` when given.
     #[must_use]
-    pub fn replay_options(&self) -> ReplayOptions {
+    pub(crate) fn replay_options(&self) -> ReplayOptions {
         let mut o = self.options.clone();
         o.gpu = self.gpu_blocks.map(|num_gpu_blocks| GpuFront {
             num_gpu_blocks,
@@ -67,23 +68,30 @@ impl ReplayArgs {
     }
 }
 
-/// Runs `kvtier replay`.
+/// Runs `kvtier replay` with the offloader of `--offloader`.
 ///
 /// # Errors
 /// Any error of reading or replaying the trace, or of printing the report.
-pub fn run(args: &ReplayArgs) -> Result<(), crate::Error> {
-    if args.tier.simple() {
-        return super::replay_simple::run(args);
+pub(crate) fn run(args: &ReplayArgs, out: &mut dyn Write) -> Result<(), crate::Error> {
+    match args.tier.offloader {
+        Offloader::Offloading => {
+            let report = replay(&args.replay_options(), std::io::stderr().is_terminal())?;
+            print_kv_events(report.kv_events);
+            let json = || serde_json::to_string(&json_value(&report));
+            print_report(args, json, || human(&report), &report.payload, out)?;
+        }
+        Offloader::Simple => {
+            let report = replay_simple(&args.replay_options(), args.simple_options())?;
+            print_kv_events(report.kv_events);
+            let json = || serde_json::to_string(&report);
+            print_report(args, json, || human_simple(&report), &report.payload, out)?;
+        }
     }
-    let report = replay(&args.replay_options(), std::io::stderr().is_terminal())?;
-    print_kv_events(report.kv_events);
-    let json = || serde_json::to_string(&json_value(&report));
-    print_report(args, json, || human(&report), &report.payload)?;
     Ok(())
 }
 
 /// Prints what the KV-events publisher sent, when there was one, to stderr.
-pub fn print_kv_events(stats: Option<kvtier::kv_events::PublisherStats>) {
+pub(crate) fn print_kv_events(stats: Option<kvtier::kv_events::PublisherStats>) {
     if let Some(k) = stats {
         eprintln!(
             "kvtier replay: kv events: {} batches, {} events published, {} dropped",
@@ -92,16 +100,17 @@ pub fn print_kv_events(stats: Option<kvtier::kv_events::PublisherStats>) {
     }
 }
 
-/// Prints a replay's report to stdout: one JSON line (`--json`) or the text for people, then
+/// Prints a replay's report to `out`: one JSON line (`--json`) or the text for people, then
 /// with `--metrics` the Prometheus exposition of `payload` under `--model-name`.
 ///
 /// # Errors
 /// [`OutputError`] when the JSON, the exposition or the write fails.
-pub(super) fn print_report(
+fn print_report(
     args: &ReplayArgs,
     json: impl FnOnce() -> Result<String, serde_json::Error>,
     human: impl FnOnce() -> String,
     payload: &Payload,
+    out: &mut dyn Write,
 ) -> Result<(), OutputError> {
     let mut text = if args.json {
         let mut s = json().map_err(OutputError::Json)?;
@@ -118,14 +127,13 @@ pub(super) fn print_report(
         }
         text.push_str(&exposition);
     }
-    let mut out = std::io::stdout().lock();
     out.write_all(text.as_bytes()).map_err(OutputError::Write)
 }
 
 /// The JSON object of a report: every count, `digest` as 16 hex digits, `stores_skipped`
 /// null without a filter.
 #[must_use]
-pub fn json_value(r: &ReplayReport) -> serde_json::Value {
+pub(crate) fn json_value(r: &ReplayReport) -> serde_json::Value {
     let mut v = serde_json::to_value(r).unwrap_or_default();
     if let Some(o) = v.as_object_mut() {
         o.insert("digest".into(), format!("{:016x}", r.counts.digest).into());
@@ -149,7 +157,7 @@ fn per_chunk(r: &ReplayReport) -> f64 {
 
 /// The report for people.
 #[must_use]
-pub fn human(r: &ReplayReport) -> String {
+pub(crate) fn human(r: &ReplayReport) -> String {
     let mut s = tier_report(r);
     if let Some(g) = &r.gpu {
         s.push_str(&gpu_report(g));
@@ -252,4 +260,86 @@ fn tier_report(r: &ReplayReport) -> String {
         replay_rate = r.replay_request_blocks_per_s / 1e6,
         rate = r.request_blocks_per_s / 1e6,
     )
+}
+
+/// The report of `--offloader simple` for people.
+#[must_use]
+pub(crate) fn human_simple(r: &SimpleReport) -> String {
+    let g = &r.gpu;
+    let mut s = format!(
+        "kvtier replay --offloader simple: {source}\n\
+         {mode} mode, {cpu} CPU blocks, world size {ws}; GPU front (engine model, \
+         docs/engine-model.md): {gpu} blocks{hybrid}\n\
+         \n",
+        source = r.source,
+        mode = if r.lazy { "lazy" } else { "eager" },
+        cpu = r.cpu_blocks,
+        ws = r.world_size,
+        gpu = g.gpu_blocks,
+        hybrid = if g.hybrid {
+            ", hybrid (attention + Mamba in align mode)"
+        } else {
+            ""
+        },
+    );
+    for o in SaveOutcome::ALL {
+        let n = r.outcomes.get(o.label()).copied().unwrap_or(0);
+        s.push_str(&format!("save {:<22} {n:>14}\n", o.label()));
+    }
+    s.push_str(&format!(
+        "load blocks                 {load:>14}\n\
+         used blocks (end)           {used:>14}\n\
+         pending store blocks (end)  {pend:>14}\n\
+         cached CPU blocks (end)     {cached:>14}\n\
+         engine steps                {steps:>14}\n\
+         preemptions                 {pre:>14}\n\
+         prefix cache hits           {h:>14} of {q} tokens\n\
+         external hits               {eh:>14} of {eq} tokens\n\
+         wall time                   {wall:>12.3} s\n",
+        load = r.load_blocks,
+        used = r.used_blocks,
+        pend = r.pending_store_blocks,
+        cached = r.cached_blocks,
+        steps = g.counts.steps,
+        pre = g.counts.preemptions,
+        h = g.counts.prefix_cache_hits,
+        q = g.counts.prefix_cache_queries,
+        eh = g.counts.external_prefix_cache_hits,
+        eq = g.counts.external_prefix_cache_queries,
+        wall = r.wall_s,
+    ));
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(
+        clippy::unwrap_used,
+        reason = "test code: a failed unwrap is a failed test"
+    )]
+
+    use super::*;
+
+    #[test]
+    fn human_report_shows_each_time_and_both_rates() {
+        let trace = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../tests/data/small-a.kvtrace"
+        );
+        let cli = crate::Cli::try_parse_from(["kvtier", "replay", "--trace", trace]).unwrap();
+        let r = replay(&cli.replay_options().unwrap(), false).unwrap();
+        let text = human(&r);
+        for label in [
+            "parse time",
+            "read time",
+            "replay time",
+            "other time",
+            "wall time",
+            "replay throughput",
+            "wall throughput",
+        ] {
+            assert!(text.contains(label), "{label} missing in\n{text}");
+        }
+        assert!(text.contains(&format!("{:>12.3} s", r.replay_s)), "{text}");
+    }
 }

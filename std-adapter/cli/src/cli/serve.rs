@@ -3,7 +3,8 @@
 
 use std::thread;
 
-pub use crate::serve::{MIN_RATE, ServeOptions, ServeSummary, Serving};
+use crate::serve::ServeOptions;
+use crate::tier::Offloader;
 
 use super::replay::ReplayArgs;
 use crate::serve::start;
@@ -11,7 +12,7 @@ use crate::sizing::{CapacityOptions, PoolLayoutArg, parse_size_floor};
 
 /// Options of `kvtier serve`: every `replay` option, plus where to listen and how fast to go.
 #[derive(Debug, Clone, clap::Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// The replay.
     #[command(flatten)]
     pub replay: ReplayArgs,
@@ -42,8 +43,9 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// What these options ask to serve.
     #[must_use]
-    pub fn options(&self) -> ServeOptions {
-        let simple = self.replay.tier.simple();
+    pub(crate) fn options(&self) -> ServeOptions {
+        let offloader = self.replay.tier.offloader;
+        let simple = offloader == Offloader::Simple;
         let gpu = self.gpu_options();
         let mut replay = self.replay.replay_options();
         if simple && replay.gpu.is_none() {
@@ -54,7 +56,7 @@ impl ServeArgs {
                 .and_then(|g| crate::sizing::report(g).ok())
                 .and_then(|r| r.num_blocks)
                 .and_then(|n| u32::try_from(n).ok());
-            replay.gpu = blocks.map(|num_gpu_blocks| crate::replay_run::GpuFront {
+            replay.gpu = blocks.map(|num_gpu_blocks| crate::replay::GpuFront {
                 num_gpu_blocks,
                 engine: self.replay.engine,
             });
@@ -66,7 +68,8 @@ impl ServeArgs {
             rate: self.rate,
             export_interval_ms: self.export_interval_ms,
             gpu,
-            simple: simple.then(|| self.replay.simple_options()),
+            offloader,
+            simple: self.replay.simple_options(),
         }
     }
 }
@@ -105,7 +108,7 @@ impl ServeArgs {
 ///
 /// # Errors
 /// Any error of starting or of the replay.
-pub fn run(args: &ServeArgs) -> Result<(), crate::Error> {
+pub(crate) fn run(args: &ServeArgs) -> Result<(), crate::Error> {
     let mut serving = start(&args.options())?;
     eprintln!(
         "kvtier serve: metrics at http://{}/metrics",

@@ -1,12 +1,19 @@
 //! The kvtrace replay protocol: drives one [`OffloadManager`] with a trace's records and counts
 //! what happened.
 //!
-//! Per request (`spec/kvtrace.md`): on `L`, a new request context, then `lookup` of the keys in
+//! Per request (`docs/formats/kvtrace.md`): on `L`, a new request context, then `lookup` of the keys in
 //! order while they are HITs; `k` leading hits are loaded (`prepare_load`) and `k` is folded
 //! into the hit digest. On `S`, the loads complete and the rest of the keys are offered
 //! (`prepare_store`); `NoRoom` counts a store failure. On `C`, the stored keys complete and the
 //! request finishes. Key of block `i`: its hash in group 0, end-token position
 //! `(i + 1) · block_tokens`.
+//!
+//! Around the protocol, what `kvtier replay` runs, one child module each: a whole run of a
+//! trace or the built-in workload into a [`ReplayReport`] ([`replay`], with the manager of
+//! [`ManagerArgs`]), the replay's own stats and transfer model ([`ReplayStats`],
+//! [`TransferModel`]), the GPU front of `--gpu-blocks` ([`GpuFront`]), and the run of the
+//! simple CPU offloader behind it ([`replay_simple`], [`SimpleRun`]). The offloader a run
+//! drives is chosen by [`crate::tier::Offloader`].
 
 use std::time::{Duration, Instant};
 
@@ -20,8 +27,23 @@ use kvtier_core::manager::{
 use crate::trace::Record;
 
 mod error;
+mod gpu;
+mod manager;
+mod run;
+mod simple;
+mod stats;
 
 pub use error::ReplayError;
+pub use gpu::{GpuFront, GpuReport};
+pub(crate) use gpu::{add_gpu_series, finish as finish_engine};
+pub use manager::{ManagerArgs, ManagerError, parse_policy};
+pub(crate) use run::progress_bar;
+pub use run::{ReplayOptions, ReplayReport, RunError, replay};
+pub use simple::{SimpleReport, SimpleRun, SimpleRunError, pool_sizing, replay_simple};
+pub use stats::{
+    DEFAULT_TRANSFER_GBPS, ReplayStats, TransferArgs, TransferError, TransferModel,
+    TransferModelError,
+};
 
 /// The multiplier of the hit digest: `d = d · 1000003 + k (mod 2^64)` per `L` record.
 pub const DIGEST_MULTIPLIER: u64 = 1_000_003;

@@ -1,4 +1,4 @@
-//! kvtrace v1 (`spec/kvtrace.md`): the streaming reader and the writer of the file format.
+//! kvtrace v1 (`docs/formats/kvtrace.md`): the streaming reader and the writer of the file format.
 //!
 //! A kvtrace is text, one record per line: `# key=value` header lines (the first is
 //! `# format=kvtrace v1`), then `L rid n h1 … hn` (request `rid` arrives with its `n` block

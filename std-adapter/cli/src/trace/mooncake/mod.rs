@@ -1,4 +1,4 @@
-//! Mooncake-style JSONL traces (`spec/mooncake.md`), read as kvtrace records.
+//! Mooncake-style JSONL traces (`docs/formats/mooncake.md`), read as kvtrace records.
 //!
 //! One line is one request: `{"timestamp": ms, "input_length": n, "output_length": n,
 //! "hash_ids": [id, …]}` (other fields ignored). [`MooncakeReader`] turns the requests into the
@@ -95,7 +95,7 @@ type Event = Reverse<(u64, u8, u64, u64, u64)>;
 const KIND_START: u8 = 1;
 const KIND_COMPLETE: u8 = 2;
 
-/// Reads a Mooncake JSONL trace as the kvtrace records of `spec/mooncake.md`.
+/// Reads a Mooncake JSONL trace as the kvtrace records of `docs/formats/mooncake.md`.
 ///
 /// Memory is bounded by the requests in flight (at most [`MAX_OPEN_REQUESTS`], 40 bytes each)
 /// and one line ([`MAX_LINE_BYTES`]), never by the file. Every malformed line is a

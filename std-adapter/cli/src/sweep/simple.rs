@@ -15,10 +15,11 @@ use kvtier_core::manager::PolicyKind;
 use kvtier_core::simple::SimpleConfig;
 use serde::Serialize;
 
-use crate::replay_run::GpuFront;
-use crate::replay_simple::{SimpleOptions, SimpleRun, SimpleRunError};
-use crate::sweep_curve::Method;
-use crate::sweep_run::{SweepOptions, SweepRunError};
+use crate::replay::GpuFront;
+use crate::replay::{SimpleRun, SimpleRunError};
+use crate::sweep::Method;
+use crate::sweep::{SweepOptions, SweepRunError};
+use crate::tier::SimpleOptions;
 use crate::trace::{CompactLimits, CompactTrace};
 
 /// One pool size of the sweep.

@@ -16,7 +16,7 @@
 //!   `L` and `C` records when the stats are drained.
 //!
 //! ```
-//! use kvtier_cli::replay_stats::TransferModel;
+//! use kvtier_cli::replay::TransferModel;
 //!
 //! // Llama-3-8B's 2 MiB blocks at 25 GB/s: 8 blocks take 671,089 ns.
 //! let m = TransferModel::new(2 * 1024 * 1024, 25.0).unwrap();
@@ -174,8 +174,8 @@ impl TransferArgs {
     }
 }
 
-/// Applies records to a [`Replayer`] and collects the replay's own stats (see the
-/// [module docs](self)) until they are drained.
+/// Applies records to a [`Replayer`] and collects the replay's own stats (the modelled
+/// transfers, the lookup-scan times, the requests in flight) until they are drained.
 #[derive(Debug)]
 pub struct ReplayStats {
     model: Option<TransferModel>,

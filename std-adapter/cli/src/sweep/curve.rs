@@ -20,7 +20,7 @@ use kvtier_core::manager::PolicyKind;
 use serde::Serialize;
 
 use crate::replay::ReplayCounts;
-use crate::replay_run::progress_bar;
+use crate::replay::progress_bar;
 use crate::sweep::{MakeReplayer, SweepCase, SweepError, SweepPoint};
 use crate::trace::{CompactTrace, Record};
 
@@ -91,7 +91,7 @@ fn feed(trace: &CompactTrace, curve: &mut impl Sink, tick: &dyn Fn(u64)) -> Resu
 ///
 /// # Errors
 /// [`CurveRunError`] when the stack refuses a record or its bounds.
-pub fn stack_curve(
+pub(crate) fn stack_curve(
     trace: &CompactTrace,
     max: u32,
     max_requests: u32,
@@ -117,7 +117,7 @@ pub const MAX_SEEN_KEYS: u32 = 1 << 22;
     clippy::too_many_arguments,
     reason = "the sweep's options, passed through"
 )]
-pub fn sampled(
+pub(crate) fn sampled(
     trace: &CompactTrace,
     rate: f64,
     capacities: &[u32],
@@ -150,7 +150,7 @@ pub fn sampled(
 ///
 /// # Errors
 /// [`CurveRunError::Curve`] when the counters cannot be had.
-pub fn hot_keys(trace: &CompactTrace, k: u32) -> Result<HotKeys, CurveRunError> {
+pub(crate) fn hot_keys(trace: &CompactTrace, k: u32) -> Result<HotKeys, CurveRunError> {
     if k == 0 {
         return Ok(HotKeys::default());
     }
@@ -166,7 +166,7 @@ pub fn hot_keys(trace: &CompactTrace, k: u32) -> Result<HotKeys, CurveRunError> 
 /// `n` checkpoints among `capacities` (sorted, distinct): evenly spread over their indices,
 /// the largest always among them.
 #[must_use]
-pub fn checkpoints(capacities: &[u32], n: usize) -> Vec<u32> {
+pub(crate) fn checkpoints(capacities: &[u32], n: usize) -> Vec<u32> {
     let mut sorted = capacities.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
@@ -264,7 +264,7 @@ pub enum MethodError {
     Sweep(SweepError),
 }
 
-/// What [`points`] needs besides the trace and the cases.
+/// What the curve methods need besides the trace and the cases.
 #[derive(Clone, Copy, Debug)]
 pub struct MethodSpec {
     /// The method.
@@ -323,7 +323,7 @@ fn point(case: SweepCase, counts: ReplayCounts) -> SweepPoint {
 ///
 /// # Errors
 /// [`MethodError`]: the curve pass or a replay.
-pub fn points(
+pub(crate) fn points(
     spec: &MethodSpec,
     cases: &[SweepCase],
     make_replayer: &MakeReplayer<'_>,

@@ -2,7 +2,7 @@
 //! be, with which policy?".
 //!
 //! A sweep is the cross product of capacities, policies and store thresholds
-//! ([`SweepGrid::cases`]). [`run`] replays every case from its own cursor over one shared,
+//! ([`SweepGrid::cases`]). [`run`](fn@run) replays every case from its own cursor over one shared,
 //! already parsed trace (a source factory that is `Sync`), on `jobs` threads that take cases
 //! from a shared counter, so the parse is never repeated per case and memory is the trace plus
 //! one manager per thread. Each case is exactly the single replay of that configuration.
@@ -10,6 +10,11 @@
 //! [`repeat_bound`] gives the infinite-cache bound (every block whose key appeared in an
 //! earlier request hits), [`Sweep::knee`] the smallest capacity within a margin of the best
 //! hit rate, [`geometric_capacities`] a log-spaced capacity range.
+//!
+//! What `kvtier sweep` runs, one child module each: a whole sweep of one trace file into a
+//! [`SweepReport`] ([`sweep`], with the curve methods of [`Method`]: exact, stack distances,
+//! sampling), the simple CPU offloader at many pool sizes ([`sweep_simple`]), and the
+//! hit-rate plot ([`plot`]).
 //!
 //! ```
 //! use kvtier_cli::replay::Replayer;
@@ -37,6 +42,20 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod curve;
+pub mod plot;
+mod run;
+mod simple;
+
+pub(crate) use curve::points;
+pub use curve::{
+    Checkpoint, CurveRunError, MAX_SEEN_KEYS, Method, MethodError, MethodPoints, MethodSpec, Source,
+};
+pub use run::{
+    ChunkBytesError, GridError, SweepOptions, SweepReport, SweepRow, SweepRunError, sweep,
+};
+pub use simple::{SimpleSweepReport, SimpleSweepRow, sweep_simple};
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -45,7 +64,7 @@ use kvtier_core::manager::PolicyKind;
 
 use crate::engine::{Engine, EngineError};
 use crate::replay::{ReplayCounts, ReplayError, Replayer};
-use crate::replay_run::TierConnector;
+use crate::tier::TierConnector;
 use crate::trace::Record;
 
 /// The configurations of a sweep, as three lists.

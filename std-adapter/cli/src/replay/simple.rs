@@ -18,8 +18,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use crate::simple_tier::{SimpleTier, SimpleTierError};
-
 use kvtier_core::simple::{
     NewError, PoolSize, PoolSizing, SimpleConfig, SimpleScheduler, per_rank_bytes,
 };
@@ -30,9 +28,9 @@ use kvtier_core::stats::{Gauge, Payload, UpdateError};
 use kvtier::kv_events::{PublishError, Publisher, PublisherStats};
 
 use crate::engine::{self, Engine, EngineCounts, EngineError};
-use crate::kv_events_run::EventStream;
-use crate::replay_run::{GpuFront, GpuReport, ReplayOptions, RunError, add_gpu_series};
+use crate::replay::{GpuFront, GpuReport, ReplayOptions, RunError, add_gpu_series};
 use crate::sizing::ReportError;
+use crate::tier::{EventStream, SimpleOptions, SimpleTier, SimpleTierError};
 use crate::trace::{Header, Record, RecordSource};
 use kvtier_core::capacity::PoolLayout;
 
@@ -114,63 +112,6 @@ impl From<UpdateError> for SimpleRunError {
     }
 }
 
-/// Which CPU offloader runs behind the GPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum Offloader {
-    /// vLLM's OffloadingConnector (`CPUOffloadingManager`).
-    Offloading,
-    /// vLLM's SimpleCPUOffloadConnector (`SimpleCPUOffloadScheduler`).
-    Simple,
-}
-
-/// Which offloader `kvtier replay`, `serve` and `sweep` run, and the simple offloader's mode:
-/// the flags the three commands share.
-#[derive(Clone, Copy, Debug, clap::Args)]
-pub struct OffloaderArgs {
-    /// The CPU offloader: `offloading` (vLLM's OffloadingConnector, the default) or `simple`
-    /// (vLLM's SimpleCPUOffloadConnector, behind --gpu-blocks; the capacities are then its
-    /// CPU blocks).
-    #[arg(long, value_enum, default_value_t = Offloader::Offloading)]
-    pub offloader: Offloader,
-    /// With --offloader simple: lazy offload (stores taken from the GPU free queue).
-    #[arg(long)]
-    pub lazy: bool,
-    /// With --offloader simple: workers that report each store (vLLM's world_size; in
-    /// replay and serve a --cpu-bytes budget is split over them).
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    pub world_size: u32,
-}
-
-impl OffloaderArgs {
-    /// Whether the simple offloader runs.
-    #[must_use]
-    pub fn simple(&self) -> bool {
-        self.offloader == Offloader::Simple
-    }
-
-    /// The simple offloader's options, with the CPU budget `cpu_bytes`.
-    #[must_use]
-    pub const fn options(&self, cpu_bytes: Option<u64>) -> SimpleOptions {
-        SimpleOptions {
-            lazy: self.lazy,
-            world_size: self.world_size,
-            cpu_bytes,
-        }
-    }
-}
-
-/// The simple offloader's options of `kvtier replay` and `kvtier serve`.
-#[derive(Clone, Copy, Debug)]
-pub struct SimpleOptions {
-    /// Lazy offload (vLLM's `lazy_offload`); eager otherwise.
-    pub lazy: bool,
-    /// Workers that report each store (`world_size`).
-    pub world_size: u32,
-    /// The server-wide CPU budget in bytes (vLLM's `cpu_bytes_to_use`): the pool is sized
-    /// from it when given (see the [module docs](self)).
-    pub cpu_bytes: Option<u64>,
-}
-
 /// What `replay --offloader simple` reports.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct SimpleReport {
@@ -205,7 +146,7 @@ pub struct SimpleReport {
 }
 
 /// The CPU pool's size for `opts` and `simple`: `--capacity` blocks (default: the trace
-/// header's, else 1024), or sized from `--cpu-bytes` (see the [module docs](self)).
+/// header's, else 1024), or sized from `--cpu-bytes` as vLLM's `_derive_cpu_config` sizes it.
 ///
 /// # Errors
 /// [`SimpleRunError`] for `--cpu-bytes` without a model, or a model whose bytes per block

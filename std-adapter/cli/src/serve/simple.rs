@@ -8,9 +8,10 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use crate::engine::EngineCounts;
-use crate::replay_run::{ReplayOptions, RunError};
-use crate::replay_simple::{SimpleOptions, SimpleRun, SimpleRunError};
+use crate::replay::{ReplayOptions, RunError};
+use crate::replay::{SimpleRun, SimpleRunError};
 use crate::serve::{ReplayContext, ServeSummary, drain_due, pace};
+use crate::tier::SimpleOptions;
 use crate::trace::{Record, RecordSource};
 
 /// What the simple offloader did in a `kvtier serve` replay.

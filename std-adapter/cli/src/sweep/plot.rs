@@ -15,8 +15,8 @@ use plotters::prelude::*;
 use plotters::series::DashedLineSeries;
 use plotters::style::FontStyle;
 
+use crate::sweep::Checkpoint;
 use crate::sweep::{Sweep, SweepPoint};
-use crate::sweep_curve::Checkpoint;
 
 /// The margin of [`Sweep::knee`] the plot marks: one percentage point.
 pub const KNEE_MARGIN: f64 = 0.01;
@@ -100,9 +100,9 @@ impl core::error::Error for SizeSyntaxError {}
 /// Parses `WxH` (e.g. `1200x750`).
 ///
 /// ```
-/// assert_eq!(kvtier_cli::plot::parse_size("1200x750"), Ok((1200, 750)));
+/// assert_eq!(kvtier_cli::sweep::plot::parse_size("1200x750"), Ok((1200, 750)));
 /// assert_eq!(
-///     kvtier_cli::plot::parse_size("1200").unwrap_err().to_string(),
+///     kvtier_cli::sweep::plot::parse_size("1200").unwrap_err().to_string(),
 ///     "\"1200\" is not WIDTHxHEIGHT in pixels (e.g. 1200x750)"
 /// );
 /// ```

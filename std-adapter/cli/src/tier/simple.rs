@@ -19,7 +19,7 @@ use kvtier_core::simple::{
 };
 
 use crate::engine::{Connector, FinishedRequest, GroupTables, LookupQuery, StepRecord};
-use crate::kv_events_run::EventStream;
+use crate::tier::EventStream;
 
 /// A call the simple offloader refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,10 +5,10 @@ use std::fmt;
 use std::path::PathBuf;
 
 use crate::input::{OpenError, TraceInputError};
-use crate::plot::PlotError;
 use crate::sizing::ReportError;
+use crate::sweep::CurveRunError;
+use crate::sweep::plot::PlotError;
 use crate::sweep::{RangeError, SweepError};
-use crate::sweep_curve::CurveRunError;
 use crate::trace::CompactError;
 
 /// Why the grid of configurations could not be built; the message names the option at fault.
@@ -143,7 +143,7 @@ pub enum SweepRunError {
         /// The case's CPU blocks.
         capacity: u32,
         /// Why.
-        error: crate::replay_simple::SimpleRunError,
+        error: crate::replay::SimpleRunError,
     },
 }
 

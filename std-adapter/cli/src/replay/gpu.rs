@@ -7,18 +7,14 @@
 //! capped short of the last token) at the request's first admission, `S` when its prompt is
 //! computed, `C` when it finished and its stores completed.
 
-use crate::engine::GroupTables;
 use kvtier_core::BlockKey;
-use kvtier_core::block_pool::BlockPool;
 use kvtier_core::stats::{Gauge, Payload, UpdateError, catalogue};
 
 use super::RunError;
-use crate::engine::{
-    Connector, Engine, EngineArgs, EngineCounts, EngineError, FinishedRequest, LookupQuery,
-};
-use crate::replay::{ReplayError, Replayer};
-use crate::replay_stats::ReplayStats;
-use crate::trace::Record;
+use crate::engine::{Engine, EngineArgs, EngineCounts, EngineError};
+use crate::replay::ReplayStats;
+use crate::replay::Replayer;
+use crate::tier::TierConnector;
 
 /// The GPU in front of a replay's tier: its size and the engine model's options.
 #[derive(Clone, Copy, Debug)]
@@ -77,76 +73,6 @@ pub(crate) fn finish(
         record: records,
         error,
     })
-}
-
-/// The replay's tier as the engine's connector: each hook a record for `replayer`, through
-/// `stats` when given (`keys` is scratch).
-#[derive(Debug)]
-pub(crate) struct TierConnector<'a> {
-    stats: Option<&'a mut ReplayStats>,
-    replayer: &'a mut Replayer,
-    keys: &'a mut Vec<BlockKey>,
-}
-
-impl<'a> TierConnector<'a> {
-    pub(crate) fn new(
-        stats: Option<&'a mut ReplayStats>,
-        replayer: &'a mut Replayer,
-        keys: &'a mut Vec<BlockKey>,
-    ) -> Self {
-        TierConnector {
-            stats,
-            replayer,
-            keys,
-        }
-    }
-
-    fn record(&mut self, rec: Record<'_>) -> Result<(), ReplayError> {
-        match self.stats.as_deref_mut() {
-            Some(stats) => stats.apply(self.replayer, rec),
-            None => self.replayer.apply(rec),
-        }
-    }
-}
-
-impl Connector for TierConnector<'_> {
-    type Error = ReplayError;
-
-    fn lookup(&mut self, q: &LookupQuery<'_>) -> Result<usize, ReplayError> {
-        let remaining = q.remaining();
-        let scan = remaining.get(..q.max_hit_blocks).unwrap_or(remaining);
-        self.keys.clear();
-        self.keys.extend(scan.iter().map(|&h| BlockKey::new(h, 0)));
-        Ok(self.replayer.manager().scan_hit_prefix(self.keys).hits)
-    }
-
-    fn allocated(
-        &mut self,
-        _gpu: &mut BlockPool<BlockKey>,
-        q: &LookupQuery<'_>,
-        _tables: GroupTables<'_>,
-        _external_blocks: usize,
-    ) -> Result<(), ReplayError> {
-        self.replayer.set_max_hits(q.max_hit_blocks);
-        let rec = Record::Load {
-            rid: q.rid,
-            hashes: q.remaining(),
-        };
-        // The scan repeats `lookup`'s, with nothing changed in between: the same hits.
-        self.record(rec)
-    }
-
-    fn prefill_done(&mut self, rid: u64) -> Result<(), ReplayError> {
-        self.record(Record::Start { rid })
-    }
-
-    fn finished(
-        &mut self,
-        _gpu: &mut BlockPool<BlockKey>,
-        req: &FinishedRequest<'_>,
-    ) -> Result<(), ReplayError> {
-        self.record(Record::Complete { rid: req.rid })
-    }
 }
 
 /// What the GPU front adds to a replay report.
@@ -209,7 +135,7 @@ impl GpuReport {
 ///
 /// # Errors
 /// [`UpdateError`] when the payload refuses a series.
-pub fn add_gpu_series(
+pub(crate) fn add_gpu_series(
     payload: &mut Payload,
     engine: &Engine,
     since: &EngineCounts,

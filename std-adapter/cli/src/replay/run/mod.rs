@@ -8,13 +8,8 @@
 //! replay loop apart. [`ManagerArgs`] are the manager options every replaying command shares.
 
 mod error;
-mod gpu;
-mod manager;
 
 pub use error::RunError;
-pub use gpu::{GpuFront, GpuReport, add_gpu_series};
-pub(crate) use gpu::{TierConnector, finish as finish_engine};
-pub use manager::{ManagerArgs, ManagerError, parse_policy};
 
 use std::path::PathBuf;
 use std::sync::mpsc;
@@ -28,9 +23,13 @@ use kvtier::kv_events::PublisherStats;
 
 use crate::engine::EngineCounts;
 use crate::input::FormatArgs;
-use crate::kv_events_run::{EventStream, KvEventsArgs, STEP_REQUESTS};
-use crate::replay::{ReplayCounts, Replayer};
-use crate::replay_stats::{ReplayStats, TransferArgs};
+use crate::replay::{
+    GpuFront, GpuReport, ManagerArgs, ManagerError, ReplayCounts, Replayer, add_gpu_series,
+    finish_engine, parse_policy,
+};
+use crate::replay::{ReplayStats, TransferArgs};
+use crate::tier::TierConnector;
+use crate::tier::{EventStream, KvEventsArgs, STEP_REQUESTS};
 use crate::trace::{CompactError, CompactLimits, CompactTrace, RecordKind, RecordSource};
 use crate::workload::{Generator, GeneratorConfig, GeneratorError};
 

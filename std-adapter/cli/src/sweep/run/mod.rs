@@ -4,7 +4,7 @@
 //! CPU tier, with which policy?".
 //!
 //! The trace is parsed once into a [`CompactTrace`]; every configuration replays its own
-//! cursor over it ([`crate::sweep::run`]), with the manager [`ManagerArgs::manager`] builds (as
+//! cursor over it ([`run`](fn@crate::sweep::run)), with the manager [`ManagerArgs::manager`] builds (as
 //! `kvtier replay` does for the same options), so each row equals that single replay.
 
 mod error;
@@ -20,15 +20,15 @@ use serde::Serialize;
 
 use crate::engine::{Engine, EngineArgs};
 use crate::input::FormatArgs;
-use crate::plot::{KNEE_MARGIN, PlotSpec, draw, parse_size};
-use crate::replay_run::{ManagerArgs, parse_policy};
-use crate::replay_simple::OffloaderArgs;
+use crate::replay::{ManagerArgs, parse_policy};
 use crate::sizing::{CapacityOptions, ModelArgs, report};
+use crate::sweep::plot::{KNEE_MARGIN, PlotSpec, draw, parse_size};
 use crate::sweep::{
     CaseError, CaseReplay, Sweep, SweepCase, SweepGrid, SweepPoint, geometric_capacities,
     repeat_bound,
 };
-use crate::sweep_curve::{Checkpoint, Method, MethodError, MethodSpec, Source, points};
+use crate::sweep::{Checkpoint, Method, MethodError, MethodSpec, Source, points};
+use crate::tier::OffloaderArgs;
 use crate::trace::{CompactLimits, CompactTrace};
 
 /// The most requests in flight the curve passes and miniature managers hold (each miniature

@@ -3,10 +3,14 @@
 //!
 //! The replay runs on its own thread and sends the manager's drained stats (plus the
 //! `allocation_failure` increments, once the tier's `config_info`, and the replay's own stats:
-//! modelled transfers, lookup-scan times, requests running, see [`crate::replay_stats`]) to a
+//! modelled transfers, lookup-scan times, requests running, see [`crate::replay`]) to a
 //! [`StatsCollector`], which feeds an [`OffloadExporter`] on a private registry; the
 //! [`MetricsServer`] encodes that registry on every scrape. Every family of the offloading
 //! connector and `vllm:num_requests_running` is served from the first scrape on.
+
+mod simple;
+
+pub use simple::SimpleSummary;
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -17,13 +21,14 @@ use std::time::{Duration, Instant};
 use prometheus::Registry;
 
 use crate::engine::{Engine, EngineCounts};
-use crate::kv_events_run::EventStream;
+use crate::replay::ReplayStats;
+use crate::replay::SimpleRunError;
 use crate::replay::{ReplayCounts, Replayer};
-use crate::replay_run::{ReplayOptions, RunError, TierConnector, add_gpu_series, finish_engine};
-use crate::replay_simple::{SimpleOptions, SimpleRunError};
-use crate::replay_stats::ReplayStats;
-use crate::serve_simple::{self, SimpleSummary};
+use crate::replay::{ReplayOptions, RunError, add_gpu_series, finish_engine};
 use crate::sizing::{self, CapacityOptions, ReportError};
+use crate::tier::EventStream;
+use crate::tier::TierConnector;
+use crate::tier::{Offloader, SimpleOptions};
 use crate::trace::{Record, RecordSource};
 use kvtier::export::{ExporterConfig, OffloadExporter, encode_text};
 use kvtier::http::{MetricsServer, ServerConfig};
@@ -54,9 +59,11 @@ pub struct ServeOptions {
     /// `kv_cache_size_tokens` and `kv_cache_max_concurrency` that `kvtier capacity` prints for
     /// the same options. `None`: no `vllm:cache_config_info`.
     pub gpu: Option<CapacityOptions>,
-    /// Replay through the simple CPU offloader (`--offloader simple`, behind
-    /// [`ReplayOptions::gpu`]) instead of the offloading connector's manager.
-    pub simple: Option<SimpleOptions>,
+    /// The offloader the replay drives: the offloading connector's manager, or the simple CPU
+    /// offloader (`--offloader simple`, behind [`ReplayOptions::gpu`]).
+    pub offloader: Offloader,
+    /// The simple offloader's options (used with [`Offloader::Simple`]).
+    pub simple: SimpleOptions,
 }
 
 /// Why [`start`] or [`Serving::wait_replay`] failed.
@@ -356,8 +363,8 @@ pub(crate) struct ReplayContext<'a> {
 
 fn replay_thread(args: &ServeOptions, ctx: &ReplayContext<'_>) -> Result<ServeSummary, ServeError> {
     let replay = &args.replay;
-    if let Some(simple) = args.simple {
-        return Ok(serve_simple::replay_thread(replay, simple, ctx)?);
+    if args.offloader == Offloader::Simple {
+        return Ok(simple::replay_thread(replay, args.simple, ctx)?);
     }
     Ok(match &replay.trace {
         Some(path) => {
@@ -400,7 +407,7 @@ pub fn start(args: &ServeOptions) -> Result<Serving, ServeError> {
     let registry = Registry::new();
     let mut config = ExporterConfig::new(&args.model_name, 1);
     // vLLM's SimpleCPUOffloadConnector registers none of the offloading connector's families.
-    config.offloading_connector_series = args.simple.is_none();
+    config.offloading_connector_series = args.offloader == Offloader::Offloading;
     let exporter = OffloadExporter::register(&registry, config)?;
     if let Some(gpu) = &args.gpu {
         let report = sizing::report(gpu).map_err(ServeError::Gpu)?;

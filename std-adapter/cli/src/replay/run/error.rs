@@ -7,11 +7,11 @@ use std::path::PathBuf;
 use kvtier::kv_events::PublishError;
 use kvtier_core::stats::{AggregateError, UpdateError};
 
-use super::ManagerError;
 use crate::engine::EngineError;
 use crate::input::{OpenError, TraceInputError};
+use crate::replay::ManagerError;
 use crate::replay::ReplayError;
-use crate::replay_stats::TransferError;
+use crate::replay::TransferError;
 use crate::trace::CompactError;
 use crate::workload::GeneratorError;
 

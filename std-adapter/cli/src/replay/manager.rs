@@ -155,9 +155,9 @@ impl std::error::Error for ManagerError {
 ///
 /// ```
 /// use kvtier_core::manager::PolicyKind;
-/// assert_eq!(kvtier_cli::replay_run::parse_policy("arc"), Ok(PolicyKind::Arc));
+/// assert_eq!(kvtier_cli::replay::parse_policy("arc"), Ok(PolicyKind::Arc));
 /// assert_eq!(
-///     kvtier_cli::replay_run::parse_policy("fifo").unwrap_err().to_string(),
+///     kvtier_cli::replay::parse_policy("fifo").unwrap_err().to_string(),
 ///     "unknown cache policy: expected \"lru\" or \"arc\""
 /// );
 /// ```
