@@ -1,5 +1,6 @@
-//! Layer specs from raw numbers, shared by the capacity proptests (`tests/capacity_props.rs`)
-//! and the `capacity_monotonic` fuzz target, so both reach every [`LayerKind`] the same way.
+//! Layer specs from raw numbers, shared by the capacity proptests
+//! (`tests/capacity/capacity_props.rs`) and the `capacity_monotonic` fuzz target, so both reach
+//! every [`LayerKind`] the same way.
 
 use kvtier_core::capacity::{LayerKind, LayerSpec};
 

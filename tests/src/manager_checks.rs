@@ -1,6 +1,7 @@
 //! The per-step checks of the manager's model-based tests, shared by the proptest
-//! (`tests/tests/manager_model.rs`) and the fuzz target (`fuzz/fuzz_targets/manager_ops.rs`), so
-//! both drive the same ops through the same checks: [`run_ops`].
+//! (`tests/tests/manager/manager_model.rs`) and the fuzz target
+//! (`fuzz/fuzz_targets/manager_ops.rs`), so both drive the same ops through the same checks:
+//! [`run_ops`].
 //!
 //! After every step: `check_invariants()` holds, `allocated − free = write_pending + pinned +
 //! evictable` (i.e. `allocated = pending + pinned + idle`, `allocated + free = capacity`), no

@@ -1,5 +1,5 @@
 //! Operation enum and reference model for the [`OffloadManager`], shared by the model-based
-//! proptest (`tests/tests/manager_model.rs`) and fuzz targets.
+//! proptest (`tests/tests/manager/manager_model.rs`) and fuzz targets.
 //!
 //! * [`Op`] covers every manager call over a small universe: keys `0..KEYS` (key `i` is
 //!   `BlockKey::new(i, i % 2)`, so two KV-cache groups take part) and request handle slots

@@ -1,8 +1,9 @@
 //! Scenario ports of vLLM 0.33.0's behaviour (`docs/vllm-behaviour.md`): C1, C3, C4, C5, C7,
 //! C9 and ARC's basics, with vLLM 0.33.0's exact ids, victims, events and gauges.
 //!
-//! `no_std` + `alloc` on purpose: the host tests (`tests/tests/manager_scenarios.rs`) and the
-//! Cortex-M firmware (`tests/firmware`, which includes this file by path) run the same bodies.
+//! `no_std` + `alloc` on purpose: the host tests (`tests/tests/manager/manager_scenarios.rs`)
+//! and the Cortex-M firmware (`tests/firmware`, which includes this file by path) run the same
+//! bodies.
 //! Each function panics at the first value that differs from vLLM's. Also here, for the same
 //! two audiences: [`capacity_llama_3_8b`] (the hand check of `docs/sizing.md`) and
 //! [`workload`], a deterministic request stream whose digest must be equal on every target.

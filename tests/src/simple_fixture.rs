@@ -1,4 +1,4 @@
-//! The fixture of the simple offloader's scenario ports (`tests/simple_scenarios*.rs`):
+//! The fixture of the simple offloader's scenario ports (`tests/simple/simple_scenarios*.rs`):
 //! vLLM 0.33.0's `test_scheduler.py` helpers (`make_scheduler`, `make_request`,
 //! `_alloc_and_register`, `simulate_store_completion`, ...) over kvtier's scheduler and a
 //! kvtier `BlockPool` as the GPU pool.

@@ -1,5 +1,5 @@
-//! Call sequences for the simple offloader, shared by the proptests (`tests/simple_model.rs`)
-//! and the fuzz target (`fuzz/fuzz_targets/simple_ops.rs`).
+//! Call sequences for the simple offloader, shared by the proptests
+//! (`tests/simple/simple_model.rs`) and the fuzz target (`fuzz/fuzz_targets/simple_ops.rs`).
 //!
 //! [`World`] plays vLLM's scheduler: it owns twin GPU pools (one for [`SimpleScheduler`], one
 //! for the reference [`SimpleModel`]), the requests and their block tables, and turns each

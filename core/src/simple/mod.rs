@@ -94,16 +94,6 @@ mod requests;
 mod step;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_eagle;
-#[cfg(test)]
-mod tests_fine;
-#[cfg(test)]
-mod tests_hybrid;
-#[cfg(test)]
-mod tests_layout;
-#[cfg(test)]
-mod tests_prepare;
 mod transfers;
 
 use alloc::collections::VecDeque;

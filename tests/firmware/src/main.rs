@@ -7,9 +7,9 @@
 //! 3. the Llama-3-8B capacity hand check;
 //! 4. a 1,024-chunk workload under LRU and ARC, with the heap it needed.
 //!
-//! Each result is one semihosting line; the host runner (`tests/tests/cortex_m.rs`) compares
-//! them with the same functions run on the host. The exit status is success only when every
-//! check passed; a panic prints its message and exits with failure.
+//! Each result is one semihosting line; the host runner (`tests/tests/manager/cortex_m.rs`)
+//! compares them with the same functions run on the host. The exit status is success only when
+//! every check passed; a panic prints its message and exits with failure.
 #![no_std]
 #![no_main]
 

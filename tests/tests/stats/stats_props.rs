@@ -10,9 +10,7 @@ use kvtier_core::stats::Payload;
 use kvtier_tests::stats_model::{ModelPayload, StatsOp, apply_to_payload, assert_matches};
 use proptest::prelude::*;
 
-#[path = "stats_strategies.rs"]
-mod stats_strategies;
-use stats_strategies::ops;
+use crate::stats_strategies::ops;
 
 fn build(ops: &[StatsOp]) -> (Payload, ModelPayload) {
     let mut p = Payload::new();

@@ -188,6 +188,15 @@ fn deadlines_too_far_for_an_instant_mean_no_deadline() {
 const CHILD_ENV: &str = "KVTIER_HTTP_FD_CHILD";
 const FD_TEST: &str = "out_of_file_descriptors_the_accept_loop_sleeps_then_recovers";
 
+/// `test`'s name as the harness lists it: the path of this module in the test binary, then the
+/// name (a child process re-runs exactly that test).
+fn harness_name(test: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{test}"),
+        None => test.to_owned(),
+    }
+}
+
 /// The child's side: serve with few descriptors, print the address, answer `stats` on stdin
 /// with the server's counters, end when stdin closes.
 fn fd_child() {
@@ -247,7 +256,12 @@ fn out_of_file_descriptors_the_accept_loop_sleeps_then_recovers() {
         .arg("-c")
         .arg("ulimit -n 40 && exec \"$0\" \"$@\"")
         .arg(&exe)
-        .args(["--exact", FD_TEST, "--nocapture", "--test-threads=1"])
+        .args([
+            "--exact",
+            harness_name(FD_TEST).as_str(),
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(CHILD_ENV, "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())

@@ -1,5 +1,4 @@
-//! Proptest strategies for stats payloads, shared by `stats_props` and `wire_props` through
-//! `#[path]` (this file also builds as an empty test target).
+//! Proptest strategies for stats payloads, shared by `stats_props` and `wire_props`.
 #![allow(dead_code, unreachable_pub, clippy::unwrap_used)]
 
 use kvtier_core::stats::Payload;

@@ -194,7 +194,7 @@ fn serve_offloader_simple_needs_a_gpu_and_publishes_kv_events() {
     serving.stop();
     assert!(err.contains("needs a GPU in front"), "{err}");
     // With an endpoint, the offloader's events go out on the server's publisher (what they
-    // are is tests/tests/kv_events_simple.rs's): every store is one BlockStored.
+    // are is tests/tests/serve/kv_events_simple.rs's): every store is one BlockStored.
     let args = serve_args(&[
         "--kv-events-endpoint",
         "inproc://simple-serve",

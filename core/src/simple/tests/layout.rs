@@ -5,8 +5,8 @@
 
 use alloc::vec::Vec;
 
-use super::tests_hybrid::{BS, cached, gpu, hand_off, lookup};
-use super::*;
+use super::hybrid::{BS, cached, gpu, hand_off, lookup};
+use crate::simple::*;
 
 fn sched(cpu_blocks: u32, gpu_blocks: u32, kinds: &[GroupKind]) -> SimpleScheduler {
     let mut c = SimpleConfig::with_cpu_blocks(BS, gpu_blocks, cpu_blocks);

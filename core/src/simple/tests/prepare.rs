@@ -3,8 +3,8 @@
 
 use alloc::vec::Vec;
 
-use super::tests_hybrid::{BS, cached, gpu};
-use super::*;
+use super::hybrid::{BS, cached, gpu};
+use crate::simple::*;
 
 const HASHES: [u64; 3] = [11, 12, 13];
 

@@ -15,9 +15,7 @@ use kvtier_core::stats::{Gauge, Histogram, InfoSeries, InfoValue, Payload};
 use kvtier_tests::stats_model::StatsOp;
 use proptest::prelude::*;
 
-#[path = "stats_strategies.rs"]
-mod stats_strategies;
-use stats_strategies::{ops, payload_of};
+use crate::stats_strategies::{self, ops, payload_of};
 
 #[test]
 fn exact_bytes_of_a_small_payload() {

@@ -5,8 +5,8 @@
 
 use alloc::vec::Vec;
 
-use super::tests_hybrid::{first_step, hand_off, lookup};
-use super::*;
+use super::hybrid::{first_step, hand_off, lookup};
+use crate::simple::*;
 
 /// The hash block.
 const H: u32 = 16;

@@ -1,5 +1,11 @@
 //! Each decision of the simple scheduler, with the numbers vLLM 0.33.0's code gives.
 
+mod eagle;
+mod fine;
+mod hybrid;
+mod layout;
+mod prepare;
+
 use alloc::vec::Vec;
 
 use super::*;

@@ -4,8 +4,8 @@
 
 use alloc::vec::Vec;
 
-use super::tests_hybrid::{BS, cached, first_step, gpu, hand_off, lookup};
-use super::*;
+use super::hybrid::{BS, cached, first_step, gpu, hand_off, lookup};
+use crate::simple::*;
 
 const FA: GroupKind = GroupKind::FullAttention;
 /// A 33-token window: cdiv(32, 16) = 2 contiguous blocks, 3 with EAGLE's drop.

@@ -26,6 +26,15 @@ const CHILDREN: u64 = 4;
 const FRAMES: u64 = 20;
 const CHILD_ENV: &str = "KVTIER_COLLECTOR_CHILD";
 
+/// `test`'s name as the harness lists it: the path of this module in the test binary, then the
+/// name (a child process re-runs exactly that test).
+fn harness_name(test: &str) -> String {
+    match module_path!().split_once("::") {
+        Some((_, module)) => format!("{module}::{test}"),
+        None => test.to_owned(),
+    }
+}
+
 /// Payload `j` of child `i`.
 fn child_payload(i: u64, j: u64) -> Payload {
     let mut p = Payload::new();
@@ -73,14 +82,11 @@ fn child_processes_totals_equal_the_sum_of_their_increments() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     let exe = std::env::current_exe().unwrap();
+    let name = harness_name("child_processes_totals_equal_the_sum_of_their_increments");
     let mut children: Vec<_> = (0..CHILDREN)
         .map(|i| {
             Command::new(&exe)
-                .args([
-                    "--exact",
-                    "child_processes_totals_equal_the_sum_of_their_increments",
-                    "--test-threads=1",
-                ])
+                .args(["--exact", name.as_str(), "--test-threads=1"])
                 .env(CHILD_ENV, format!("{i}:{port}"))
                 .stdout(Stdio::null())
                 .spawn()

@@ -4,7 +4,7 @@
 
 use alloc::vec::Vec;
 
-use super::*;
+use crate::simple::*;
 use crate::stats::catalogue::SIMPLE_SAVE_OUTCOMES;
 
 pub(super) const BS: u32 = 16;
