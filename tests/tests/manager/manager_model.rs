@@ -16,7 +16,7 @@
 //! `manager_ops` fuzz target.
 //!
 //! 256 cases per test by default (at least 1,024 for the scheduler-like one); run more with
-//! `PROPTEST_CASES=10000 cargo test -p kvtier-tests --release --test manager_model`.
+//! `PROPTEST_CASES=10000 cargo test -p kvtier-tests --release --test manager -- manager_model::`.
 
 use kvtier_core::manager::PolicyKind;
 use kvtier_core::manager::StoreOutcome;
