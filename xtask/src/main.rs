@@ -209,7 +209,8 @@ cargo xtask layout
     Check the house rules no compiler checks: no source file under core/ or std-adapter/ over
     600 lines of code (comments, blank lines and #[cfg(test)] modules not counted), no import
     circle but a module and its parent, the std adapter `kvtier` free of the command's crates
-    (clap, plotters, dejavu, indicatif, serde_json).
+    (clap, plotters, dejavu, indicatif, serde_json); every relative Markdown link and every
+    docs/ or spec/ path named in the tree resolves.
 
 What the tests need beyond cargo:"
     );
