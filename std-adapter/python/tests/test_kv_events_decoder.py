@@ -8,18 +8,27 @@ line, ``name, accept|reject, payload hex, msgspec's re-encoding of the decoded b
 This test checks that the file is exactly what vLLM answers today; kvtier's unit test
 (``kv_events::decode``'s ``matches_vllm_on_the_corpus``) checks that kvtier's decoder gives the
 same answer and, for an accepted payload, that kvtier re-encodes what it decoded to the same
-bytes (so the same values). ``KVTIER_REGEN_CORPUS=1`` rewrites the file instead.
+bytes (so the same values). ``KVTIER_REGEN_CORPUS=1`` rewrites the file instead. The last test
+sends the accepted payloads through a ZMQ socket to ``kvtier events`` itself, which must print
+msgspec's values of each and then stop at a rejected one.
 """
 
 from __future__ import annotations
 
+import datetime
+import json
+import math
 import os
 import pathlib
+import re
 import struct
+import subprocess
+import time
 
 import msgspec
+import zmq
 
-from test_kv_events import ke
+from test_kv_events import _hexed, ke, kvtier_bin  # noqa: F401 (a fixture)
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 CORPUS = ROOT / "tests" / "data" / "kv_events" / "decoder-corpus.tsv"
@@ -321,3 +330,61 @@ def test_vllm_decoder_is_the_subscribers():
     typed decoder of KVEventBatch): a batch vLLM encodes comes back equal."""
     b = ke.KVEventBatch(ts=1.0, events=[ke.AllBlocksCleared()], data_parallel_rank=1)
     assert msgspec.msgpack.Decoder(type=ke.KVEventBatch).decode(msgspec.msgpack.encode(b)) == b
+
+
+def _plain(v) -> bool:
+    """Whether `kvtier events`' JSON shows `v` as msgspec's builtins do: no extension or
+    timestamp (hex there, objects here), no map key but text, no infinite float."""
+    if isinstance(v, float):
+        return math.isfinite(v)
+    if isinstance(v, (list, tuple)):
+        return all(_plain(x) for x in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _plain(x) for k, x in v.items())
+    return v is None or isinstance(v, (bool, int, str, bytes))
+
+
+def test_kvtier_events_prints_vllms_values_and_stops_at_a_rejected_payload(kvtier_bin):
+    decoder = msgspec.msgpack.Decoder(type=ke.KVEventBatch)
+    rows = [line.split("\t") for line in CORPUS.read_text().splitlines()
+            if not line.startswith("#")]
+    sent, want = [], []
+    for name, verdict, payload, _ in rows:
+        if verdict != "accept" or "nested" in name:  # (deeper than a JSON reader goes)
+            continue
+        try:
+            builtins = msgspec.to_builtins(decoder.decode(bytes.fromhex(payload)),
+                                           builtin_types=(bytes, datetime.datetime))
+        except TypeError:  # an extension value: no builtin form
+            continue
+        if _plain(builtins):
+            sent.append(bytes.fromhex(payload))
+            want.append((name, _hexed(builtins)))
+    assert len(sent) > 400
+    rejected = next(bytes.fromhex(r[2]) for r in rows
+                    if r[0] == "BlockStored.block_size = float 16.0")
+    events = subprocess.Popen(
+        [kvtier_bin, "events", "--bind", "--endpoint", "tcp://127.0.0.1:0",
+         "--count", str(len(sent) + 1)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    ctx = zmq.Context()
+    try:
+        bound = re.search(r"bound (tcp://\S+)", events.stderr.readline()).group(1)
+        pub = ctx.socket(zmq.PUB)
+        pub.setsockopt(zmq.SNDHWM, 0)
+        pub.connect(bound)
+        time.sleep(1.0)  # the connection and the subscription, before the first message
+        for seq, payload in enumerate(sent + [rejected]):
+            pub.send_multipart([b"kv", seq.to_bytes(8, "big"), payload])
+        out, err = events.communicate(timeout=60)
+    finally:
+        if events.poll() is None:
+            events.kill()
+        ctx.destroy(linger=0)
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert len(lines) == len(sent)
+    for line, (name, batch) in zip(lines, want):
+        assert line["batch"] == batch, name
+    assert events.returncode != 0
+    assert "`block_size` takes int, not float" in err, err
