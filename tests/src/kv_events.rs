@@ -20,7 +20,7 @@ pub fn batch(n: u64) -> EventBatch {
     EventBatch {
         ts: 1.0,
         events: vec![KvEvent::Removed(BlockRemoved {
-            block_hashes: vec![BlockHash::Int(n)],
+            block_hashes: vec![BlockHash::Int(n.into())],
             medium: Some(MEDIUM_CPU.into()),
             group_idx: None,
             locality: None,

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use kvtier::kv_events::{
-    BlockHash, BlockRemoved, BlockStored, END_SEQ, EndpointProblem, EventBatch, HashForm, KvEvent,
-    MEDIUM_CPU, PublishError, Publisher, PublisherConfig, ReplayBuffer, TierEvents, decode, encode,
-    is_bind_endpoint, offset_endpoint, start_sequence,
+    BlockHash, BlockRemoved, BlockStored, END_SEQ, EndpointProblem, EventBatch, HashForm, Int,
+    KvEvent, MEDIUM_CPU, PublishError, Publisher, PublisherConfig, ReplayBuffer, TierEvents,
+    decode, encode, is_bind_endpoint, offset_endpoint, start_sequence,
 };
 use kvtier_core::BlockKey;
 use kvtier_core::manager::{EventKind, OffloadEvent};
@@ -32,7 +32,7 @@ fn stored(hashes: Vec<BlockHash>, block_size: u64, medium: Option<&str>) -> Bloc
 fn cpu_tier_batch() -> EventBatch {
     let mut s = stored(
         [5, u64::MAX, 200, 70_000, 1 << 33]
-            .map(BlockHash::Int)
+            .map(|h| BlockHash::Int(h.into()))
             .to_vec(),
         16,
         Some(MEDIUM_CPU),
@@ -136,7 +136,7 @@ fn decode_refuses_what_is_not_a_batch() {
     ];
     assert_eq!(
         decode(&unknown).unwrap_err().to_string(),
-        "event 0 is not a map tagged BlockStored, BlockRemoved or AllBlocksCleared"
+        "event 0: `type` takes BlockStored, BlockRemoved or AllBlocksCleared, not another name"
     );
     let mut no_medium = rmpv::Value::Map(vec![
         ("type".into(), "BlockRemoved".into()),
@@ -150,7 +150,7 @@ fn decode_refuses_what_is_not_a_batch() {
     };
     assert_eq!(
         decode(&bytes(&no_medium)).unwrap_err().to_string(),
-        "event 0: `medium` is missing or of the wrong type"
+        "event 0: the required `medium` is missing"
     );
     if let rmpv::Value::Map(m) = &mut no_medium {
         m.push(("medium".into(), 3.into()));
@@ -168,9 +168,17 @@ fn decode_refuses_what_is_not_a_batch() {
     );
 }
 
+/// Any msgpack integer: what msgspec's `int` takes.
+fn int() -> impl Strategy<Value = Int> {
+    prop_oneof![
+        any::<i64>().prop_map(Int::from),
+        any::<u64>().prop_map(Int::from),
+    ]
+}
+
 fn hash() -> impl Strategy<Value = BlockHash> {
     prop_oneof![
-        any::<u64>().prop_map(BlockHash::Int),
+        int().prop_map(BlockHash::Int),
         proptest::collection::vec(any::<u8>(), 0..40).prop_map(BlockHash::Bytes),
     ]
 }
@@ -183,20 +191,20 @@ fn event() -> impl Strategy<Value = KvEvent> {
     let stored = (
         proptest::collection::vec(hash(), 0..5),
         proptest::option::of(hash()),
-        proptest::collection::vec(any::<u64>(), 0..5),
-        any::<u64>(),
-        proptest::option::of(any::<i64>()),
+        proptest::collection::vec(int(), 0..5),
+        int(),
+        proptest::option::of(int()),
         opt_str(),
         opt_str(),
         (
-            proptest::option::of(any::<i64>()),
+            proptest::option::of(int()),
             opt_str(),
-            proptest::option::of(any::<i64>()),
+            proptest::option::of(int()),
             opt_str(),
             opt_str(),
             opt_str(),
             proptest::option::of(proptest::collection::vec(
-                proptest::collection::vec(any::<u64>(), 0..3),
+                proptest::collection::vec(int(), 0..3),
                 0..3,
             )),
         ),
@@ -225,7 +233,7 @@ fn event() -> impl Strategy<Value = KvEvent> {
     let removed = (
         proptest::collection::vec(hash(), 0..5),
         opt_str(),
-        proptest::option::of(any::<i64>()),
+        proptest::option::of(int()),
         opt_str(),
         opt_str(),
     )
@@ -248,7 +256,7 @@ proptest! {
     fn encode_then_decode_is_identity(
         ts in any::<f64>().prop_filter("NaN is not equal to itself", |t| !t.is_nan()),
         events in proptest::collection::vec(event(), 0..6),
-        rank in proptest::option::of(any::<i64>()),
+        rank in proptest::option::of(int()),
     ) {
         let b = EventBatch { ts, events, data_parallel_rank: rank };
         prop_assert_eq!(decode(&encode(&b)), Ok(b));
@@ -346,7 +354,7 @@ fn manager_events_take_the_offloading_connector_shape() {
     );
     let removed = |hashes: &[u64], group| {
         KvEvent::Removed(BlockRemoved {
-            block_hashes: hashes.iter().map(|h| BlockHash::Int(*h)).collect(),
+            block_hashes: hashes.iter().map(|h| BlockHash::Int((*h).into())).collect(),
             medium: Some(MEDIUM_CPU.into()),
             group_idx: Some(group),
             locality: None,

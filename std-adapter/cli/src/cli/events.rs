@@ -97,7 +97,7 @@ fn event(e: &KvEvent) -> Value {
             o.insert("medium".into(), json!(s.medium));
             o.insert("lora_name".into(), json!(s.lora_name));
             opt(&mut o, "extra_keys", s.extra_keys.as_ref().map(msgpack));
-            opt(&mut o, "group_idx", s.group_idx.map(Value::from));
+            opt(&mut o, "group_idx", s.group_idx.map(|v| json!(v)));
             opt(
                 &mut o,
                 "kv_cache_spec_kind",
@@ -106,7 +106,7 @@ fn event(e: &KvEvent) -> Value {
             opt(
                 &mut o,
                 "kv_cache_spec_sliding_window",
-                s.kv_cache_spec_sliding_window.map(Value::from),
+                s.kv_cache_spec_sliding_window.map(|v| json!(v)),
             );
             opt(&mut o, "locality", s.locality.clone().map(Value::from));
             opt(&mut o, "ownership", s.ownership.clone().map(Value::from));
@@ -120,7 +120,7 @@ fn event(e: &KvEvent) -> Value {
         KvEvent::Removed(r) => {
             o.insert("block_hashes".into(), hashes(&r.block_hashes));
             o.insert("medium".into(), json!(r.medium));
-            opt(&mut o, "group_idx", r.group_idx.map(Value::from));
+            opt(&mut o, "group_idx", r.group_idx.map(|v| json!(v)));
             opt(&mut o, "locality", r.locality.clone().map(Value::from));
             opt(&mut o, "ownership", r.ownership.clone().map(Value::from));
         }

@@ -17,7 +17,7 @@
 use rmp::Marker;
 use rmp::encode::{self, ByteBuf, RmpWrite, ValueWriteError};
 
-use super::event::{BlockHash, BlockRemoved, BlockStored, EventBatch, KvEvent};
+use super::event::{BlockHash, BlockRemoved, BlockStored, EventBatch, Int, KvEvent};
 
 /// Keys `BlockStored` can have, its tag included: past 15, msgspec writes a map16 header.
 const STORED_KEYS: usize = 18;
@@ -84,12 +84,16 @@ impl Writer {
         done(encode::write_f64(&mut self.0, v));
     }
 
-    fn uint(&mut self, v: u64) {
-        done(encode::write_uint(&mut self.0, v));
-    }
-
-    fn int(&mut self, v: i64) {
-        done(encode::write_sint(&mut self.0, v));
+    /// An integer as msgspec writes one: unsigned markers when non-negative, signed ones
+    /// below zero, the shortest form either way (saturated to msgpack's range).
+    fn int(&mut self, v: Int) {
+        if v < 0 {
+            let i = i64::try_from(v).unwrap_or(i64::MIN);
+            done(encode::write_sint(&mut self.0, i));
+        } else {
+            let u = u64::try_from(v).unwrap_or(u64::MAX);
+            done(encode::write_uint(&mut self.0, u));
+        }
     }
 
     fn nil(&mut self) {
@@ -100,7 +104,7 @@ impl Writer {
         done(encode::write_str(&mut self.0, s));
     }
 
-    fn opt_int(&mut self, v: Option<i64>) {
+    fn opt_int(&mut self, v: Option<Int>) {
         match v {
             Some(v) => self.int(v),
             None => self.nil(),
@@ -116,7 +120,7 @@ impl Writer {
 
     fn hash(&mut self, h: &BlockHash) {
         match h {
-            BlockHash::Int(v) => self.uint(*v),
+            BlockHash::Int(v) => self.int(*v),
             BlockHash::Bytes(b) => done(encode::write_bin(&mut self.0, b)),
         }
     }
@@ -128,10 +132,10 @@ impl Writer {
         }
     }
 
-    fn uints(&mut self, vs: &[u64]) {
+    fn ints(&mut self, vs: &[Int]) {
         self.array(vs.len());
         for v in vs {
-            self.uint(*v);
+            self.int(*v);
         }
     }
 
@@ -142,7 +146,7 @@ impl Writer {
         }
     }
 
-    fn key_int(&mut self, key: &str, v: Option<i64>) {
+    fn key_int(&mut self, key: &str, v: Option<Int>) {
         if let Some(v) = v {
             self.str(key);
             self.int(v);
@@ -171,9 +175,9 @@ impl Writer {
             None => self.nil(),
         }
         self.str("token_ids");
-        self.uints(&s.token_ids);
+        self.ints(&s.token_ids);
         self.str("block_size");
-        self.uint(s.block_size);
+        self.int(s.block_size);
         self.str("lora_id");
         self.opt_int(s.lora_id);
         self.str("medium");
@@ -201,7 +205,7 @@ impl Writer {
             self.str("lookahead_token_ids");
             self.array(ls.len());
             for l in ls {
-                self.uints(l);
+                self.ints(l);
             }
         }
     }

@@ -9,13 +9,18 @@ pub const MEDIUM_CPU: &str = "CPU";
 /// The `medium` of an event about a storage tier.
 pub const MEDIUM_STORAGE: &str = "STORAGE";
 
+/// An integer field as msgspec's `int` reads one from msgpack: any msgpack integer, so
+/// −2^63 ..= 2^64−1 (vLLM's publisher writes non-negative values only; a decoder must still
+/// take the rest). The encoder saturates a value outside that range to its nearest end.
+pub type Int = i128;
+
 /// One block hash as the stream carries it: an integer (vLLM's default,
 /// `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`: the hash's bytes read big-endian, masked to 64
-/// bits) or the hash's bytes.
+/// bits; any msgpack integer when decoded) or the hash's bytes.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BlockHash {
     /// An integer hash.
-    Int(u64),
+    Int(Int),
     /// A hash as bytes.
     Bytes(Vec<u8>),
 }
@@ -36,7 +41,7 @@ impl HashForm {
     #[must_use]
     pub fn hash(self, hash: u64) -> BlockHash {
         match self {
-            HashForm::Int => BlockHash::Int(hash),
+            HashForm::Int => BlockHash::Int(Int::from(hash)),
             HashForm::Bytes => BlockHash::Bytes(hash.to_be_bytes().to_vec()),
         }
     }
@@ -51,11 +56,11 @@ pub struct BlockStored {
     /// The hash of the block before the first one (`None`: none, or unknown).
     pub parent_block_hash: Option<BlockHash>,
     /// The blocks' token ids (empty when the publisher does not know them).
-    pub token_ids: Vec<u64>,
+    pub token_ids: Vec<Int>,
     /// Tokens per block.
-    pub block_size: u64,
+    pub block_size: Int,
     /// The LoRA adapter's id (deprecated in vLLM in favour of `lora_name`).
-    pub lora_id: Option<i64>,
+    pub lora_id: Option<Int>,
     /// Where the blocks live ([`MEDIUM_CPU`] for kvtier's tier).
     pub medium: Option<String>,
     /// The LoRA adapter's name.
@@ -63,11 +68,11 @@ pub struct BlockStored {
     /// The extra keys of each block's hash, kept as the msgpack value vLLM sends.
     pub extra_keys: Option<rmpv::Value>,
     /// The KV-cache group.
-    pub group_idx: Option<i64>,
+    pub group_idx: Option<Int>,
     /// The group's cache-spec kind.
     pub kv_cache_spec_kind: Option<String>,
     /// The group's sliding window.
-    pub kv_cache_spec_sliding_window: Option<i64>,
+    pub kv_cache_spec_sliding_window: Option<Int>,
     /// `LOCAL` or `REMOTE` relative to the publisher.
     pub locality: Option<String>,
     /// The secondary offloading tier that generated the event.
@@ -75,7 +80,7 @@ pub struct BlockStored {
     /// The session that triggered the store.
     pub session_id: Option<String>,
     /// The lookahead tokens of each block's hash.
-    pub lookahead_token_ids: Option<Vec<Vec<u64>>>,
+    pub lookahead_token_ids: Option<Vec<Vec<Int>>>,
 }
 
 impl BlockStored {
@@ -86,7 +91,7 @@ impl BlockStored {
             block_hashes,
             parent_block_hash: None,
             token_ids: Vec::new(),
-            block_size,
+            block_size: Int::from(block_size),
             lora_id: None,
             medium,
             lora_name: None,
@@ -110,7 +115,7 @@ pub struct BlockRemoved {
     /// Where they lived.
     pub medium: Option<String>,
     /// The KV-cache group (optional).
-    pub group_idx: Option<i64>,
+    pub group_idx: Option<Int>,
     /// `LOCAL` or `REMOTE` (optional).
     pub locality: Option<String>,
     /// The secondary offloading tier (optional).
@@ -148,5 +153,5 @@ pub struct EventBatch {
     /// The events, in order.
     pub events: Vec<KvEvent>,
     /// The data-parallel rank of the publisher (a publisher always fills it).
-    pub data_parallel_rank: Option<i64>,
+    pub data_parallel_rank: Option<Int>,
 }

@@ -40,8 +40,8 @@ pub use decode::{DecodeError, decode};
 pub use encode::encode;
 pub use endpoint::{EndpointError, EndpointProblem, is_bind_endpoint, offset_endpoint};
 pub use event::{
-    BlockHash, BlockRemoved, BlockStored, EventBatch, HashForm, KvEvent, MEDIUM_CPU, MEDIUM_GPU,
-    MEDIUM_STORAGE,
+    BlockHash, BlockRemoved, BlockStored, EventBatch, HashForm, Int, KvEvent, MEDIUM_CPU,
+    MEDIUM_GPU, MEDIUM_STORAGE,
 };
 pub use publisher::{Overflow, PublishError, Publisher, PublisherConfig, PublisherStats};
 pub use replay::{END_SEQ, ReplayBuffer, end_marker, start_sequence};

@@ -22,7 +22,7 @@ use prometheus::{IntCounter, Registry};
 
 use super::encode::encode;
 use super::endpoint::{EndpointError, is_bind_endpoint, offset_endpoint};
-use super::event::{EventBatch, KvEvent};
+use super::event::{EventBatch, Int, KvEvent};
 use super::replay::{ReplayBuffer, end_marker, start_sequence};
 
 /// How long the thread waits for a batch before it looks at the replay socket again, and
@@ -205,7 +205,7 @@ pub struct Publisher {
     thread: Option<JoinHandle<()>>,
     counters: Counters,
     overflow: Overflow,
-    rank: i64,
+    rank: Int,
     endpoint: String,
     replay_endpoint: Option<String>,
 }
@@ -300,7 +300,7 @@ impl Publisher {
             thread: Some(thread),
             counters,
             overflow: config.overflow,
-            rank: i64::from(rank),
+            rank: Int::from(rank),
             endpoint,
             replay_endpoint,
         })

@@ -11,7 +11,7 @@ use kvtier_core::BlockKey;
 use kvtier_core::manager::{EventKind, OffloadEvent};
 use kvtier_core::simple::{GroupKind, Layout, Medium, SimpleEvent};
 
-use super::event::{BlockRemoved, BlockStored, HashForm, KvEvent, MEDIUM_CPU, MEDIUM_STORAGE};
+use super::event::{BlockRemoved, BlockStored, HashForm, Int, KvEvent, MEDIUM_CPU, MEDIUM_STORAGE};
 
 /// vLLM's `KVCacheSpecKind.FULL_ATTENTION`, the kind of the simple offloader's attention
 /// group.
@@ -75,7 +75,7 @@ impl TierEvents {
                     self.block_size,
                     Some(self.medium.clone()),
                 );
-                s.group_idx = Some(i64::from(k.group));
+                s.group_idx = Some(Int::from(k.group));
                 KvEvent::Stored(Box::new(s))
             })),
             EventKind::Removed => {
@@ -90,7 +90,7 @@ impl TierEvents {
                                 BlockRemoved {
                                     block_hashes: Vec::new(),
                                     medium: Some(self.medium.clone()),
-                                    group_idx: Some(i64::from(k.group)),
+                                    group_idx: Some(Int::from(k.group)),
                                     locality: None,
                                     ownership: None,
                                 },
@@ -134,18 +134,18 @@ impl TierEvents {
                 s.parent_block_hash = meta
                     .and_then(|m| m.parent_hash)
                     .map(|h| self.hash_form.hash(h));
-                s.group_idx = Some(i64::from(key.group));
+                s.group_idx = Some(Int::from(key.group));
                 let (kind, window) =
                     spec_kind(layout.kind(key.group).unwrap_or(GroupKind::Scratch));
                 s.kv_cache_spec_kind = Some(kind.to_owned());
-                s.kv_cache_spec_sliding_window = window;
+                s.kv_cache_spec_sliding_window = window.map(Int::from);
                 s.locality = Some(LOCAL.to_owned());
                 KvEvent::Stored(Box::new(s))
             }
             SimpleEvent::Removed { key, medium: m } => KvEvent::Removed(BlockRemoved {
                 block_hashes: vec![self.hash_form.hash(key.hash)],
                 medium: medium(m),
-                group_idx: Some(i64::from(key.group)),
+                group_idx: Some(Int::from(key.group)),
                 locality: Some(LOCAL.to_owned()),
                 ownership: None,
             }),
@@ -180,7 +180,7 @@ mod tests {
         form.push_simple(&stored(1), &Layout::dense(), &mut out);
         form.push_simple(&stored(1), &gemma, &mut out);
         form.push_simple(&stored(2), &gemma, &mut out);
-        let kinds: Vec<(Option<i64>, Option<&str>, Option<i64>)> = out
+        let kinds: Vec<(Option<Int>, Option<&str>, Option<Int>)> = out
             .iter()
             .map(|e| match e {
                 KvEvent::Stored(s) => (
