@@ -34,7 +34,9 @@ check() {
 
 if [ "${KVTIER_VLLM_TESTS:-}" != "only" ]; then
     set +e
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@"
+    # Two workers (pytest-xdist): the tests share no state (their sockets bind port 0), and one
+    # worker would leave a core idle. KVTIER_PYTEST_WORKERS=0 runs them in this process.
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider -n "${KVTIER_PYTEST_WORKERS:-2}" "$@"
     rc=$?
     set -e
     check "$rc"

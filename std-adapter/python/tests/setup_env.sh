@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the test virtualenv: vLLM 0.33.0's Python package without its
 # dependencies (the tests import only its pure-Python offloading modules; see conftest.py),
-# plus numpy, msgspec (imported by vLLM's offloading types), pytest, hypothesis and maturin, and
+# plus numpy, msgspec (imported by vLLM's offloading types), pytest (with pytest-xdist: run.sh
+# runs kvtier's own suite on two workers), hypothesis and maturin, and
 # the few pure-Python packages the simple offloader's engine types import (see below).
 #
 #   std-adapter/python/tests/setup_env.sh            # the venv in <repo>/target/pyenv
@@ -25,7 +26,7 @@ if ! "$venv/bin/python" -c "import importlib.metadata as m; assert m.version('vl
 fi
 # (pip then warns that vLLM's own dependencies are missing: they are, on purpose.)
 "${pip[@]}" install "numpy>=1.26" "msgspec>=0.18" "typing_extensions>=4.10" \
-    "pytest>=8" "hypothesis>=6.100" "maturin>=1.5,<2"
+    "pytest>=8" "pytest-xdist>=3" "hypothesis>=6.100" "maturin>=1.5,<2"
 "${pip[@]}" install "pyzmq>=25" "psutil>=5" "urllib3>=2" # vllm.distributed.kv_events's imports
 # Imported by the engine types the simple offloader's scheduler uses (vllm_stubs.py): pydantic
 # (vLLM's config classes, SamplingParams), cbor2 (vllm.utils.hashing), regex (the KV cache
