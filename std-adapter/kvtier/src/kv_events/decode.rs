@@ -16,7 +16,7 @@
 //! - nothing follows the batch, and nothing nests deeper than [`MAX_DEPTH`].
 //!
 //! Nothing is allocated on a length's word alone: a list reserves at most one item per byte
-//! left (and at most [`PREALLOC_MAX`]), then grows with the items read, so a hostile payload
+//! left (and at most `PREALLOC_MAX`), then grows with the items read, so a hostile payload
 //! costs memory proportional to its own length (the decoded batch is at most a few tens of
 //! times larger: an integer of one byte is a 16-byte [`Int`]).
 
