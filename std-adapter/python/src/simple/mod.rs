@@ -357,9 +357,16 @@ impl SimpleScheduler {
             .map(|r| self.ids.get(r))
             .collect::<PyResult<Vec<u64>>>()?;
         self.keys.borrow_mut().maybe_sweep(&self.s);
+        // Reports of events not in flight change nothing (vLLM's guard against stale
+        // events): the core refuses those never issued, so they are left out here and the
+        // report's other events still complete.
+        let stores: Vec<(u64, u32)> = completed_stores
+            .into_iter()
+            .filter(|&(e, _)| self.s.store_event_state(e).is_some())
+            .collect();
         let out = WorkerOutput {
             finished_recving: &recv,
-            completed_stores: &completed_stores,
+            completed_stores: &stores,
         };
         let mut view = PyGpu::new(&pool, &self.keys, &[], 0)?;
         let r = self.s.update_connector_output(&mut view, &out);
@@ -367,6 +374,13 @@ impl SimpleScheduler {
         self.ids.forget_untracked(&self.s);
         py_err?;
         r.map_err(value_error)
+    }
+
+    /// Whether the request has eager store state (what a finish-time flush reads the block
+    /// tables of).
+    fn is_storing(&self, req_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let req = self.ids.get(req_id)?;
+        Ok(req != UNKNOWN && self.s.is_storing(req))
     }
 
     /// `request_finished`.
