@@ -902,3 +902,32 @@ def test_a_missing_table_at_finish_raises_type_error_as_vllm_does():
     # A request with no store state reads no table, on either side.
     t.call("request_finished_all_groups", Req("b", list(range(5))), (None,))
 
+
+def test_a_second_thread_calls_the_scheduler_without_a_panic():
+    # The scheduler is not tied to the thread that made it: another thread's call runs (and a
+    # call into a busy scheduler raises RuntimeError, as the manager's does), never a
+    # PanicException (which `except Exception` does not catch).
+    import threading
+
+    t = Twin()
+    a = Req("a", list(range(9)))
+    prefill(t, a, 2)
+    got: list[object] = []
+
+    def work():
+        try:
+            got.append(t.kv.get_num_new_matched_tokens(Req("c", list(range(9))), 0))
+            got.append(t.kv.has_pending_stores())
+            got.append(t.kv.cpu_block_pool.get_num_free_blocks())
+        except BaseException as e:  # noqa: BLE001 (the test is what it raises)
+            got.append(e)
+
+    th = threading.Thread(target=work)
+    th.start()
+    th.join()
+    want = [
+        t.sides[0][0].get_num_new_matched_tokens(Req("c", list(range(9))), 0),
+        t.sides[0][0].has_pending_stores(),
+        t.sides[0][0].cpu_block_pool.get_num_free_blocks(),
+    ]
+    assert got == want

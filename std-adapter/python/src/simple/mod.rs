@@ -17,7 +17,6 @@ mod layout;
 mod step;
 mod view;
 
-use std::cell::RefCell;
 use std::collections::HashSet;
 
 use kvtier_core::simple::{
@@ -33,7 +32,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 pub(crate) use cpu::CpuBlockPool;
 use errors::{alloc_error, input_error};
 use gpu::PyGpu;
-use hashes::HashKeys;
+use hashes::KeysCell;
 use ids::{ReqIds, UNKNOWN};
 use layout::{layout, tables};
 use step::StepArgs;
@@ -63,12 +62,12 @@ fn event_or_minus_one(e: Option<u64>) -> i64 {
 }
 
 /// kvtier's simple offloader, scheduler side, for `kvtier.simple`.
-#[pyclass(module = "kvtier._native", unsendable)]
+#[pyclass(module = "kvtier._native")]
 #[derive(Debug)]
 pub(crate) struct SimpleScheduler {
     s: Core,
     pool: Option<Py<PyAny>>,
-    keys: RefCell<HashKeys>,
+    keys: KeysCell,
     ids: ReqIds,
     /// Issued load events with their requests in registration order (what vLLM's
     /// `_load_event_to_reqs` lists), cut down to the core's live loads at each step.
@@ -160,7 +159,7 @@ impl SimpleScheduler {
         Ok(SimpleScheduler {
             s,
             pool: None,
-            keys: RefCell::new(HashKeys::default()),
+            keys: KeysCell::default(),
             ids: ReqIds::default(),
             load_reqs: Vec::new(),
             positions: Vec::new(),
