@@ -91,7 +91,8 @@ impl Geometry {
 #[cfg_attr(feature = "arbitrary", derive(arbitrary::Arbitrary))]
 #[derive(Clone, Debug)]
 pub enum SimpleOp {
-    /// A request over prompt `template` (shared prefixes) with `blocks % 6 + 1` full blocks.
+    /// A request over prompt `template % 3` (shared prefixes) with `blocks % 6 + 1` full
+    /// blocks, and a partial tail unless `template % 8` is 7.
     Arrive {
         /// Prompt family.
         template: u8,
@@ -552,8 +553,14 @@ impl World {
                 let t = u64::from(template % 3);
                 // A prompt ending one to three tokens past a block (a partial tail with hashes
                 // finer than the block; prompts of one family then end at different
-                // boundaries inside a block).
-                let num_tokens = n * u64::from(BS) + 1 + u64::from(blocks / 6 % 3);
+                // boundaries inside a block), or for one template in eight on the block (on a
+                // hash block too: an EAGLE lookup then reaches a hash block past its cap).
+                let tail = if template % 8 == 7 {
+                    0
+                } else {
+                    1 + u64::from(blocks / 6 % 3)
+                };
+                let num_tokens = n * u64::from(BS) + tail;
                 let hashes = num_tokens / u64::from(self.hash);
                 self.reqs.push(Req {
                     id: self.reqs.len() as u64 + 100,

@@ -91,7 +91,9 @@ pub struct LookupRequest<'a> {
     /// The request id (vLLM's `request_id`, mapped to an integer by the caller).
     pub req: u64,
     /// `request.block_hashes`: one 64-bit hash per full block of its tokens (every group
-    /// keys it with its own group id).
+    /// keys it with its own group id). Hashes past
+    /// [`lookup_hash_count`](super::SimpleScheduler::lookup_hash_count) after the computed
+    /// ones are never read, and may be left out.
     pub block_hashes: &'a [u64],
     /// `request.num_tokens`.
     pub num_tokens: u64,

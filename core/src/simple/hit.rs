@@ -203,6 +203,34 @@ impl Search<'_> {
 }
 
 impl SimpleScheduler {
+    /// The request hashes past the computed ones a lookup can read: those of the longest hit
+    /// (`num_tokens − 1 − num_computed_tokens` tokens), and in a hybrid layout with EAGLE's
+    /// drop, those of the one unit (at most a group block) its groups match past a candidate
+    /// before dropping it. A caller that hands
+    /// [`get_num_new_matched_tokens`](Self::get_num_new_matched_tokens) the request's hashes
+    /// cut after that many past `num_computed_tokens / hash_block_size` gets the answer the
+    /// whole list gets. Without the margin an EAGLE group of a prompt that ends on a hash
+    /// block could not see its last block, and would drop the one before.
+    #[must_use]
+    pub fn lookup_hash_count(&self, num_tokens: u64, num_computed_tokens: u64) -> u64 {
+        let max_hit_len = num_tokens
+            .saturating_sub(1)
+            .saturating_sub(num_computed_tokens);
+        let layout = self.config.layout;
+        let margin = if layout.is_hybrid() && self.v.specs.as_slice().iter().any(|s| s.eagle) {
+            self.v
+                .specs
+                .as_slice()
+                .iter()
+                .map(|s| u64::from(s.block))
+                .max()
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        max_hit_len.saturating_add(margin) / u64::from(self.v.hash_block_size)
+    }
+
     /// vLLM's `find_longest_cache_hit` for `req` after `num_computed_tokens`, with
     /// `get_num_new_matched_tokens`'s guards (prefix cache skipped, computed tokens not
     /// aligned to the scheduler's block or to a chunked-local group's chunk, nothing left,
@@ -322,5 +350,118 @@ impl SimpleScheduler {
             }
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! EAGLE's margin past the cap: numbers derived by hand from vLLM 0.33.0's hybrid
+    //! coordinator and managers.
+
+    use alloc::vec::Vec;
+
+    use crate::BlockKey;
+    use crate::block_pool::{BlockPool, BlockPoolConfig};
+    use crate::simple::{
+        GroupKind, Handoff, Layout, LookupRequest, SimpleConfig, SimpleScheduler, StepInput,
+        WorkerOutput,
+    };
+
+    /// The hash block (and attention block); Mamba blocks are four of them.
+    const H: u32 = 16;
+
+    /// Full attention of 16-token blocks beside Mamba of 64, hashed every 16 tokens (eager:
+    /// fine-grained hits), every group EAGLE's.
+    fn eagle_hybrid() -> SimpleScheduler {
+        let mut c = SimpleConfig::with_cpu_blocks(4 * H, 64, 16);
+        c.hash_block_size = Some(H);
+        c.layout = Layout::new(&[GroupKind::FullAttention, GroupKind::Mamba])
+            .and_then(|l| l.with_block_size(0, H))
+            .and_then(|l| l.with_block_size(1, 4 * H))
+            .unwrap();
+        c.use_eagle_block_drop = true;
+        SimpleScheduler::new(c).unwrap()
+    }
+
+    /// Stores GPU blocks cached under `keys` in the CPU pool (one request's hand-offs).
+    fn store(s: &mut SimpleScheduler, keys: &[BlockKey]) {
+        let mut g = BlockPool::new(BlockPoolConfig::new(32, true)).unwrap();
+        let mut ids = Vec::new();
+        for k in keys {
+            g.get_new_blocks(1, |b| ids.push(b)).unwrap();
+            let b = *ids.last().unwrap();
+            g.cache_full_blocks(&[b], &[*k], 0, 1, H, None).unwrap();
+        }
+        s.update_state_after_alloc(&mut g, 1, &[], 0).unwrap();
+        let h = [Handoff {
+            req: 1,
+            gpu_blocks: &ids,
+        }];
+        let step = StepInput {
+            handoffs: &h,
+            ..Default::default()
+        };
+        let e = s.build_connector_meta(&mut g, &step).unwrap().store_event;
+        let done = [(e.unwrap(), 1)];
+        let out = WorkerOutput {
+            finished_recving: &[],
+            completed_stores: &done,
+        };
+        s.update_connector_output(&mut g, &out).unwrap();
+    }
+
+    fn lookup(req: u64, block_hashes: &[u64], num_tokens: u64) -> LookupRequest<'_> {
+        LookupRequest {
+            req,
+            block_hashes,
+            num_tokens,
+            skip_reading_prefix_cache: false,
+        }
+    }
+
+    #[test]
+    fn a_prompt_on_a_hash_boundary_lets_eagle_see_its_last_block() {
+        let mut s = eagle_hybrid();
+        // Attention holds all four hash blocks of a 64-token prompt; Mamba the state at 48.
+        let keys = [1, 2, 3, 4].map(|h| BlockKey::new(h, 0));
+        store(
+            &mut s,
+            &[keys[0], keys[1], keys[2], keys[3], BlockKey::new(3, 1)],
+        );
+        let hashes = [1, 2, 3, 4];
+        // The cap is 63 tokens; attention looks one hash block past it (64, all four
+        // hashes), finds 64 and drops 16; Mamba's last state at or below 48 is at 48.
+        assert_eq!(
+            s.get_num_new_matched_tokens(&lookup(7, &hashes, 64), 0),
+            Ok((48, true))
+        );
+        // A caller may cut the hashes where the core says a lookup stops reading.
+        let n = s.lookup_hash_count(64, 0);
+        assert!(n >= 4, "{n}");
+        let cut = &hashes[..hashes.len().min(usize::try_from(n).unwrap_or(usize::MAX))];
+        assert_eq!(
+            s.get_num_new_matched_tokens(&lookup(8, cut, 64), 0),
+            Ok((48, true))
+        );
+        // Cut at the cap (three hashes: 48 tokens), attention would find 48, drop to 32, and
+        // Mamba hold no state at or below it.
+        assert_eq!(
+            s.get_num_new_matched_tokens(&lookup(9, &hashes[..3], 64), 0),
+            Ok((0, false))
+        );
+    }
+
+    #[test]
+    fn the_hashes_a_lookup_reads_stop_at_the_cap_without_eagle_or_a_second_group() {
+        let s = eagle_hybrid();
+        // 63 tokens after 16 computed: 46 tokens of hit, plus a Mamba block of margin.
+        assert_eq!(s.lookup_hash_count(63, 16), (46 + 64) / 16);
+        assert_eq!(s.lookup_hash_count(0, 16), 64 / 16);
+        let mut c = SimpleConfig::with_cpu_blocks(H, 64, 16);
+        c.use_eagle_block_drop = true;
+        // One group: vLLM's unitary coordinator asks with no margin.
+        let dense = SimpleScheduler::new(c).unwrap();
+        assert_eq!(dense.lookup_hash_count(64, 0), 63 / 16);
+        assert_eq!(dense.lookup_hash_count(0, 0), 0);
     }
 }

@@ -425,6 +425,15 @@ impl SimpleScheduler {
         self.reqs.find(req).is_some()
     }
 
+    /// Whether `req` has eager store state (vLLM's `_reqs_to_store` entry): a finish then
+    /// reads its block tables for the blocks not yet stored.
+    #[must_use]
+    pub fn is_storing(&self, req: u64) -> bool {
+        self.reqs
+            .find(req)
+            .is_some_and(|s| self.reqs.slots[s as usize].store.active)
+    }
+
     /// The requests whose loads are registered but not yet issued, in registration order
     /// (the next [`build_connector_meta`](Self::build_connector_meta)'s load event names
     /// them in this order, as vLLM's `load_event_to_reqs` lists them).

@@ -5,7 +5,8 @@ The GPU side is vLLM 0.33.0's own ``KVCacheManager`` (its ``BlockPool`` is bound
 offloader), driven the way vLLM's engine scheduler drives it: per step, running requests get
 their next prefill chunk or one decode token, then waiting requests are admitted (at most
 ``max_seqs`` running, a token budget per step, and only when the free GPU blocks hold the whole
-request, so that no running request ever needs preempting); a request's GPU prefix hit comes
+request, so that no running request ever needs preempting, unless ``Shape.overcommit``); a
+request's GPU prefix hit comes
 from ``get_computed_blocks``, its CPU hit from the offloader, loaded asynchronously. After the
 step's ``build_connector_meta`` the "workers" finish that step's transfers one step later:
 loads through ``finished_recving``, stores through ``SimpleCPUOffloadWorkerMetadata``, one
@@ -14,6 +15,10 @@ request is handed to ``request_finished_all_groups`` (vLLM's connector supports 
 allocator) and freed. With ``preempt_every`` = k, every k-th step preempts the last running
 request (its blocks freed, its progress lost, back to the queue's front; it resumes with its
 whole block table), so the offloader also sees ``preempted_req_ids`` and resumed requests.
+``Shape.overcommit``, ``abort_every``, ``reset_every`` and ``disorder_every`` add preemption
+for want of GPU blocks, aborted requests, resets with requests in flight, and late, stale and
+repeated worker reports; ``aligned_every`` adds prompts that end on a hash block. What they
+did is counted per step (``Record.counts``).
 
 With ``Shape.hybrid`` the model is a hybrid one: a full-attention group and a Mamba group in
 vLLM's ``align`` mode, both of 16-token blocks (``Shape.mamba_first`` puts the Mamba group
@@ -158,6 +163,21 @@ class Shape:
     hash_block: int = BLOCK
     # EAGLE drafting (vLLM's use_eagle_block_drop): hits drop their last block.
     eagle: bool = False
+    # Every k-th prompt ends on a hash-block boundary, no partial tail, and from the second on
+    # repeats the one k before (a turn asked again: its blocks may be on the CPU to its end).
+    # 0: none does.
+    aligned_every: int = 0
+    # Admission asks only for the blocks of the request's first chunk, so that a running
+    # request may find no free GPU block: it then preempts the running requests after it, last
+    # first, as vLLM's engine does.
+    overcommit: bool = False
+    # Every k-th step aborts the first running request still in its prefill (0: none).
+    abort_every: int = 0
+    # Every k-th step ends with the connector's reset(), requests in flight (0: only the last).
+    reset_every: int = 0
+    # Every k-th store event's reports come two steps late (later events complete first), and
+    # every report also names an event never issued and one already completed (0: none).
+    disorder_every: int = 0
 
 
 # A hybrid model's Mamba blocks each reserve this many more GPU blocks per request: the
@@ -331,6 +351,11 @@ class Record:
     boundary: object = None
     # The drained stats' save-outcome counters: (name, labels) -> count.
     outcomes: dict = field(default_factory=dict)
+    # What the step's engine did that the comparison must see happen, by name: "aligned_hits"
+    # (CPU hits of requests whose length is a multiple of the hash block), "gpu_preemptions",
+    # "aborts", "resets" (mid-run), "late_reports" (store events reported late),
+    # "stale_reports" (reports naming events not in flight).
+    counts: dict = field(default_factory=dict)
     reset: bool | None = None
 
 
@@ -425,12 +450,23 @@ def run(
     sched.bind_gpu_block_pool(kvm.block_pool)
     chunk = _splitter(shape, kvm)
     hasher = get_request_block_hasher(shape.hash_block, sha256)
-    # A partial tail shorter than a hash block.
+    # A partial tail shorter than a hash block (none for every ``aligned_every``-th prompt).
     tail = min(5, shape.hash_block - 1)
+
+    k = shape.aligned_every
+
+    def tail_of(i: int) -> int:
+        return 0 if k and i % k == k - 1 else 1 + i % tail
+
+    if k:
+        requests = [
+            requests[i - k] if i % k == k - 1 and i >= k else ids
+            for i, ids in enumerate(requests)
+        ]
     waiting = deque(
         _Req(
             f"r{i}",
-            prompt(ids, 1 + i % tail, shape.hash_block),
+            prompt(ids, tail_of(i), shape.hash_block),
             shape.decode_tokens,
             hasher,
         )
@@ -449,6 +485,22 @@ def run(
     # Transfers reported by the workers: step -> (finished_recving, {store_event: count}).
     reports: dict[int, tuple[set[str], dict[int, int]]] = {}
     finished_last: set[str] = set()
+    # Requests finished in this step (the next step's output names them).
+    done: set[str] = set()
+
+    def finish(r: _Req, rec: Record, into: set[str]) -> None:
+        req = r.req
+        block_ids = kvm.get_block_ids_for_computed_tokens(
+            request_id=req.request_id,
+            num_computed_tokens=req.num_computed_tokens,
+        )
+        res = sched.request_finished_all_groups(req, block_ids)
+        rec.finished.append((req.request_id, res))
+        kvm.free(req)
+        into.add(req.request_id)
+
+    # Store events issued so far (a disordered report names the last completed one again).
+    issued: list[int] = []
     step = 0
     idle = 0
     # Once every request finished, ``drain`` more steps deliver the last reports (lazy
@@ -459,6 +511,12 @@ def run(
         rec = Record(step)
         # Worker reports due now (from earlier steps' metadata).
         due = reports.pop(step, None)
+        if due is not None and shape.disorder_every and due[1]:
+            # Reports of an event never issued and of one long completed.
+            due[1][1 << 40 | step] = 1
+            if len(issued) > 8:
+                due[1].setdefault(issued[-8], 1)
+            _count(rec, "stale_reports")
         if due is not None:
             sched.update_connector_output(
                 KVConnectorOutput(
@@ -479,29 +537,50 @@ def run(
                     r.loading = False
                     running.append(r)
         budget = shape.step_tokens
+        done = set()
         new_reqs: list[NewRequestData] = []
         cached_ids: list[str] = []
         cached_blocks: list = []
         resumed: set[str] = set()
         num_tokens: dict[str, int] = {}
         preempted: set[str] = set()
+
+        def preempt(r: _Req) -> None:
+            # Preemption, as vLLM's engine preempts: the request loses its GPU blocks and its
+            # progress and goes back to the front of the queue.
+            running.remove(r)
+            kvm.free(r.req)
+            r.req.status = RequestStatus.PREEMPTED
+            r.req.num_computed_tokens = 0
+            r.req.num_preemptions += 1
+            r.scheduled_once = False
+            r.resumed = True
+            preempted.add(r.req.request_id)
+            waiting.appendleft(r)
+
         if shape.preempt_every and step % shape.preempt_every == shape.preempt_every - 1:
-            # Preemption, as vLLM's engine preempts: the last running request loses its GPU
-            # blocks and its progress and goes back to the front of the queue.
+            # The last running request that was scheduled.
             victims = [r for r in running if r.scheduled_once]
             if len(running) >= 2 and victims:
-                r = victims[-1]
-                running.remove(r)
-                kvm.free(r.req)
-                r.req.status = RequestStatus.PREEMPTED
-                r.req.num_computed_tokens = 0
-                r.req.num_preemptions += 1
-                r.scheduled_once = False
-                r.resumed = True
-                preempted.add(r.req.request_id)
-                waiting.appendleft(r)
+                preempt(victims[-1])
+        if shape.abort_every and step % shape.abort_every == shape.abort_every - 1:
+            # A client aborts a request in its prefill: vLLM's engine finishes it as it
+            # finishes any request (the connector sees its computed blocks), and frees it.
+            gone = next(
+                (r for r in running if r.scheduled_once and r.req.num_computed_tokens
+                 < r.req.num_prompt_tokens),
+                None,
+            )
+            if gone is not None:
+                running.remove(gone)
+                # Between two steps: this step's output names it.
+                finish(gone, rec, finished_last)
+                _count(rec, "aborts")
         # Running requests: the next prefill chunk or one decode token.
-        for r in running:
+        i = -1
+        while i + 1 < len(running):
+            i += 1
+            r = running[i]
             if budget == 0:
                 break
             req = r.req
@@ -512,9 +591,18 @@ def run(
             if n == 0:
                 continue
             new_blocks = kvm.allocate_slots(req, n)
+            while new_blocks is None and shape.overcommit:
+                # No free GPU block: preempt the last running request not yet scheduled in
+                # this step (one scheduled before its first step after a load never is).
+                later = [o for o in running[i + 1:] if o.scheduled_once]
+                if not later:
+                    break
+                preempt(later[-1])
+                _count(rec, "gpu_preemptions")
+                new_blocks = kvm.allocate_slots(req, n)
             if new_blocks is None:
                 # Lazy offloading pins cached GPU blocks until their store completes: the
-                # request waits for the pins to go (vLLM would preempt; here none is).
+                # request waits for the pins to go.
                 continue
             budget -= n
             num_tokens[req.request_id] = n
@@ -538,12 +626,17 @@ def run(
             for o in (*running, *loading.values()):
                 ids = kvm.get_block_ids(o.req.request_id)
                 reserved += o.need - sum(len(ids[g]) for g, _ in counted)
+            if shape.overcommit:
+                reserved = 0
+                need = blocks_for(min(req.num_tokens, shape.chunk_tokens))
             if kvm.block_pool.get_num_free_blocks() - reserved < need:
                 break
             r.need = need
             computed, n_local, req.shared_prefix_boundary = kvm.get_computed_blocks(req)
             ext, is_async = sched.get_num_new_matched_tokens(req, n_local)
             rec.hits.append((req.request_id, ext, is_async))
+            if ext and req.num_tokens % shape.hash_block == 0:
+                _count(rec, "aligned_hits")
             ext = ext or 0
             if ext > 0:
                 blocks = kvm.allocate_slots(
@@ -625,11 +718,16 @@ def run(
             recv = set(meta.load_event_to_reqs.get(meta.load_event, []))
             reports.setdefault(step + 2, (set(), {}))[0].update(recv)
         if meta.store_event >= 0:
+            k = shape.disorder_every
+            late = 2 if k and meta.store_event % k == k - 1 else 0
+            if late:
+                _count(rec, "late_reports")
+            issued.append(meta.store_event)
             for w in range(shape.world_size):
-                stores = reports.setdefault(step + 2 + w, (set(), {}))[1]
+                stores = reports.setdefault(step + 2 + w + late, (set(), {}))[1]
                 stores[meta.store_event] = stores.get(meta.store_event, 0) + 1
         # The model ran: computed tokens advance, decode emits a token, finished requests go.
-        finished_last = set()
+        finished_last = done
         still: list[_Req] = []
         for r in running:
             req = r.req
@@ -637,14 +735,7 @@ def run(
             req.num_computed_tokens += n
             if n and req.num_computed_tokens == req.num_tokens:
                 if r.decode_left == 0:
-                    block_ids = kvm.get_block_ids_for_computed_tokens(
-                        request_id=req.request_id,
-                        num_computed_tokens=req.num_computed_tokens,
-                    )
-                    res = sched.request_finished_all_groups(req, block_ids)
-                    rec.finished.append((req.request_id, res))
-                    kvm.free(req)
-                    finished_last.add(req.request_id)
+                    finish(r, rec, done)
                     continue
                 req.append_output_token_ids([7 + r.decode_left])
                 r.decode_left -= 1
@@ -660,10 +751,17 @@ def run(
         if idle > shape.drain:
             # The last step: the connector's reset (vLLM's reset_prefix_cache path).
             rec.reset = sched.reset()
+        elif shape.reset_every and step % shape.reset_every == shape.reset_every - 1:
+            rec.reset = sched.reset()
+            _count(rec, "resets")
         yield rec
         step += 1
         if step > 100000:
             raise RuntimeError("the step loop did not drain")
+
+
+def _count(rec: Record, what: str) -> None:
+    rec.counts[what] = rec.counts.get(what, 0) + 1
 
 
 def _splitter(shape: Shape, kvm: KVCacheManager) -> Callable[[Request, int, int], int]:

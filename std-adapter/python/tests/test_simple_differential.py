@@ -20,7 +20,16 @@ requests, hashes finer than the block and EAGLE: a hybrid model whose attention 
 hashes) are 8 tokens beside 16-token Mamba blocks (vLLM's partial hash hits: hits ending
 inside a block, mid-block loads), the same with 4-token hashes and EAGLE's block drop, a dense
 model with attention groups of 16- and 8-token blocks (blocks stored with the finer hashes
-inside them), and a dense model with EAGLE.
+inside them), and a dense model with EAGLE. Every fourth prompt ends on a hash-block boundary
+and repeats the one four before, so that a hit can reach the lookup's cap (where EAGLE looks
+one hash block past it).
+
+Then the hardened runs, on as many requests as the local layouts: the GPU pool overcommitted
+(admission asks for a first chunk's blocks only, and a running request that finds no free block
+preempts the ones after it), a request aborted in its prefill every 17 steps, the connector's
+reset() every 29 steps with requests in flight, every fifth store event reported two steps
+late, every report also naming an event never issued and one completed, and a CPU pool between
+the two above (it evicts, and still hits). Each of these is counted and must happen.
 """
 
 from __future__ import annotations
@@ -49,10 +58,13 @@ _N = int(os.environ.get("KVTIER_SIMPLE_REQUESTS", "300")) or 10**9
 PREFIX = {"small-a": _N, "mooncake": _N}
 # Every 13th step preempts a running request.
 PREEMPT_EVERY = 13
+# Every 4th prompt ends on a hash-block boundary (the others a few tokens past one).
+ALIGNED_EVERY = 4
 
 
-def _requests(trace: str, model: str = "dense") -> list[list[int]]:
-    n = _N_LOCAL if model in LOCAL or model in FINE else PREFIX[trace]
+def _requests(trace: str, model: str = "dense", n: int | None = None) -> list[list[int]]:
+    if n is None:
+        n = _N_LOCAL if model in LOCAL or model in FINE else PREFIX[trace]
     if trace == "small-a":
         return driver.kvtrace_requests(os.path.join(TRACES, "small-a.kvtrace"), n)
     return driver.mooncake_requests(os.path.join(TRACES, "mooncake-synthetic.jsonl"), n)
@@ -123,7 +135,20 @@ def _shape(case) -> driver.Shape:
         ),
         hash_block=hash_block,
         eagle=eagle,
+        aligned_every=ALIGNED_EVERY,
     )
+
+
+# The hardened runs: models, CPU pool (blocks), and what each adds to the engine.
+HARD_MODELS = ("dense", "hybrid", "fine4-eagle", "window")
+HARD_CPU = 256
+HARD = dict(overcommit=True, abort_every=17, reset_every=29, disorder_every=5)
+HARD_CASES = [
+    (trace, lazy, HARD_CPU, model)
+    for model in HARD_MODELS
+    for trace in ("small-a", "mooncake")
+    for lazy in (False, True)
+]
 
 
 def _records(cls, case):
@@ -232,3 +257,50 @@ def test_eagle_drops_hit_blocks_in_vllm():
         return sum(n or 0 for r in driver.run(VllmScheduler, reqs, shape) for _, n, _ in r.hits)
 
     assert 0 < hit_tokens(_shape(case)) < hit_tokens(plain)
+
+
+def _hard_shape(case) -> driver.Shape:
+    return driver.Shape(**{**_shape(case).__dict__, **HARD})
+
+
+def _counts(records) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for r in records:
+        for what, n in r.counts.items():
+            total[what] = total.get(what, 0) + n
+    return total
+
+
+@pytest.mark.skipif(KvtierScheduler is None, reason="kvtier.simple is not built in")
+@pytest.mark.parametrize("case", HARD_CASES, ids=_ids)
+def test_kvtier_matches_vllm_through_preemptions_aborts_resets_and_disorder(case):
+    reqs = _requests(case[0], n=_N_LOCAL)
+    want = list(driver.run(VllmScheduler, reqs, _hard_shape(case)))
+    got = list(driver.run(KvtierScheduler, reqs, _hard_shape(case)))
+    assert len(got) == len(want)
+    for w, g in zip(want, got):
+        for what in (
+            "hits", "meta", "stats", "events", "finished", "pending_stores", "boundary", "reset"
+        ):
+            assert getattr(g, what) == getattr(w, what), (
+                f"step {w.step}: {what} differs\nvLLM:   {getattr(w, what)}\n"
+                f"kvtier: {getattr(g, what)}"
+            )
+    # What the run is for did happen (counted on vLLM's side; kvtier's ran the same steps).
+    counts = _counts(want)
+    for what in ("gpu_preemptions", "aborts", "resets", "late_reports", "stale_reports"):
+        assert counts.get(what, 0) > 0, (what, counts)
+    evicted = sum(1 for r in want for e in r.events if e.startswith("BlockRemoved("))
+    assert evicted > 0
+    assert sum(len(r.finished) for r in want) == len(reqs)
+    if case[3] != "window":
+        # The CPU pool evicts and still hits, and some hit reaches a hash-aligned end.
+        assert sum(1 for r in want for _, n, _ in r.hits if n) > 0
+        assert counts.get("aligned_hits", 0) > 0, counts
+
+
+def test_hash_aligned_prompts_hit_in_the_eagle_geometry():
+    """The hybrid model with 4-token hashes and EAGLE meets CPU hits of requests that end on
+    a hash block (where EAGLE's lookup reaches one hash block past the cap)."""
+    recs = _records(VllmScheduler, ("small-a", False, 512, "fine4-eagle"))
+    assert _counts(recs).get("aligned_hits", 0) > 0

@@ -875,3 +875,59 @@ def test_cpu_block_pool_refuses_bad_pins_and_changes_nothing():
     with pytest.raises(IndexError):
         kv._native.cpu_pool().ref_cnt(kv.num_cpu_blocks)
     assert cpu_state(kv) == before
+
+
+def test_an_unknown_store_event_leaves_the_reports_valid_ones_completing():
+    # vLLM ignores a report of an event it never issued (its guard against stale events) and
+    # completes the report's others.
+    t = Twin(events=True)
+    a = Req("a", list(range(9)))
+    prefill(t, a, 2)
+    meta = t.call("build_connector_meta", step_output(cached=[("a", [], False)],
+                                                      num_scheduled={"a": 1}))
+    assert meta.store_event == 0
+    t.call("update_connector_output", worker_output(stores={7: 1, 0: 1, 1 << 40: 3}))
+    assert not t.kv.has_pending_stores()
+    assert len(t.call("take_events")) > 0
+
+
+def test_a_missing_table_at_finish_raises_type_error_as_vllm_does():
+    t = Twin()
+    a = Req("a", list(range(9)))
+    prefill(t, a, 2)
+    for s, _ in t.sides:
+        with pytest.raises(TypeError):
+            s.request_finished_all_groups(a, (None,))
+    t.check()
+    # A request with no store state reads no table, on either side.
+    t.call("request_finished_all_groups", Req("b", list(range(5))), (None,))
+
+
+def test_a_second_thread_calls_the_scheduler_without_a_panic():
+    # The scheduler is not tied to the thread that made it: another thread's call runs (and a
+    # call into a busy scheduler raises RuntimeError, as the manager's does), never a
+    # PanicException (which `except Exception` does not catch).
+    import threading
+
+    t = Twin()
+    a = Req("a", list(range(9)))
+    prefill(t, a, 2)
+    got: list[object] = []
+
+    def work():
+        try:
+            got.append(t.kv.get_num_new_matched_tokens(Req("c", list(range(9))), 0))
+            got.append(t.kv.has_pending_stores())
+            got.append(t.kv.cpu_block_pool.get_num_free_blocks())
+        except BaseException as e:  # noqa: BLE001 (the test is what it raises)
+            got.append(e)
+
+    th = threading.Thread(target=work)
+    th.start()
+    th.join()
+    want = [
+        t.sides[0][0].get_num_new_matched_tokens(Req("c", list(range(9))), 0),
+        t.sides[0][0].has_pending_stores(),
+        t.sides[0][0].cpu_block_pool.get_num_free_blocks(),
+    ]
+    assert got == want

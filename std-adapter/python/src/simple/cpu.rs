@@ -16,7 +16,7 @@ use kvtier_core::BlockKey;
 use super::SimpleScheduler;
 
 /// A view of one scheduler's CPU pool; every answer is read live from the scheduler.
-#[pyclass(module = "kvtier._native", unsendable)]
+#[pyclass(module = "kvtier._native")]
 pub(crate) struct CpuBlockPool {
     pub(super) sched: Py<SimpleScheduler>,
 }

@@ -16,7 +16,7 @@ use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
 
-use super::hashes::{ABSENT, HashKeys, decode_position};
+use super::hashes::{ABSENT, KeysCell, decode_position};
 
 /// One call's view of the GPU pool.
 pub(super) struct PyGpu<'a, 'py> {
@@ -24,7 +24,7 @@ pub(super) struct PyGpu<'a, 'py> {
     pool: &'a Bound<'py, PyAny>,
     blocks: Bound<'py, PyList>,
     num_blocks: u32,
-    keys: &'a RefCell<HashKeys>,
+    keys: &'a KeysCell,
     /// The `request.block_hashes` lists that position-encoded keys of this call name, the
     /// first being list number `list_base`.
     hash_lists: &'a [Bound<'py, PyAny>],
@@ -36,7 +36,7 @@ impl<'a, 'py> PyGpu<'a, 'py> {
     /// The view of `pool` (a vLLM `BlockPool`).
     pub(super) fn new(
         pool: &'a Bound<'py, PyAny>,
-        keys: &'a RefCell<HashKeys>,
+        keys: &'a KeysCell,
         hash_lists: &'a [Bound<'py, PyAny>],
         list_base: usize,
     ) -> PyResult<Self> {

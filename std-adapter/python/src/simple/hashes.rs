@@ -16,6 +16,7 @@
 //!   recovery), so a scan interns nothing for the hashes it only counts.
 
 use core::hash::BuildHasher;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard, TryLockError};
 
 use kvtier_core::hashing::FixedState;
 use kvtier_core::simple::SimpleScheduler;
@@ -48,6 +49,38 @@ pub(super) fn decode_position(hash: u64) -> Option<(usize, usize)> {
     let idx = usize::try_from(hash & ((1 << INDEX_BITS) - 1)).ok()?;
     let list = usize::try_from((hash & !POSITION) >> INDEX_BITS).ok()?;
     Some((list, idx))
+}
+
+/// [`HashKeys`] as the scheduler holds them: behind a lock that never waits, so that the
+/// scheduler may be called from any thread (one call at a time: PyO3 refuses a call while
+/// another holds the scheduler, with `RuntimeError`). A borrow that conflicts with one still
+/// held panics, as a `RefCell`'s does; a lock poisoned by such a panic is taken over.
+#[derive(Debug, Default)]
+pub(super) struct KeysCell(RwLock<HashKeys>);
+
+impl KeysCell {
+    /// Shared access.
+    pub(super) fn borrow(&self) -> RwLockReadGuard<'_, HashKeys> {
+        match self.0.try_read() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => conflict(),
+        }
+    }
+
+    /// Exclusive access.
+    pub(super) fn borrow_mut(&self) -> RwLockWriteGuard<'_, HashKeys> {
+        match self.0.try_write() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => PoisonError::into_inner(p),
+            Err(TryLockError::WouldBlock) => conflict(),
+        }
+    }
+}
+
+#[cold]
+fn conflict() -> ! {
+    panic!("the scheduler's hash keys are already borrowed")
 }
 
 /// The interner of GPU block keys.

@@ -17,7 +17,6 @@ mod layout;
 mod step;
 mod view;
 
-use std::cell::RefCell;
 use std::collections::HashSet;
 
 use kvtier_core::simple::{
@@ -33,7 +32,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 pub(crate) use cpu::CpuBlockPool;
 use errors::{alloc_error, input_error};
 use gpu::PyGpu;
-use hashes::HashKeys;
+use hashes::KeysCell;
 use ids::{ReqIds, UNKNOWN};
 use layout::{layout, tables};
 use step::StepArgs;
@@ -63,12 +62,12 @@ fn event_or_minus_one(e: Option<u64>) -> i64 {
 }
 
 /// kvtier's simple offloader, scheduler side, for `kvtier.simple`.
-#[pyclass(module = "kvtier._native", unsendable)]
+#[pyclass(module = "kvtier._native")]
 #[derive(Debug)]
 pub(crate) struct SimpleScheduler {
     s: Core,
     pool: Option<Py<PyAny>>,
-    keys: RefCell<HashKeys>,
+    keys: KeysCell,
     ids: ReqIds,
     /// Issued load events with their requests in registration order (what vLLM's
     /// `_load_event_to_reqs` lists), cut down to the core's live loads at each step.
@@ -160,7 +159,7 @@ impl SimpleScheduler {
         Ok(SimpleScheduler {
             s,
             pool: None,
-            keys: RefCell::new(HashKeys::default()),
+            keys: KeysCell::default(),
             ids: ReqIds::default(),
             load_reqs: Vec::new(),
             positions: Vec::new(),
@@ -357,9 +356,16 @@ impl SimpleScheduler {
             .map(|r| self.ids.get(r))
             .collect::<PyResult<Vec<u64>>>()?;
         self.keys.borrow_mut().maybe_sweep(&self.s);
+        // Reports of events not in flight change nothing (vLLM's guard against stale
+        // events): the core refuses those never issued, so they are left out here and the
+        // report's other events still complete.
+        let stores: Vec<(u64, u32)> = completed_stores
+            .into_iter()
+            .filter(|&(e, _)| self.s.store_event_state(e).is_some())
+            .collect();
         let out = WorkerOutput {
             finished_recving: &recv,
-            completed_stores: &completed_stores,
+            completed_stores: &stores,
         };
         let mut view = PyGpu::new(&pool, &self.keys, &[], 0)?;
         let r = self.s.update_connector_output(&mut view, &out);
@@ -367,6 +373,13 @@ impl SimpleScheduler {
         self.ids.forget_untracked(&self.s);
         py_err?;
         r.map_err(value_error)
+    }
+
+    /// Whether the request has eager store state (what a finish-time flush reads the block
+    /// tables of).
+    fn is_storing(&self, req_id: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let req = self.ids.get(req_id)?;
+        Ok(req != UNKNOWN && self.s.is_storing(req))
     }
 
     /// `request_finished`.

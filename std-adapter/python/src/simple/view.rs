@@ -39,7 +39,8 @@ impl SimpleScheduler {
     }
 
     /// A lookup's hash list: the request's hashes after the computed ones as key ids
-    /// ([`ABSENT`] for a hash no CPU block can hold), up to the cap vLLM's lookup reads.
+    /// ([`ABSENT`] for a hash no CPU block can hold), as many as the core's lookup can read
+    /// (EAGLE's margin past the cap included).
     pub(super) fn lookup_hashes(
         &self,
         block_hashes: &Bound<'_, PyAny>,
@@ -58,10 +59,7 @@ impl SimpleScheduler {
         if !skip_reading_prefix_cache && num_computed_tokens.is_multiple_of(bs) {
             let n = block_hashes.len()?;
             let skipped = usize::try_from(num_computed_tokens / hash).unwrap_or(usize::MAX);
-            let cap = num_tokens
-                .saturating_sub(1)
-                .saturating_sub(num_computed_tokens)
-                / hash;
+            let cap = self.s.lookup_hash_count(num_tokens, num_computed_tokens);
             let end = n.min(skipped.saturating_add(usize::try_from(cap).unwrap_or(usize::MAX)));
             hashes.resize(skipped.min(n), ABSENT);
             let keys = self.keys.borrow();

@@ -331,6 +331,12 @@ class SimpleCPUOffloadScheduler:
         """Queues the finishing request's confirmed blocks not yet stored (eager mode), then
         ``request_finished``."""
         req_id = request.request_id
+        if self._native.is_storing(req_id) and any(
+            ids is None and kind not in ("scratch", "mamba")
+            for (kind, _), ids in zip(self._layout, block_ids)
+        ):
+            # vLLM's finish-time scan takes the length of every positional group's table.
+            raise TypeError("object of type 'NoneType' has no len()")
         tracked = self._requests.get(req_id, request)
         flush_list = self._native.request_finished_all_groups(
             req_id,
