@@ -164,7 +164,7 @@ const SUITES: &[(&str, &[&str])] = &[
     ),
     (
         "the vLLM plugin: the Python suite against vLLM 0.33.0's own modules (a venv in target/pyenv; the differential test included)",
-        &["std-adapter/python/tests/run.sh"],
+        &[PYTHON_SUITE],
     ),
 ];
 
@@ -238,6 +238,7 @@ fn test(args: &[OsString]) -> Result<(), String> {
     provision(no_provision)?;
 
     let mut failed = Vec::new();
+    let mut prepare = Prepare::start();
     step("cargo test --workspace -- --include-ignored");
     let status = Command::new(cargo())
         .current_dir(root())
@@ -253,6 +254,9 @@ fn test(args: &[OsString]) -> Result<(), String> {
         let Some((program, program_args)) = argv.split_first() else {
             continue;
         };
+        if *program == PYTHON_SUITE {
+            prepare.wait();
+        }
         let program = if *program == "cargo" {
             cargo()
         } else {
@@ -272,6 +276,73 @@ fn test(args: &[OsString]) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("failed: {}", failed.join(", ")))
+    }
+}
+
+/// The Python suite's runner, and what it needs fetched first (the venv, vLLM's tests).
+const PYTHON_SUITE: &str = "std-adapter/python/tests/run.sh";
+const PYTHON_PREPARE: &str = "std-adapter/python/tests/prepare.sh";
+
+/// The Python suite's downloads (a venv with vLLM's wheel, vLLM's source distribution), run in
+/// the background from the first step so that they overlap the Rust tests' compiling instead
+/// of following it. The suite's own runner takes the same idempotent steps again, so a failed
+/// or skipped preparation only costs the overlap: the runner then fails with its own message.
+struct Prepare {
+    child: Option<std::process::Child>,
+    log: PathBuf,
+}
+
+impl Prepare {
+    fn start() -> Self {
+        let log = root().join("target").join("python-prepare.log");
+        let child = std::fs::create_dir_all(root().join("target"))
+            .and_then(|()| std::fs::File::create(&log))
+            .and_then(|out| {
+                let err = out.try_clone()?;
+                Command::new(root().join(PYTHON_PREPARE))
+                    .current_dir(root())
+                    .stdin(std::process::Stdio::null())
+                    .stdout(out)
+                    .stderr(err)
+                    .spawn()
+            });
+        match child {
+            Ok(child) => {
+                println!(
+                    "    preparing the Python suite in the background (log: {})",
+                    log.display()
+                );
+                Self {
+                    child: Some(child),
+                    log,
+                }
+            }
+            Err(e) => {
+                println!("    could not start {PYTHON_PREPARE} in the background: {e}");
+                Self { child: None, log }
+            }
+        }
+    }
+
+    /// Waits for the preparation; says so when it failed (the suite's runner retries).
+    fn wait(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            match child.wait() {
+                Ok(status) if status.success() => {}
+                Ok(status) => println!(
+                    "    the background preparation failed ({status}; log: {}): the suite \
+                     prepares again",
+                    self.log.display()
+                ),
+                Err(e) => println!("    could not wait for the background preparation: {e}"),
+            }
+        }
+    }
+}
+
+impl Drop for Prepare {
+    fn drop(&mut self) {
+        self.wait();
     }
 }
 
